@@ -1,0 +1,98 @@
+# flashinfer.c — plain make build.
+#   make            library (static + shared), the `fi` tool, the tests
+#   make demo       build and run `fi demo`
+#   make test       build and run every test
+#   make sanitize   the test suite under AddressSanitizer + UBSan
+#   make install    PREFIX=/usr/local
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
+CPPFLAGS_ALL := -Iinclude -Isrc -D_GNU_SOURCE
+BASE_CFLAGS  := -std=c11 -fPIC -fvisibility=hidden -pthread $(WARN) $(CFLAGS)
+LDLIBS  := -lm -pthread -ldl
+
+ARCH := $(shell uname -m)
+
+LIB_SRC := $(wildcard src/core/*.c) $(wildcard src/cpu/*.c)
+# SIMD translation units are compiled with their own target flags and only
+# called after a run-time CPU check.
+ifneq ($(filter x86_64 amd64,$(ARCH)),)
+  SIMD_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
+  SIMD_FLAGS_avx2   := -mavx2 -mfma -mf16c
+else
+  LIB_SRC := $(filter-out %_avx512.c %_avx2.c,$(LIB_SRC))
+endif
+ifeq ($(filter aarch64 arm64,$(ARCH)),)
+  LIB_SRC := $(filter-out %_neon.c,$(LIB_SRC))
+endif
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+STATIC  := $(BUILD)/libflashinfer.a
+SHARED  := $(BUILD)/libflashinfer.so
+
+TEST_SUPPORT_SRC := $(filter-out tests/test_%.c,$(wildcard tests/*.c))
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC  := $(wildcard tests/test_*.c)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/%)
+TOOL_SRC  := $(wildcard tools/*.c)
+TOOL_BIN  := $(BUILD)/fi
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+
+.PHONY: all lib test demo sanitize install clean bench
+all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN)
+lib: $(STATIC) $(SHARED)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) $(SIMD_FLAGS_$(lastword $(subst _, ,$(basename $(notdir $<))))) -MMD -MP -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashinfer.so.0
+
+$(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The demo: a CPU serving step, checked against the oracle.
+demo: $(TOOL_BIN)
+	$(TOOL_BIN) demo
+
+# Every test. FI_TEST_ARGS passes filters to the harness (see tests/README.md).
+test: $(TEST_BIN)
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t $(FI_TEST_ARGS); done
+
+sanitize:
+	$(MAKE) BUILD=build-san OPT=-O1 \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  LDLIBS="-lm -pthread -ldl -fsanitize=address,undefined" \
+	  FI_TEST_ARGS="--quick" test
+
+bench: $(BENCH_BIN)
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/flashinfer.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libflashinfer.so.0
+	ln -sf libflashinfer.so.0 $(DESTDIR)$(PREFIX)/lib/libflashinfer.so
+	install -m 755 $(TOOL_BIN) $(DESTDIR)$(PREFIX)/bin/fi
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define FI_VERSION_STRING "\(.*\)"/\1/p' include/flashinfer.h)|' \
+	  flashinfer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashinfer.pc
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,357 @@
+/*
+ * flashinfer.h — the whole public API of flashinfer.c.
+ *
+ * An attention engine for LLM serving: attention over batches of requests of
+ * any lengths whose KV cache lives in pages, on the CPU or a CUDA GPU.
+ *
+ * Conventions
+ *  - Every public name starts with fi_ / FI_. Enum values carry their enum's
+ *    name; new values are only ever added at the end.
+ *  - Every function that can fail returns fi_status (FI_OK == 0) and never
+ *    aborts or exits. fi_last_error() gives a message for the last failure on
+ *    the calling thread ("kv_indptr[3]=7 > kv_indptr[4]=5: ...").
+ *  - Constructors return a status and hand the object back through their last
+ *    argument. Destroy functions accept NULL.
+ *  - Extensible structs carry their size as the first field; fill them with
+ *    the matching *_init() function, then set what you need.
+ *  - Index arrays are int32. Tensors carry shape and strides (in elements),
+ *    so non-contiguous views work. The shape expected by each function is
+ *    written in a comment right above it.
+ *  - Plan/run: a plan is made once per batch (fi_plan_update) from the batch
+ *    metadata and reused by fi_plan_run for every layer.
+ *
+ * Semantics (masks, RoPE, ALiBi, LSE in base 2, merge) are those of
+ * FlashInfer; see docs/ARCHITECTURE.md.
+ */
+#ifndef FLASHINFER_H
+#define FLASHINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FI_BUILD_SHARED)
+#define FI_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FI_API __attribute__((visibility("default")))
+#else
+#define FI_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define FI_VERSION_MAJOR 0
+#define FI_VERSION_MINOR 1
+#define FI_VERSION_PATCH 0
+#define FI_VERSION_STRING "0.1.0"
+#define FI_VERSION_NUMBER \
+    (FI_VERSION_MAJOR * 1000000 + FI_VERSION_MINOR * 1000 + FI_VERSION_PATCH)
+
+/* The library's version at run time; compare with FI_VERSION_NUMBER. */
+FI_API int32_t fi_version_number(void);
+FI_API const char *fi_version_string(void);
+
+/* ----------------------------------------------------------------- status */
+
+typedef enum fi_status {
+    FI_OK = 0,
+    FI_STATUS_INVALID_ARGUMENT = 1, /* a bad value: NULL, shape, index ...  */
+    FI_STATUS_UNSUPPORTED = 2,      /* valid, but not implemented here      */
+    FI_STATUS_OUT_OF_MEMORY = 3,
+    FI_STATUS_BOUND_EXCEEDED = 4,   /* the batch exceeds the plan's bounds  */
+    FI_STATUS_NOT_PLANNED = 5,      /* run before a successful plan update  */
+    FI_STATUS_NO_DEVICE = 6,        /* backend or device not present        */
+    FI_STATUS_BACKEND_ERROR = 7,    /* e.g. a CUDA call failed              */
+    FI_STATUS_INTERNAL = 8
+} fi_status;
+
+/* A constant name for a status ("invalid argument"). */
+FI_API const char *fi_status_string(fi_status status);
+/* The message of the last failed call on this thread ("" if none). */
+FI_API const char *fi_last_error(void);
+
+/* ------------------------------------------------------------------ enums */
+
+typedef enum fi_dtype {
+    FI_DTYPE_F32 = 0,
+    FI_DTYPE_F16 = 1,
+    FI_DTYPE_BF16 = 2,
+    FI_DTYPE_E4M3 = 3, /* FP8, KV cache only, with a scale */
+    FI_DTYPE_E5M2 = 4, /* FP8, KV cache only, with a scale */
+    FI_DTYPE_I32 = 5,  /* index tensors */
+    FI_DTYPE_U8 = 6    /* packed bit masks, byte masks */
+} fi_dtype;
+
+/* Bytes per element of a dtype (0 for an unknown value). */
+FI_API size_t fi_dtype_size(fi_dtype dtype);
+FI_API const char *fi_dtype_name(fi_dtype dtype);
+
+typedef enum fi_kv_layout {
+    FI_KV_LAYOUT_NHD = 0, /* paged [pages, page_size, H_kv, D]; ragged [tokens, H_kv, D] */
+    FI_KV_LAYOUT_HND = 1  /* paged [pages, H_kv, page_size, D]; ragged [H_kv, tokens, D] */
+} fi_kv_layout;
+
+typedef enum fi_kv_format {
+    FI_KV_FORMAT_PAGED = 0,  /* kv_indptr counts pages; kv_indices, last_page_len */
+    FI_KV_FORMAT_RAGGED = 1  /* kv_indptr counts tokens of one K/V tensor */
+} fi_kv_format;
+
+typedef enum fi_device_type {
+    FI_DEVICE_CPU = 0,
+    FI_DEVICE_CUDA = 1
+} fi_device_type;
+
+typedef enum fi_mask_mode {
+    FI_MASK_NONE = 0,
+    FI_MASK_CAUSAL = 1, /* bottom-right aligned */
+    FI_MASK_CUSTOM = 2  /* packed bits per request, see fi_batch */
+} fi_mask_mode;
+
+typedef enum fi_pos_encoding {
+    FI_POS_NONE = 0,
+    FI_POS_ROPE_LLAMA = 1, /* RoPE fused into the kernel, non-interleaved halves */
+    FI_POS_ALIBI = 2
+} fi_pos_encoding;
+
+/* ---------------------------------------------------------------- tensors */
+
+#define FI_MAX_DIMS 6
+
+/* A view of memory: shape and strides in elements (not bytes). */
+typedef struct fi_tensor {
+    void *data;
+    fi_dtype dtype;
+    int32_t ndim;
+    int64_t shape[FI_MAX_DIMS];
+    int64_t stride[FI_MAX_DIMS];
+} fi_tensor;
+
+/* A contiguous row-major tensor over data. */
+FI_API fi_tensor fi_tensor_contiguous(void *data, fi_dtype dtype, int32_t ndim,
+                                      const int64_t *shape);
+
+/* Split one [pages, 2, ...] KV tensor into its K and V views (no copy). */
+FI_API fi_status fi_tensor_split_kv(const fi_tensor *kv, fi_tensor *k_out,
+                                    fi_tensor *v_out);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct fi_context fi_context;
+
+typedef struct fi_context_options {
+    uint32_t struct_size;
+    fi_device_type device;
+    int32_t device_id;   /* CUDA ordinal; ignored on the CPU */
+    int32_t num_threads; /* CPU worker threads; 0 = one per online core */
+    /* CPU SIMD level to use, by name: NULL or "auto" = best the CPU has,
+     * else one of "avx512", "avx2", "neon", "generic" (for testing). */
+    const char *cpu_simd;
+} fi_context_options;
+
+FI_API void fi_context_options_init(fi_context_options *options);
+FI_API fi_status fi_context_create(const fi_context_options *options,
+                                   fi_context **out);
+FI_API void fi_context_destroy(fi_context *ctx);
+/* One line naming the backend, threads and SIMD level in use. */
+FI_API const char *fi_context_describe(const fi_context *ctx);
+/* Non-zero when the backend for `device` can be used on this machine. */
+FI_API int32_t fi_device_available(fi_device_type device);
+
+/* ------------------------------------------------------- attention params */
+
+/* The model-level facts that fix which kernel runs. */
+typedef struct fi_attention_params {
+    uint32_t struct_size;
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;   /* num_qo_heads % num_kv_heads == 0 */
+    int32_t head_dim_qk;    /* 64, 128 or 256 */
+    int32_t head_dim_vo;    /* 64, 128 or 256 */
+    fi_kv_format kv_format;
+    int32_t page_size;      /* tokens per page (paged format) */
+    fi_kv_layout kv_layout;
+    fi_dtype q_dtype;       /* f32, f16, bf16 */
+    fi_dtype kv_dtype;      /* f32, f16, bf16, e4m3, e5m2 */
+    fi_dtype o_dtype;       /* f32, f16, bf16 */
+    fi_mask_mode mask_mode;
+    int32_t window_left;    /* -1 = no sliding window */
+    float logits_soft_cap;  /* 0 = off; else logit = c * tanh(s * sm_scale / c) */
+    float sm_scale;         /* 0 = 1 / sqrt(head_dim_qk) */
+    fi_pos_encoding pos_encoding;
+    float rope_scale;       /* positions are divided by rope_scale (default 1) */
+    float rope_theta;       /* default 1e4 */
+    /* ALiBi slopes per query head, host memory, copied at plan creation;
+     * NULL = the standard geometric slopes. */
+    const float *alibi_slopes;
+    float k_scale;          /* dequantisation scale of FP8 K (default 1) */
+    float v_scale;          /* dequantisation scale of FP8 V (default 1) */
+} fi_attention_params;
+
+FI_API void fi_attention_params_init(fi_attention_params *params);
+
+/* ------------------------------------------------------------------- plan */
+
+typedef struct fi_plan fi_plan;
+
+/* Upper bounds that size the plan's fixed workspace, and scheduling options. */
+typedef struct fi_plan_config {
+    uint32_t struct_size;
+    int32_t max_batch_size;  /* requests */
+    int32_t max_total_qo;    /* query tokens over the batch */
+    int32_t max_total_kv;    /* pages (paged) or tokens (ragged) over the batch */
+    int32_t num_workers;     /* 0 = the backend's choice (threads, or SMs x CTAs) */
+    int32_t disable_split_kv;/* non-zero: one work item per (request, query tile) */
+    /* > 0: split every KV span into chunks of exactly this many keys, so a
+     * request's output bits do not depend on the rest of the batch. */
+    int32_t fixed_split_size;
+} fi_plan_config;
+
+FI_API void fi_plan_config_init(fi_plan_config *config);
+
+/* The batch: host memory, read during fi_plan_update and copied into the
+ * plan's workspace, so the caller may reuse the arrays afterwards.
+ *   qo_indptr[B+1]        query tokens of request i: [qo_indptr[i], qo_indptr[i+1])
+ *   kv_indptr[B+1]        paged: pages; ragged: tokens
+ *   kv_indices[nnz]       paged: page ids, kv_indptr[B] entries
+ *   kv_last_page_len[B]   paged: in [1, page_size], 0 only for a request with no pages
+ *   mask_indptr[B+1]      custom mask: byte offset of each request's bit matrix;
+ *                         NULL = packed back to back, each segment byte-aligned. */
+typedef struct fi_batch {
+    int32_t batch_size;
+    const int32_t *qo_indptr;
+    const int32_t *kv_indptr;
+    const int32_t *kv_indices;
+    const int32_t *kv_last_page_len;
+    const int32_t *mask_indptr;
+} fi_batch;
+
+/* Make a plan for attention with `params`, its workspace sized by `config`. */
+FI_API fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *params,
+                                const fi_plan_config *config, fi_plan **out);
+FI_API void fi_plan_destroy(fi_plan *plan);
+
+/* Schedule a batch: validate it, tile and split it, assign work to workers.
+ * Allocates nothing; a batch over a bound returns FI_STATUS_BOUND_EXCEEDED. */
+FI_API fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch);
+
+/* Bytes of workspace this plan holds (host, and device for CUDA). */
+FI_API size_t fi_plan_workspace_size(const fi_plan *plan);
+
+/* What the last fi_plan_update decided, for logs and benchmarks. */
+typedef struct fi_plan_info {
+    uint32_t struct_size;
+    int32_t batch_size;
+    int32_t num_workers;
+    int32_t q_tile;          /* packed query rows per tile */
+    int32_t kv_chunk;        /* keys per split chunk (0 = not split) */
+    int32_t num_items;       /* work items */
+    int32_t num_split_items; /* items that write a partial state */
+    int32_t num_merge_rows;  /* output rows that merge partial states */
+    double max_worker_cost;  /* the cost model's figure for the busiest worker */
+    double total_cost;
+} fi_plan_info;
+
+FI_API fi_status fi_plan_get_info(const fi_plan *plan, fi_plan_info *info);
+
+/* The tensors of one attention call (one layer). D_qk/D_vo are head dims.
+ *   q    [total_q, H_qo, D_qk]                        q_dtype
+ *   k, v paged NHD [pages, page_size, H_kv, D]        kv_dtype
+ *        paged HND [pages, H_kv, page_size, D]
+ *        ragged NHD [total_kv, H_kv, D], ragged HND [H_kv, total_kv, D]
+ *   o    [total_q, H_qo, D_vo]                        o_dtype
+ *   lse  [total_q, H_qo] f32, base 2; data NULL = not wanted
+ *   custom_mask [mask bytes] u8, when mask_mode is FI_MASK_CUSTOM
+ * stream: a cudaStream_t for the CUDA backend; ignored on the CPU. */
+typedef struct fi_run_args {
+    fi_tensor q;
+    fi_tensor k;
+    fi_tensor v;
+    fi_tensor o;
+    fi_tensor lse;
+    fi_tensor custom_mask;
+    void *stream;
+} fi_run_args;
+
+FI_API fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args);
+
+/* --------------------------------------------------- attention state ops */
+
+/* Merge two attention states over disjoint key sets.
+ *   v_a, v_b, v_out [n, H, D]  f32/f16/bf16
+ *   s_a, s_b, s_out [n, H]     f32 (LSE, base 2) */
+FI_API fi_status fi_merge_state(fi_context *ctx, const fi_tensor *v_a,
+                                const fi_tensor *s_a, const fi_tensor *v_b,
+                                const fi_tensor *s_b, fi_tensor *v_out,
+                                fi_tensor *s_out, void *stream);
+
+/* v, s <- merge((v, s), (v_other, s_other)) for the rows where mask[i] != 0
+ * (mask: [n] u8, data NULL = every row).
+ *   v, v_other [n, H, D]; s, s_other [n, H] f32 */
+FI_API fi_status fi_merge_state_in_place(fi_context *ctx, fi_tensor *v,
+                                         fi_tensor *s, const fi_tensor *v_other,
+                                         const fi_tensor *s_other,
+                                         const fi_tensor *mask, void *stream);
+
+/* Merge num_states states per row, in index order.
+ *   v [n, num_states, H, D]; s [n, num_states, H] f32
+ *   v_out [n, H, D]; s_out [n, H] f32 */
+FI_API fi_status fi_merge_states(fi_context *ctx, const fi_tensor *v,
+                                 const fi_tensor *s, fi_tensor *v_out,
+                                 fi_tensor *s_out, void *stream);
+
+/* ---------------------------------------------------------- paged KV ops */
+
+/* Write new tokens' K/V into their pages.
+ *   append_k, append_v [nnz, H_kv, D]   same dtype as the cache
+ *   batch_indices [nnz] i32, positions [nnz] i32 (position within request)
+ *   k_cache, v_cache  paged NHD/HND as in fi_run_args
+ *   kv_indices [pages] i32, kv_indptr [B+1] i32, kv_last_page_len [B] i32
+ *   (the table after the append: it already counts the new tokens). */
+FI_API fi_status fi_append_paged_kv_cache(
+    fi_context *ctx, const fi_tensor *append_k, const fi_tensor *append_v,
+    const fi_tensor *batch_indices, const fi_tensor *positions,
+    fi_tensor *k_cache, fi_tensor *v_cache, fi_kv_layout layout,
+    const fi_tensor *kv_indices, const fi_tensor *kv_indptr,
+    const fi_tensor *kv_last_page_len, void *stream);
+
+/* ------------------------------------------------------------------- RoPE */
+
+typedef struct fi_rope_params {
+    uint32_t struct_size;
+    int32_t rotary_dim;   /* 0 = head_dim: rotate the first rotary_dim dims */
+    int32_t interleave;   /* 0: halves (x[i], x[i+d/2]); 1: pairs (x[2i], x[2i+1]) */
+    float rope_scale;     /* default 1 */
+    float rope_theta;     /* default 1e4 */
+    /* LLaMA-3.1 frequency scaling; off when llama31 == 0. */
+    int32_t llama31;
+    float low_freq_factor;        /* default 1 */
+    float high_freq_factor;       /* default 4 */
+    float old_context_len;        /* default 8192 */
+} fi_rope_params;
+
+FI_API void fi_rope_params_init(fi_rope_params *params);
+
+/* RoPE on q and k; token t of request i is at position
+ * offsets[i] + (t - indptr[i]). In place when q_out == q (k_out == k).
+ *   q, q_out [nnz, H_qo, D]; k, k_out [nnz, H_kv, D]   f32/f16/bf16
+ *   indptr [B+1] i32, offsets [B] i32 */
+FI_API fi_status fi_rope_apply(fi_context *ctx, const fi_rope_params *params,
+                               const fi_tensor *q, const fi_tensor *k,
+                               fi_tensor *q_out, fi_tensor *k_out,
+                               const fi_tensor *indptr, const fi_tensor *offsets,
+                               void *stream);
+
+/* RoPE on q and k with explicit positions.
+ *   q, q_out [nnz, H_qo, D]; k, k_out [nnz, H_kv, D]; pos_ids [nnz] i32 */
+FI_API fi_status fi_rope_apply_pos_ids(fi_context *ctx, const fi_rope_params *params,
+                                       const fi_tensor *q, const fi_tensor *k,
+                                       fi_tensor *q_out, fi_tensor *k_out,
+                                       const fi_tensor *pos_ids, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHINFER_H */

@@ -1,0 +1,201 @@
+/*
+ * internal.h — what the core and the backends share: errors, the context,
+ * the backend table, the validated plan and its schedule. Not installed.
+ */
+#ifndef FI_INTERNAL_H
+#define FI_INTERNAL_H
+
+#include "flashinfer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define FI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FI_PRINTF(a, b)
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+/* Record a message for fi_last_error() and return `status`. */
+fi_status fi_error(fi_status status, const char *fmt, ...) FI_PRINTF(2, 3);
+void fi_error_clear(void);
+
+/* ----------------------------------------------------------------- backend */
+
+struct fi_plan;
+
+/* A backend is a table of functions behind the context. Arguments reaching
+ * these have been validated by the core (shapes, dtypes, bounds, indices). */
+typedef struct fi_backend {
+    const char *name;
+    fi_status (*context_init)(fi_context *ctx);
+    void (*context_fini)(fi_context *ctx);
+    /* Workers the scheduler plans for (threads; SMs x CTAs per SM). */
+    int32_t (*num_workers)(const fi_context *ctx);
+    /* Plan workspace beyond the host schedule (e.g. device memory), and the
+     * copy of a freshly built schedule into it. May be NULL. */
+    fi_status (*plan_init)(struct fi_plan *plan);
+    void (*plan_fini)(struct fi_plan *plan);
+    fi_status (*plan_upload)(struct fi_plan *plan);
+    fi_status (*run)(struct fi_plan *plan, const fi_run_args *args);
+
+    fi_status (*merge_state)(fi_context *ctx, const fi_tensor *v_a,
+                             const fi_tensor *s_a, const fi_tensor *v_b,
+                             const fi_tensor *s_b, fi_tensor *v_out,
+                             fi_tensor *s_out, void *stream);
+    fi_status (*merge_state_in_place)(fi_context *ctx, fi_tensor *v, fi_tensor *s,
+                                      const fi_tensor *v_other,
+                                      const fi_tensor *s_other,
+                                      const fi_tensor *mask, void *stream);
+    fi_status (*merge_states)(fi_context *ctx, const fi_tensor *v,
+                              const fi_tensor *s, fi_tensor *v_out,
+                              fi_tensor *s_out, void *stream);
+    fi_status (*append_paged_kv_cache)(
+        fi_context *ctx, const fi_tensor *append_k, const fi_tensor *append_v,
+        const fi_tensor *batch_indices, const fi_tensor *positions,
+        fi_tensor *k_cache, fi_tensor *v_cache, fi_kv_layout layout,
+        const fi_tensor *kv_indices, const fi_tensor *kv_indptr,
+        const fi_tensor *kv_last_page_len, void *stream);
+    /* RoPE with explicit positions: either pos_ids [nnz], or, when pos_ids is
+     * NULL, indptr [B+1] + offsets [B]. */
+    fi_status (*rope)(fi_context *ctx, const fi_rope_params *params,
+                      const fi_tensor *q, const fi_tensor *k, fi_tensor *q_out,
+                      fi_tensor *k_out, const fi_tensor *pos_ids,
+                      const fi_tensor *indptr, const fi_tensor *offsets,
+                      void *stream);
+} fi_backend;
+
+extern const fi_backend fi_cpu_backend;
+
+struct fi_context {
+    fi_device_type device;
+    int32_t device_id;
+    int32_t num_threads;
+    const fi_backend *backend;
+    void *backend_state; /* CPU: thread pool and SIMD kernels */
+    char description[160];
+};
+
+/* --------------------------------------------------------------- schedule */
+
+/* One unit of work: the query tokens [q_start, q_end) of one request against
+ * its keys [kv_start, kv_end), for every KV head (and the query heads of its
+ * group). Positions are within the request. */
+typedef struct fi_work_item {
+    int32_t request;
+    int32_t q_start, q_end;
+    int32_t kv_start, kv_end;
+    /* -1: write-through (O and LSE written directly). Otherwise the first row
+     * of this item's partial state: rows partial_row + (t - q_start) of the
+     * partial buffers, one row per query token holding all H_qo heads. */
+    int32_t partial_row;
+} fi_work_item;
+
+/* Fixed-capacity arrays sized at plan creation; fi_schedule_build rewrites
+ * their contents and allocates nothing. */
+typedef struct fi_schedule_limits {
+    int32_t max_batch_size;
+    int32_t max_total_qo;
+    int32_t max_workers;
+    int32_t max_items;        /* work items */
+    int32_t max_partial_rows; /* partial-state rows (one per token per split item) */
+} fi_schedule_limits;
+
+typedef struct fi_schedule {
+    fi_schedule_limits limits;
+    int32_t num_workers;
+    int32_t q_tile_rows;   /* packed rows (tokens x group) per query tile */
+    int32_t kv_chunk;      /* keys per chunk; 0 = nothing was split */
+    int32_t num_items;
+    fi_work_item *items;   /* [max_items], worker w runs items[worker_indptr[w] ..] */
+    int32_t *worker_indptr;/* [max_workers + 1] */
+    double *worker_cost;   /* [max_workers] the cost model's load per worker */
+    /* Reduction map: output token merge_out_row[r] (global index into O) is
+     * the merge, in order, of partial rows merge_src[merge_indptr[r] ..
+     * merge_indptr[r+1]). Write-through tokens do not appear. */
+    int32_t num_partial_rows;
+    int32_t num_merge_rows;
+    int32_t *merge_out_row;/* [max_total_qo] */
+    int32_t *merge_indptr; /* [max_total_qo + 1] */
+    int32_t *merge_src;    /* [max_partial_rows] */
+    double total_cost;
+    double max_worker_cost;
+    void *scratch;         /* the scheduler's own working memory */
+} fi_schedule;
+
+/* What the scheduler needs to know of a batch. Lengths are per request. */
+typedef struct fi_schedule_input {
+    int32_t batch_size;
+    const int32_t *qo_indptr; /* [B+1] */
+    const int32_t *kv_len;    /* [B] keys per request */
+    int32_t group_size;       /* H_qo / H_kv: query rows folded per token */
+    int32_t num_kv_heads;
+    bool causal;
+    int32_t window_left;      /* -1 = none */
+    int32_t num_workers;
+    const int32_t *q_tiles;   /* packed-row tile sizes the backend supports, ascending */
+    int32_t num_q_tiles;
+    double cost_per_q_row;    /* cost model: a * packed query rows + b * keys */
+    double cost_per_key;
+    bool disable_split_kv;
+    int32_t fixed_split_size; /* > 0: chunks of exactly this many keys */
+} fi_schedule_input;
+
+fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits);
+void fi_schedule_free(fi_schedule *s);
+/* Bytes held by a schedule with these limits (arrays and scratch). */
+size_t fi_schedule_bytes(const fi_schedule_limits *limits);
+/* Build the schedule for one batch; FI_STATUS_BOUND_EXCEEDED names the bound. */
+fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in);
+
+/* ------------------------------------------------------------------- plan */
+
+struct fi_plan {
+    fi_context *ctx;
+    fi_attention_params params;   /* with defaults resolved (sm_scale, ...) */
+    fi_plan_config config;
+    float *alibi_slopes;          /* [num_qo_heads] when pos_encoding is ALiBi */
+    int32_t group_size;           /* num_qo_heads / num_kv_heads */
+
+    /* The batch of the last fi_plan_update, copied (capacity from config). */
+    bool planned;
+    int32_t batch_size;
+    int32_t total_qo;
+    int32_t *qo_indptr;           /* [max_batch_size + 1] */
+    int32_t *kv_indptr;           /* [max_batch_size + 1] */
+    int32_t *kv_indices;          /* [max_total_kv] paged */
+    int32_t *kv_last_page_len;    /* [max_batch_size] paged */
+    int32_t *kv_len;              /* [max_batch_size] keys per request */
+    int64_t *mask_offset;         /* [max_batch_size + 1] custom mask bytes */
+    int32_t max_kv_len;           /* longest request of the batch */
+
+    fi_schedule schedule;
+    /* Partial states of split items, f32:
+     * partial_o [max_partial_rows, H_qo, D_vo], partial_lse [max_partial_rows, H_qo] */
+    float *partial_o;
+    float *partial_lse;
+
+    void *backend_state;          /* e.g. device workspace */
+    size_t workspace_bytes;
+};
+
+/* ------------------------------------------------------------ validation */
+
+/* Check a tensor: non-NULL data, dtype, rank, exact shape (-1 = any) and
+ * that every element lies in addressable memory; `name` is used in messages. */
+fi_status fi_check_tensor(const fi_tensor *t, const char *name, fi_dtype dtype,
+                          int32_t ndim, const int64_t *shape);
+/* Check a host int32 indptr of n+1 entries: starts at 0, never decreases,
+ * ends at most at `max_last` (-1 = no limit). */
+fi_status fi_check_indptr(const int32_t *indptr, int32_t n, const char *name,
+                          int64_t max_last);
+
+/* ------------------------------------------------------------ numerics */
+
+/* The standard ALiBi slope of head h among n heads (as FlashInfer). */
+float fi_alibi_slope(int32_t h, int32_t num_heads);
+
+#endif /* FI_INTERNAL_H */
