@@ -31,6 +31,13 @@ struct fi_plan;
  * these have been validated by the core (shapes, dtypes, bounds, indices). */
 typedef struct fi_backend {
     const char *name;
+    /* Scheduling facts: the packed-row query tiles the kernels support
+     * (ascending) and the cost model a * packed query rows + b * keys of one
+     * work item, measured per backend (docs/SCHEDULER.md). */
+    int32_t q_tiles[4];
+    int32_t num_q_tiles;
+    double cost_per_q_row;
+    double cost_per_key;
     fi_status (*context_init)(fi_context *ctx);
     void (*context_fini)(fi_context *ctx);
     /* Workers the scheduler plans for (threads; SMs x CTAs per SM). */
@@ -73,7 +80,8 @@ extern const fi_backend fi_cpu_backend;
 struct fi_context {
     fi_device_type device;
     int32_t device_id;
-    int32_t num_threads;
+    int32_t num_threads;      /* resolved: never 0 */
+    char simd_request[16];    /* CPU SIMD level asked for; "" = best available */
     const fi_backend *backend;
     void *backend_state; /* CPU: thread pool and SIMD kernels */
     char description[160];
@@ -171,6 +179,8 @@ struct fi_plan {
     int32_t *kv_len;              /* [max_batch_size] keys per request */
     int64_t *mask_offset;         /* [max_batch_size + 1] custom mask bytes */
     int32_t max_kv_len;           /* longest request of the batch */
+    int32_t max_page_index;       /* largest page id in kv_indices (-1: none) */
+    int64_t mask_bytes;           /* custom mask bytes the batch reads */
 
     fi_schedule schedule;
     /* Partial states of split items, f32:
@@ -178,14 +188,15 @@ struct fi_plan {
     float *partial_o;
     float *partial_lse;
 
+    void *host_memory;            /* the one allocation the arrays above live in */
     void *backend_state;          /* e.g. device workspace */
     size_t workspace_bytes;
 };
 
 /* ------------------------------------------------------------ validation */
 
-/* Check a tensor: non-NULL data, dtype, rank, exact shape (-1 = any) and
- * that every element lies in addressable memory; `name` is used in messages. */
+/* Check a tensor: non-NULL data, dtype, rank, exact shape (-1 = any),
+ * element alignment, non-negative strides; `name` is used in messages. */
 fi_status fi_check_tensor(const fi_tensor *t, const char *name, fi_dtype dtype,
                           int32_t ndim, const int64_t *shape);
 /* Check a host int32 indptr of n+1 entries: starts at 0, never decreases,

@@ -1,0 +1,83 @@
+/* context.c — contexts: choose the backend, resolve threads, describe. */
+#include "core/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void fi_context_options_init(fi_context_options *options) {
+    if (!options) return;
+    memset(options, 0, sizeof *options);
+    options->struct_size = sizeof *options;
+    options->device = FI_DEVICE_CPU;
+}
+
+int32_t fi_device_available(fi_device_type device) {
+    /* The CUDA backend is not part of this build yet. */
+    return device == FI_DEVICE_CPU;
+}
+
+static fi_status check_simd_name(const char *name) {
+    static const char *known[] = {"auto", "avx512", "avx2", "neon", "generic"};
+    if (!name || !name[0]) return FI_OK;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(name, known[i]) == 0) return FI_OK;
+    return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                    "cpu_simd=\"%.32s\": expected auto, avx512, avx2, neon or generic", name);
+}
+
+fi_status fi_context_create(const fi_context_options *options, fi_context **out) {
+    if (!out) return fi_error(FI_STATUS_INVALID_ARGUMENT, "fi_context_create: out is NULL");
+    *out = NULL;
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    if (options) {
+        if (options->struct_size != sizeof *options)
+            return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                            "fi_context_options.struct_size=%u, expected %zu: "
+                            "call fi_context_options_init first",
+                            (unsigned)options->struct_size, sizeof *options);
+        opt = *options;
+    }
+    if (opt.device == FI_DEVICE_CUDA)
+        return fi_error(FI_STATUS_NO_DEVICE,
+                        "device CUDA: this build has no CUDA backend; use FI_DEVICE_CPU");
+    if (opt.device != FI_DEVICE_CPU)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "device=%d is not a fi_device_type",
+                        (int)opt.device);
+    if (opt.num_threads < 0 || opt.num_threads > 1024)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "num_threads=%d: expected 0 (all cores) to 1024", (int)opt.num_threads);
+    fi_status st = check_simd_name(opt.cpu_simd);
+    if (st) return st;
+
+    fi_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_context_create: out of memory");
+    ctx->device = opt.device;
+    ctx->device_id = opt.device_id;
+    ctx->num_threads = opt.num_threads;
+    if (ctx->num_threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        ctx->num_threads = n > 0 ? (int32_t)(n < 1024 ? n : 1024) : 1;
+    }
+    if (opt.cpu_simd && strcmp(opt.cpu_simd, "auto") != 0)
+        strncpy(ctx->simd_request, opt.cpu_simd, sizeof ctx->simd_request - 1);
+    ctx->backend = &fi_cpu_backend;
+    st = ctx->backend->context_init(ctx);
+    if (st) {
+        free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return FI_OK;
+}
+
+void fi_context_destroy(fi_context *ctx) {
+    if (!ctx) return;
+    if (ctx->backend && ctx->backend->context_fini) ctx->backend->context_fini(ctx);
+    free(ctx);
+}
+
+const char *fi_context_describe(const fi_context *ctx) {
+    return ctx ? ctx->description : "";
+}

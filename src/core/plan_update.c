@@ -1,0 +1,134 @@
+/* plan_update.c — fi_plan_update: validate and copy a batch, then schedule it.
+ * Nothing is allocated: every array lives in the plan's fixed workspace. */
+#include "core/schedule.h"
+
+#include <string.h>
+
+#define INVALID(...) fi_error(FI_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
+#define OVER(...) fi_error(FI_STATUS_BOUND_EXCEEDED, __VA_ARGS__)
+
+/* Page table: indices in range, last_page_len consistent; fills kv_len. */
+static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
+    int32_t n = b->batch_size, ps = plan->params.page_size;
+    int32_t nnz = b->kv_indptr[n];
+    if (nnz > plan->config.max_total_kv)
+        return OVER("kv_indptr[%d]=%d pages > plan bound max_total_kv=%d", (int)n, (int)nnz,
+                    (int)plan->config.max_total_kv);
+    if (nnz > 0 && !b->kv_indices) return INVALID("kv_indices is NULL");
+    if (n > 0 && !b->kv_last_page_len) return INVALID("kv_last_page_len is NULL");
+    int32_t max_page = -1;
+    for (int32_t j = 0; j < nnz; j++) {
+        int32_t page = b->kv_indices[j];
+        if (page < 0) return INVALID("kv_indices[%d]=%d: page ids must be >= 0", (int)j, (int)page);
+        if (page > max_page) max_page = page;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t pages = b->kv_indptr[i + 1] - b->kv_indptr[i], last = b->kv_last_page_len[i];
+        if (pages > 0 && (last < 1 || last > ps))
+            return INVALID("kv_last_page_len[%d]=%d: must be in [1, page_size=%d] for a request "
+                           "with %d pages", (int)i, (int)last, (int)ps, (int)pages);
+        if (pages == 0 && last != 0)
+            return INVALID("kv_last_page_len[%d]=%d: must be 0 for a request with no pages",
+                           (int)i, (int)last);
+        int64_t len = pages ? (int64_t)ps * (pages - 1) + last : 0;
+        if (len > INT32_MAX)
+            return INVALID("request %d has %lld keys: at most %d are supported", (int)i,
+                           (long long)len, (int)INT32_MAX);
+        plan->kv_len[i] = (int32_t)len;
+    }
+    memcpy(plan->kv_indices, b->kv_indices ? b->kv_indices : plan->kv_indices,
+           (size_t)nnz * sizeof(int32_t));
+    memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
+    plan->max_page_index = max_page;
+    return FI_OK;
+}
+
+static fi_status copy_ragged(fi_plan *plan, const fi_batch *b) {
+    int32_t n = b->batch_size;
+    if (b->kv_indptr[n] > plan->config.max_total_kv)
+        return OVER("kv_indptr[%d]=%d tokens > plan bound max_total_kv=%d", (int)n,
+                    (int)b->kv_indptr[n], (int)plan->config.max_total_kv);
+    for (int32_t i = 0; i < n; i++) plan->kv_len[i] = b->kv_indptr[i + 1] - b->kv_indptr[i];
+    plan->max_page_index = -1;
+    return FI_OK;
+}
+
+/* Byte offsets of each request's packed [qo_len, kv_len] bit matrix. */
+static fi_status custom_mask_offsets(fi_plan *plan, const fi_batch *b) {
+    int32_t n = b->batch_size;
+    plan->mask_offset[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int64_t bits = (int64_t)(b->qo_indptr[i + 1] - b->qo_indptr[i]) * plan->kv_len[i];
+        int64_t need = (bits + 7) / 8;
+        if (!b->mask_indptr) {
+            plan->mask_offset[i + 1] = plan->mask_offset[i] + need;
+            continue;
+        }
+        int64_t have = (int64_t)b->mask_indptr[i + 1] - b->mask_indptr[i];
+        if (have < need)
+            return INVALID("mask_indptr: request %d has %lld mask bytes, needs %lld for "
+                           "qo_len x kv_len bits", (int)i, (long long)have, (long long)need);
+        plan->mask_offset[i] = b->mask_indptr[i];
+        plan->mask_offset[i + 1] = b->mask_indptr[i + 1];
+    }
+    plan->mask_bytes = plan->mask_offset[n];
+    return FI_OK;
+}
+
+static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
+    const fi_plan_config *c = &plan->config;
+    int32_t n = b->batch_size;
+    if (n < 0) return INVALID("batch_size=%d is negative", (int)n);
+    if (n > c->max_batch_size)
+        return OVER("batch_size=%d > plan bound max_batch_size=%d", (int)n, (int)c->max_batch_size);
+    fi_status st = fi_check_indptr(b->qo_indptr, n, "qo_indptr", -1);
+    if (!st) st = fi_check_indptr(b->kv_indptr, n, "kv_indptr", -1);
+    if (!st && plan->params.mask_mode == FI_MASK_CUSTOM && b->mask_indptr)
+        st = fi_check_indptr(b->mask_indptr, n, "mask_indptr", -1);
+    if (st) return st;
+    if (b->qo_indptr[n] > c->max_total_qo)
+        return OVER("qo_indptr[%d]=%d query tokens > plan bound max_total_qo=%d", (int)n,
+                    (int)b->qo_indptr[n], (int)c->max_total_qo);
+    st = plan->params.kv_format == FI_KV_FORMAT_PAGED ? copy_paged(plan, b) : copy_ragged(plan, b);
+    if (st) return st;
+    plan->mask_bytes = 0;
+    if (plan->params.mask_mode == FI_MASK_CUSTOM && (st = custom_mask_offsets(plan, b))) return st;
+    memcpy(plan->qo_indptr, b->qo_indptr, (size_t)(n + 1) * sizeof(int32_t));
+    memcpy(plan->kv_indptr, b->kv_indptr, (size_t)(n + 1) * sizeof(int32_t));
+    plan->batch_size = n;
+    plan->total_qo = b->qo_indptr[n];
+    plan->max_kv_len = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (plan->kv_len[i] > plan->max_kv_len) plan->max_kv_len = plan->kv_len[i];
+    return FI_OK;
+}
+
+fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
+    if (!plan) return INVALID("fi_plan_update: plan is NULL");
+    if (!batch) return INVALID("fi_plan_update: batch is NULL");
+    plan->planned = false; /* a failed update leaves nothing runnable */
+    fi_status st = validate_and_copy(plan, batch);
+    if (st) return st;
+
+    const fi_backend *be = plan->ctx->backend;
+    fi_schedule_input in = {
+        .batch_size = plan->batch_size,
+        .qo_indptr = plan->qo_indptr,
+        .kv_len = plan->kv_len,
+        .group_size = plan->group_size,
+        .num_kv_heads = plan->params.num_kv_heads,
+        .causal = plan->params.mask_mode == FI_MASK_CAUSAL,
+        .window_left = plan->params.window_left,
+        .num_workers = plan->config.num_workers,
+        .q_tiles = be->q_tiles,
+        .num_q_tiles = be->num_q_tiles,
+        .cost_per_q_row = be->cost_per_q_row,
+        .cost_per_key = be->cost_per_key,
+        .disable_split_kv = plan->config.disable_split_kv != 0,
+        .fixed_split_size = plan->config.fixed_split_size,
+    };
+    if ((st = fi_schedule_build(&plan->schedule, &in))) return st;
+    if (be->plan_upload && (st = be->plan_upload(plan))) return st;
+    plan->planned = true;
+    return FI_OK;
+}
