@@ -1,0 +1,163 @@
+/*
+ * util.h — what every C test shares: a seeded random generator, dtype
+ * conversions written independently of the library's, test-owned buffers
+ * (guard pages, poisoning, padded strides), comparison with tolerances,
+ * command-line filters and pass/fail/skip counting by category.
+ *
+ * Only the public header is used; nothing here knows the library's
+ * internals, so a bug there cannot hide behind a shared helper.
+ */
+#ifndef FI_TESTS_UTIL_H
+#define FI_TESTS_UTIL_H
+
+#include "flashinfer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define TU_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define TU_PRINTF(a, b)
+#endif
+
+/* ------------------------------------------------------------------ random */
+
+/* splitmix64: small, seedable, the same sequence on every machine. */
+typedef struct tu_rng {
+    uint64_t state;
+} tu_rng;
+
+void tu_rng_seed(tu_rng *rng, uint64_t seed);
+uint64_t tu_rng_next(tu_rng *rng);
+double tu_rng_uniform(tu_rng *rng);                   /* [0, 1) */
+double tu_rng_range(tu_rng *rng, double lo, double hi); /* [lo, hi) */
+int32_t tu_rng_int(tu_rng *rng, int32_t lo, int32_t hi); /* [lo, hi] */
+double tu_rng_normal(tu_rng *rng);                    /* N(0, 1) */
+
+/* FNV-1a of a string: a per-case seed derived from the case name. */
+uint64_t tu_hash(const char *s);
+
+/* ----------------------------------------------------------------- dtypes */
+
+/* Round-to-nearest-even encoders and exact decoders. E4M3 is the "FN"
+ * variant (no infinities, S.1111.111 is NaN; out-of-range values saturate
+ * to +-448 here); E5M2 has infinities like f16. */
+uint16_t tu_f32_to_f16(float x);
+float tu_f16_to_f32(uint16_t h);
+uint16_t tu_f32_to_bf16(float x);
+float tu_bf16_to_f32(uint16_t h);
+uint8_t tu_f32_to_e4m3(float x);
+float tu_e4m3_to_f32(uint8_t b);
+uint8_t tu_f32_to_e5m2(float x);
+float tu_e5m2_to_f32(uint8_t b);
+
+size_t tu_dtype_size(fi_dtype dtype);     /* 0 for an unknown dtype */
+const char *tu_dtype_name(fi_dtype dtype); /* "f32", "f16", "bf16", "e4m3" ... */
+/* x rounded to what `dtype` can hold (f32/f16/bf16/e4m3/e5m2). */
+double tu_round(fi_dtype dtype, double x);
+/* Element i (in elements from base) of a buffer of `dtype`, as double. */
+double tu_load(const void *base, fi_dtype dtype, int64_t i);
+/* Store x, rounded to `dtype`, as element i of a buffer. */
+void tu_store(void *base, fi_dtype dtype, int64_t i, double x);
+
+/* ---------------------------------------------------------------- tensors */
+
+/* Element offset of index idx[ndim] in a strided tensor. */
+int64_t tu_offset(const fi_tensor *t, const int64_t *idx);
+double tu_get(const fi_tensor *t, const int64_t *idx);
+void tu_set(const fi_tensor *t, const int64_t *idx, double x);
+/* Elements of the view (product of the shape). */
+int64_t tu_numel(const fi_tensor *t);
+
+/* Memory a test owns, viewed as an fi_tensor. The allocation sits right
+ * before a PROT_NONE guard page (and after one), so a read past either end
+ * faults even without ASan. Under ASan plain malloc is used instead. */
+typedef struct tu_buf {
+    void *base;      /* first byte of the usable allocation */
+    size_t bytes;    /* usable bytes (every element of every padded stride) */
+    void *map;       /* the mapping (or malloc block) to release */
+    size_t map_bytes;
+    fi_tensor t;     /* the view */
+} tu_buf;
+
+/* Contiguous row-major [shape]. Returns 0 on success. */
+int tu_buf_alloc(tu_buf *b, fi_dtype dtype, int32_t ndim, const int64_t *shape);
+/* Row-major with padded strides: dimension d occupies shape[d] + pad[d]
+ * elements in memory (pad may be NULL = 0), so the view is non-contiguous
+ * whenever an inner pad is non-zero. The view starts at element 0. */
+int tu_buf_alloc_padded(tu_buf *b, fi_dtype dtype, int32_t ndim,
+                        const int64_t *shape, const int64_t *pad);
+/* Raw bytes (for hand-built views and bad-input tests). */
+int tu_buf_alloc_bytes(tu_buf *b, size_t bytes);
+void tu_buf_free(tu_buf *b);
+
+/* Fill every byte of the allocation with 0xFF: NaN in f32, f16 and bf16. */
+void tu_buf_poison(tu_buf *b);
+/* Bytes of the allocation outside the view's elements that are no longer
+ * 0xFF (a write through the wrong stride). Call after tu_buf_poison + run. */
+int64_t tu_buf_touched_outside(const tu_buf *b);
+
+/* Fill the view with uniform values in [lo, hi), rounded to its dtype. For
+ * FP8 the stored value is the rounded x / scale (scale 0 means 1). */
+void tu_fill_uniform(tu_rng *rng, const fi_tensor *t, double lo, double hi,
+                     double scale);
+
+/* ------------------------------------------------------------- comparison */
+
+typedef struct tu_cmp {
+    int64_t n;           /* elements compared */
+    int64_t bad;         /* elements out of tolerance (NaN included) */
+    int64_t nan;         /* NaN in the result where the reference is not NaN */
+    int64_t worst;       /* index of the largest error/bound ratio */
+    double worst_got, worst_ref;
+    double max_abs_err;  /* over finite pairs */
+    double max_ratio;    /* max |got - ref| / (atol + rtol |ref|) */
+} tu_cmp;
+
+/* Element i passes iff got and ref are the same infinity, or both finite and
+ * |got - ref| <= atol + rtol * |ref|. A NaN never passes. Returns c->bad. */
+int64_t tu_compare(const double *got, const double *ref, int64_t n,
+                   double atol, double rtol, tu_cmp *c);
+
+/* --------------------------------------------------- options and counting */
+
+#define TU_MAX_FILTERS 8
+
+typedef struct tu_options {
+    const char *backend;                   /* NULL = every backend */
+    const char *filter[TU_MAX_FILTERS];    /* a case runs if it contains any */
+    int32_t num_filters;
+    int32_t quick;                         /* representative subset */
+    int32_t verbose;                       /* -v: print every case */
+    int32_t list;                          /* --list: print names, run nothing */
+    int32_t has_seed;                      /* --seed N given */
+    uint64_t seed;
+} tu_options;
+
+extern tu_options tu_opt;
+
+/* Parse --backend NAME, --filter SUBSTR (repeatable), --quick, -v, --list,
+ * --seed N, --help. Unknown options print usage and return non-zero. */
+int tu_parse_args(int argc, char **argv, const char *program_help);
+/* Whether a case named `name` passes the --filter options. */
+int tu_selected(const char *name);
+/* Whether the backend called `name` ("cpu", "cuda") passes --backend. */
+int tu_backend_selected(const char *name);
+/* The seed of a case: --seed if given, else a hash of its name. */
+uint64_t tu_case_seed(const char *name);
+
+typedef enum tu_result { TU_PASS = 0, TU_FAIL = 1, TU_SKIP = 2 } tu_result;
+
+/* Count one case under `category`; prints FAIL lines always, PASS/SKIP with
+ * -v. `name` should be enough to rerun it with --filter. */
+void tu_record(const char *category, const char *name, tu_result result);
+/* Printf-style detail for the current failure (indented under its line). */
+void tu_note(const char *fmt, ...) TU_PRINTF(1, 2);
+/* Print the table of counts by category; returns the process exit code
+ * (1 if any case failed, else 0). */
+int tu_summary(const char *title);
+/* Total failures so far. */
+int64_t tu_failures(void);
+
+#endif /* FI_TESTS_UTIL_H */
