@@ -39,7 +39,7 @@ TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_BIN  := $(BUILD)/fi
-BENCH_SRC := $(wildcard bench/*.c)
+BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 
 .PHONY: all lib test demo sanitize install clean bench
@@ -63,7 +63,8 @@ $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 $(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+BENCH_SUPPORT_OBJ := $(BUILD)/bench/common.o
+$(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BENCH_SUPPORT_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The demo: a CPU serving step, checked against the oracle.

@@ -1,0 +1,236 @@
+/* common.c — clock, medians, bandwidth and FMA probes, random paged batches. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ----------------------------------------------------- bandwidth probe */
+
+typedef struct read_job {
+    const uint64_t *data;
+    size_t n;
+    uint64_t sum;
+} read_job;
+
+static void *read_worker(void *arg) {
+    read_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) {
+        s0 += j->data[i];
+        s1 += j->data[i + 1];
+        s2 += j->data[i + 2];
+        s3 += j->data[i + 3];
+    }
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+double bench_read_bandwidth(int threads) {
+    const size_t bytes = (size_t)1 << 30; /* 1 GiB: far beyond the caches */
+    size_t n = bytes / 8;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    if (threads < 1) threads = 1;
+    if (threads > 256) threads = 256;
+    pthread_t tid[256];
+    read_job job[256];
+    double best = 0.0;
+    for (int pass = 0; pass < 5; pass++) {
+        double t0 = bench_now();
+        for (int t = 0; t < threads; t++) {
+            job[t].data = buf + n / threads * t;
+            job[t].n = n / threads;
+            pthread_create(&tid[t], NULL, read_worker, &job[t]);
+        }
+        uint64_t sum = 0;
+        for (int t = 0; t < threads; t++) {
+            pthread_join(tid[t], NULL);
+            sum += job[t].sum;
+        }
+        double gbs = (double)bytes / (bench_now() - t0) / 1e9;
+        if (gbs > best && sum != 1) best = gbs; /* sum keeps the reads alive */
+    }
+    free(buf);
+    return best;
+}
+
+/* ------------------------------------------------------------ FMA probe */
+
+#define FMA_LANES 16
+#define FMA_CHAINS 12
+
+static void *fma_worker(void *arg) {
+    float *out = arg;
+    float acc[FMA_CHAINS][FMA_LANES];
+    for (int c = 0; c < FMA_CHAINS; c++)
+        for (int l = 0; l < FMA_LANES; l++) acc[c][l] = (float)(c + l) * 1e-3f;
+    const float a = 0.999999f, b = 1e-7f;
+    for (int it = 0; it < 20000000 / FMA_CHAINS; it++)
+        for (int c = 0; c < FMA_CHAINS; c++)
+            for (int l = 0; l < FMA_LANES; l++) acc[c][l] = fmaf(acc[c][l], a, b);
+    float s = 0.0f;
+    for (int c = 0; c < FMA_CHAINS; c++)
+        for (int l = 0; l < FMA_LANES; l++) s += acc[c][l];
+    *out = s;
+    return NULL;
+}
+
+double bench_fma_peak(int threads) {
+    if (threads < 1) threads = 1;
+    if (threads > 256) threads = 256;
+    pthread_t tid[256];
+    float out[256];
+    double t0 = bench_now();
+    for (int t = 0; t < threads; t++) pthread_create(&tid[t], NULL, fma_worker, &out[t]);
+    for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
+    double flops = 2.0 * FMA_LANES * FMA_CHAINS * (double)(20000000 / FMA_CHAINS) * threads;
+    return flops / (bench_now() - t0) / 1e9;
+}
+
+/* ------------------------------------------------------------- batches */
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform values in [-1, 1) stored in dtype (bf16/f16 by truncating f32). */
+static void fill_random(void *p, fi_dtype dtype, int64_t n, uint64_t *seed) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = (float)((double)(splitmix(seed) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        switch (dtype) {
+        case FI_DTYPE_F32: ((float *)p)[i] = x; break;
+        case FI_DTYPE_BF16: ((uint16_t *)p)[i] = (uint16_t)(u >> 16); break;
+        case FI_DTYPE_F16: { /* |x| < 1: normal f16 or tiny */
+            uint32_t e = (u >> 23) & 0xff;
+            uint16_t h = (uint16_t)((u >> 16) & 0x8000);
+            if (e > 112) h |= (uint16_t)(((e - 112) << 10) | ((u >> 13) & 0x3ff));
+            ((uint16_t *)p)[i] = h;
+            break;
+        }
+        case FI_DTYPE_E4M3: case FI_DTYPE_E5M2: /* a random finite byte pattern */
+            ((uint8_t *)p)[i] = (uint8_t)(splitmix(seed) & 0x77);
+            break;
+        default: break;
+        }
+    }
+}
+
+int bench_batch_make(bench_batch *b, int32_t batch, const int32_t *kv_lens, int32_t qo_len,
+                     int32_t page_size, int32_t h_qo, int32_t h_kv, int32_t d,
+                     fi_dtype q_dtype, fi_dtype kv_dtype, uint64_t seed) {
+    memset(b, 0, sizeof *b);
+    b->batch = batch; b->qo_len = qo_len; b->page_size = page_size;
+    b->h_qo = h_qo; b->h_kv = h_kv; b->d = d;
+    b->q_dtype = q_dtype; b->kv_dtype = kv_dtype; b->o_dtype = q_dtype;
+    b->qo_indptr = malloc(sizeof(int32_t) * (batch + 1));
+    b->kv_indptr = malloc(sizeof(int32_t) * (batch + 1));
+    b->last_page_len = malloc(sizeof(int32_t) * batch);
+    b->kv_len = malloc(sizeof(int32_t) * batch);
+    if (!b->qo_indptr || !b->kv_indptr || !b->last_page_len || !b->kv_len) return -1;
+    b->qo_indptr[0] = b->kv_indptr[0] = 0;
+    for (int32_t i = 0; i < batch; i++) {
+        int32_t pages = (kv_lens[i] + page_size - 1) / page_size;
+        b->kv_len[i] = kv_lens[i];
+        b->qo_indptr[i + 1] = b->qo_indptr[i] + qo_len;
+        b->kv_indptr[i + 1] = b->kv_indptr[i] + pages;
+        b->last_page_len[i] = pages ? kv_lens[i] - (pages - 1) * page_size : 0;
+    }
+    b->total_qo = b->qo_indptr[batch];
+    b->total_pages = b->kv_indptr[batch];
+    b->kv_indices = malloc(sizeof(int32_t) * (size_t)(b->total_pages ? b->total_pages : 1));
+    if (!b->kv_indices) return -1;
+    for (int64_t j = 0; j < b->total_pages; j++) b->kv_indices[j] = (int32_t)j;
+    for (int64_t j = b->total_pages - 1; j > 0; j--) { /* shuffle the page table */
+        int64_t r = (int64_t)(splitmix(&seed) % (uint64_t)(j + 1));
+        int32_t t = b->kv_indices[j];
+        b->kv_indices[j] = b->kv_indices[r];
+        b->kv_indices[r] = t;
+    }
+    int64_t kv_elems = b->total_pages * page_size * h_kv * d;
+    int64_t q_elems = b->total_qo * h_qo * d;
+    b->q = malloc((size_t)q_elems * fi_dtype_size(q_dtype));
+    b->o = malloc((size_t)q_elems * fi_dtype_size(q_dtype));
+    b->k = malloc((size_t)kv_elems * fi_dtype_size(kv_dtype) + 64);
+    b->v = malloc((size_t)kv_elems * fi_dtype_size(kv_dtype) + 64);
+    b->lse = malloc(sizeof(float) * (size_t)(b->total_qo * h_qo));
+    if (!b->q || !b->o || !b->k || !b->v || !b->lse) return -1;
+    fill_random(b->q, q_dtype, q_elems, &seed);
+    fill_random(b->k, kv_dtype, kv_elems, &seed);
+    fill_random(b->v, kv_dtype, kv_elems, &seed);
+    return 0;
+}
+
+void bench_batch_free(bench_batch *b) {
+    free(b->qo_indptr); free(b->kv_indptr); free(b->kv_indices);
+    free(b->last_page_len); free(b->kv_len);
+    free(b->q); free(b->k); free(b->v); free(b->o); free(b->lse);
+    memset(b, 0, sizeof *b);
+}
+
+fi_batch bench_batch_view(const bench_batch *b) {
+    fi_batch v = {.batch_size = b->batch, .qo_indptr = b->qo_indptr,
+                  .kv_indptr = b->kv_indptr, .kv_indices = b->kv_indices,
+                  .kv_last_page_len = b->last_page_len};
+    return v;
+}
+
+fi_run_args bench_batch_args(const bench_batch *b, int with_lse) {
+    fi_run_args a;
+    memset(&a, 0, sizeof a);
+    int64_t qs[3] = {b->total_qo, b->h_qo, b->d};
+    int64_t ks[4] = {b->total_pages, b->page_size, b->h_kv, b->d};
+    int64_t ls[2] = {b->total_qo, b->h_qo};
+    a.q = fi_tensor_contiguous(b->q, b->q_dtype, 3, qs);
+    a.o = fi_tensor_contiguous(b->o, b->o_dtype, 3, qs);
+    a.k = fi_tensor_contiguous(b->k, b->kv_dtype, 4, ks);
+    a.v = fi_tensor_contiguous(b->v, b->kv_dtype, 4, ks);
+    if (with_lse) a.lse = fi_tensor_contiguous(b->lse, FI_DTYPE_F32, 2, ls);
+    return a;
+}
+
+double bench_batch_bytes(const bench_batch *b) {
+    double kv = 0.0;
+    for (int32_t i = 0; i < b->batch; i++) kv += (double)b->kv_len[i];
+    double qo = (double)b->total_qo * b->h_qo * b->d;
+    return 2.0 * kv * b->h_kv * b->d * (double)fi_dtype_size(b->kv_dtype) +
+           qo * (double)(fi_dtype_size(b->q_dtype) + fi_dtype_size(b->o_dtype));
+}
+
+double bench_batch_flops(const bench_batch *b, int causal) {
+    double pairs = 0.0;
+    for (int32_t i = 0; i < b->batch; i++) {
+        double lq = b->qo_len, lk = b->kv_len[i];
+        if (!causal) { pairs += lq * lk; continue; }
+        for (int32_t t = 0; t < b->qo_len; t++) { /* query t sees kv_len - qo_len + t + 1 keys */
+            double vis = lk - lq + t + 1;
+            pairs += vis < 0 ? 0 : (vis > lk ? lk : vis);
+        }
+    }
+    return 4.0 * b->h_qo * b->d * pairs;
+}
