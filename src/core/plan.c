@@ -70,8 +70,17 @@ fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *params,
     plan->params.alibi_slopes = NULL; /* the caller's array is not kept */
 
     fi_schedule_limits lim;
-    fi_schedule_limits_for(&lim, cfg.max_batch_size, cfg.max_total_qo,
-                           plan->config.num_workers);
+    if (cfg.fixed_split_size > 0) {
+        int64_t max_kv_len = params->kv_format == FI_KV_FORMAT_PAGED
+                                 ? (int64_t)cfg.max_total_kv * params->page_size
+                                 : cfg.max_total_kv;
+        fi_schedule_limits_for_fixed_split(&lim, cfg.max_batch_size, cfg.max_total_qo,
+                                           max_kv_len, plan->config.num_workers,
+                                           cfg.fixed_split_size);
+    } else {
+        fi_schedule_limits_for(&lim, cfg.max_batch_size, cfg.max_total_qo,
+                               plan->config.num_workers);
+    }
     size_t bytes = host_bytes(&cfg, &lim, params);
     char *mem = calloc(1, bytes);
     st = mem ? fi_schedule_init(&plan->schedule, &lim)
