@@ -60,7 +60,7 @@ $(SHARED): $(LIB_OBJ)
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(STATIC)
+$(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
 BENCH_SUPPORT_OBJ := $(BUILD)/bench/common.o
