@@ -1,0 +1,549 @@
+/*
+ * schedule.c — the inspector: tiles a batch, splits long KV spans, assigns
+ * work items to workers longest-first (LPT) and emits the reduction map.
+ * Everything it writes lives in arrays sized once by fi_schedule_init; the
+ * build allocates nothing. docs/SCHEDULER.md explains the algorithm.
+ *
+ * Shape of the result (see fi_schedule in internal.h):
+ *   items[worker_indptr[w] .. worker_indptr[w+1])  worker w's queue
+ *   an item = (request, tokens [q_start, q_end), keys [kv_start, kv_end))
+ *   partial_row = -1: write-through; else rows partial_row + (t - q_start)
+ *   merge row r: O row merge_out_row[r] = merge of partial rows
+ *                merge_src[merge_indptr[r] .. merge_indptr[r+1]), key order
+ *
+ * An item with kv_start == kv_end covers tokens that see no key at all
+ * (causal with qo_len > kv_len, empty requests with queries); it is a
+ * write-through item, so the executor writes those rows (O = 0, LSE = -inf)
+ * and every output row is written exactly once: by one write-through item
+ * or by one merge row.
+ *
+ * Bounds (why fi_schedule_limits_for's figures always suffice):
+ *  - tiles: a tile holds >= 1 token of one request, so tiles <= total_qo.
+ *  - auto split: with S the sum of the tiles' spans and L >= S / N the chunk
+ *    bound, a tile of span s becomes k = ceil(s / L) chunks (fewer after
+ *    rounding), and k - 1 < s / L; summed, extra chunks < S / L <= N. So
+ *    items <= total_qo + N - 1. Tiles with s > L number fewer than N too.
+ *  - partial rows (auto): a split tile of t tokens in k chunks uses k * t
+ *    rows. With t = 1 (decode) a split tile has k <= 2 (k - 1), so rows
+ *    < 2 N, and rows <= (split tiles) + N - 1 <= total_qo + N - 1. Wider
+ *    tiles could need up to ~N * t rows, so the scheduler treats
+ *    max_partial_rows as a budget: when the chunk bound L would need more,
+ *    it takes the smallest longer L (a multiple of 16) that fits. Rows are
+ *    non-increasing in L and zero at L = the longest span, so one exists.
+ *  - fixed split (F keys, aligned at key 0): a span touches at most
+ *    ceil(kv_len / F) aligned blocks; nothing can be adapted, so a batch
+ *    over the limits gets FI_STATUS_BOUND_EXCEEDED naming the bound.
+ */
+#include "core/schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- limits */
+
+void fi_schedule_limits_for(fi_schedule_limits *lim, int32_t max_batch_size,
+                            int32_t max_total_qo, int32_t num_workers) {
+    int64_t n = num_workers > 0 ? num_workers : 1;
+    int64_t q = max_total_qo > 0 ? max_total_qo : 0;
+    int64_t items = q + n, rows = 3 * n < q + n ? 3 * n : q + n;
+    memset(lim, 0, sizeof *lim);
+    lim->max_batch_size = max_batch_size;
+    lim->max_total_qo = max_total_qo;
+    lim->max_workers = (int32_t)n;
+    lim->max_items = (int32_t)(items < INT32_MAX / 2 ? items : INT32_MAX / 2);
+    lim->max_partial_rows = (int32_t)(rows < INT32_MAX / 2 ? rows : INT32_MAX / 2);
+}
+
+void fi_schedule_limits_for_fixed_split(fi_schedule_limits *lim,
+                                        int32_t max_batch_size,
+                                        int32_t max_total_qo, int64_t max_kv_len,
+                                        int32_t num_workers,
+                                        int32_t fixed_split_size) {
+    fi_schedule_limits_for(lim, max_batch_size, max_total_qo, num_workers);
+    if (fixed_split_size <= 0) return;
+    int64_t blocks = (max_kv_len + fixed_split_size - 1) / fixed_split_size;
+    int64_t worst = (int64_t)(max_total_qo > 0 ? max_total_qo : 0) * (blocks > 1 ? blocks : 1);
+    if (worst > INT32_MAX / 2) worst = INT32_MAX / 2;
+    if (worst > lim->max_items) lim->max_items = (int32_t)worst;
+    if (worst > lim->max_partial_rows) lim->max_partial_rows = (int32_t)worst;
+}
+
+/* ------------------------------------------------------------- memory */
+
+/* The scheduler's working memory; lives inside the one allocation. */
+typedef struct scratch {
+    fi_work_item *gen; /* [max_items] items in generation order */
+    double *cost;      /* [max_items] */
+    uint64_t *key;     /* [max_items] radix keys */
+    int32_t *order;    /* [max_items] item indices, longest first */
+    int32_t *tmp;      /* [max_items] radix ping-pong */
+    int32_t *worker;   /* [max_items] assigned worker */
+    int32_t *heap;     /* [max_workers] min-heap of workers by (load, id) */
+    int32_t *cursor;   /* [max_workers] emission cursors */
+    int32_t *cand_len; /* [max_workers] tiles longer than the chunk bound */
+    int32_t *cand_tok; /* [max_workers] their token counts */
+    void *mem;         /* the allocation, for free() */
+} scratch;
+
+typedef struct layout {
+    size_t items, indptr, wcost, mout, mindptr, msrc;
+    size_t sc, gen, cost, key, order, tmp, worker, heap, cursor, cand_len, cand_tok;
+    size_t total;
+} layout;
+
+static size_t take(size_t *at, size_t bytes) {
+    size_t off = (*at + 63) & ~(size_t)63;
+    *at = off + bytes;
+    return off;
+}
+
+static void make_layout(const fi_schedule_limits *l, layout *o) {
+    size_t at = 0, ni = (size_t)l->max_items, nw = (size_t)l->max_workers;
+    size_t nq = (size_t)l->max_total_qo, np = (size_t)l->max_partial_rows;
+    o->items = take(&at, ni * sizeof(fi_work_item));
+    o->indptr = take(&at, (nw + 1) * sizeof(int32_t));
+    o->wcost = take(&at, nw * sizeof(double));
+    o->mout = take(&at, nq * sizeof(int32_t));
+    o->mindptr = take(&at, (nq + 1) * sizeof(int32_t));
+    o->msrc = take(&at, np * sizeof(int32_t));
+    o->sc = take(&at, sizeof(scratch));
+    o->gen = take(&at, ni * sizeof(fi_work_item));
+    o->cost = take(&at, ni * sizeof(double));
+    o->key = take(&at, ni * sizeof(uint64_t));
+    o->order = take(&at, ni * sizeof(int32_t));
+    o->tmp = take(&at, ni * sizeof(int32_t));
+    o->worker = take(&at, ni * sizeof(int32_t));
+    o->heap = take(&at, nw * sizeof(int32_t));
+    o->cursor = take(&at, nw * sizeof(int32_t));
+    o->cand_len = take(&at, nw * sizeof(int32_t));
+    o->cand_tok = take(&at, nw * sizeof(int32_t));
+    o->total = at + 64; /* malloc's alignment may be 16: room to align to 64 */
+}
+
+size_t fi_schedule_bytes(const fi_schedule_limits *limits) {
+    layout o;
+    make_layout(limits, &o);
+    return o.total;
+}
+
+fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits) {
+    memset(s, 0, sizeof *s);
+    const fi_schedule_limits *l = limits;
+    if (l->max_batch_size < 0 || l->max_total_qo < 0 || l->max_workers < 1 ||
+        l->max_items < 0 || l->max_partial_rows < 0)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "schedule limits: batch %d, total_qo %d, workers %d, items %d, "
+                        "partial rows %d: need workers >= 1 and the rest >= 0",
+                        (int)l->max_batch_size, (int)l->max_total_qo, (int)l->max_workers,
+                        (int)l->max_items, (int)l->max_partial_rows);
+    layout o;
+    make_layout(l, &o);
+    char *mem = calloc(1, o.total);
+    if (!mem)
+        return fi_error(FI_STATUS_OUT_OF_MEMORY, "schedule: out of memory (%zu bytes)",
+                        o.total);
+    char *base = (char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    s->limits = *l;
+    s->items = (fi_work_item *)(base + o.items);
+    s->worker_indptr = (int32_t *)(base + o.indptr);
+    s->worker_cost = (double *)(base + o.wcost);
+    s->merge_out_row = (int32_t *)(base + o.mout);
+    s->merge_indptr = (int32_t *)(base + o.mindptr);
+    s->merge_src = (int32_t *)(base + o.msrc);
+    scratch *sc = (scratch *)(base + o.sc);
+    sc->gen = (fi_work_item *)(base + o.gen);
+    sc->cost = (double *)(base + o.cost);
+    sc->key = (uint64_t *)(base + o.key);
+    sc->order = (int32_t *)(base + o.order);
+    sc->tmp = (int32_t *)(base + o.tmp);
+    sc->worker = (int32_t *)(base + o.worker);
+    sc->heap = (int32_t *)(base + o.heap);
+    sc->cursor = (int32_t *)(base + o.cursor);
+    sc->cand_len = (int32_t *)(base + o.cand_len);
+    sc->cand_tok = (int32_t *)(base + o.cand_tok);
+    sc->mem = mem;
+    s->scratch = sc;
+    s->num_workers = 1;
+    return FI_OK;
+}
+
+void fi_schedule_free(fi_schedule *s) {
+    if (!s) return;
+    if (s->scratch) free(((scratch *)s->scratch)->mem);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------- tiles */
+
+/* Keys visible to tokens [q0, q1) of a request whose qo query tokens are the
+ * last qo of its kv keys' positions: [*a, *b), possibly empty. Causal: token
+ * q sees keys < kv - qo + q + 1; a window sees keys >= kv - qo + q - w. */
+static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv,
+                             int32_t q0, int32_t q1, int32_t *a, int32_t *b) {
+    int64_t off = (int64_t)kv - qo, lo = 0, hi = kv;
+    if (in->causal) hi = off + q1;
+    if (in->window_left >= 0) lo = off + q0 - in->window_left;
+    if (hi > kv) hi = kv;
+    if (hi < 0) hi = 0;
+    if (lo < 0) lo = 0;
+    if (lo > hi) lo = hi;
+    *a = (int32_t)lo;
+    *b = (int32_t)hi;
+}
+
+/* A span of len > L keys cut into near-equal chunks of *piece keys (a
+ * multiple of FI_SCHEDULE_CHUNK_ALIGN, at most L); returns the chunk count. */
+static inline int32_t auto_chunks(int32_t len, int32_t L, int32_t *piece) {
+    int64_t k = ((int64_t)len + L - 1) / L;
+    int64_t p = ((int64_t)len + k - 1) / k;
+    p = (p + FI_SCHEDULE_CHUNK_ALIGN - 1) / FI_SCHEDULE_CHUNK_ALIGN * FI_SCHEDULE_CHUNK_ALIGN;
+    *piece = (int32_t)p;
+    return (int32_t)(((int64_t)len + p - 1) / p);
+}
+
+/* Aligned blocks of F keys that [a, b) touches (1 for an empty span). */
+static inline int32_t fixed_chunks(int32_t a, int32_t b, int32_t F) {
+    if (b <= a) return 1;
+    return (int32_t)(((int64_t)b + F - 1) / F - a / F);
+}
+
+/* Per-batch facts gathered in one pass over the tiles. */
+typedef struct survey {
+    int64_t tiles, span_sum;
+    int32_t max_span;
+    int64_t fixed_items, fixed_rows; /* fixed split only */
+} survey;
+
+static void survey_batch(const fi_schedule_input *in, int32_t T, int32_t F, survey *sv) {
+    memset(sv, 0, sizeof *sv);
+    for (int32_t r = 0; r < in->batch_size; r++) {
+        int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r], kv = in->kv_len[r];
+        for (int32_t q0 = 0; q0 < qo; q0 += T) {
+            int32_t q1 = qo - q0 > T ? q0 + T : qo, a, b;
+            tile_span(in, qo, kv, q0, q1, &a, &b);
+            sv->tiles++;
+            sv->span_sum += b - a;
+            if (b - a > sv->max_span) sv->max_span = b - a;
+            if (F > 0) {
+                int32_t k = fixed_chunks(a, b, F);
+                sv->fixed_items += k;
+                if (k > 1) sv->fixed_rows += (int64_t)k * (q1 - q0);
+            }
+        }
+    }
+}
+
+/* The tiles whose span exceeds L0, as (span, tokens); fewer than N exist
+ * because L0 >= sum of spans / N. Returns how many (capped at cap). */
+static int32_t collect_long(const fi_schedule_input *in, int32_t T, int32_t L0,
+                            scratch *sc, int32_t cap) {
+    int32_t n = 0;
+    for (int32_t r = 0; r < in->batch_size; r++) {
+        int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r], kv = in->kv_len[r];
+        if (kv <= L0) continue;
+        for (int32_t q0 = 0; q0 < qo; q0 += T) {
+            int32_t q1 = qo - q0 > T ? q0 + T : qo, a, b;
+            tile_span(in, qo, kv, q0, q1, &a, &b);
+            if (b - a > L0 && n < cap) {
+                sc->cand_len[n] = b - a;
+                sc->cand_tok[n++] = q1 - q0;
+            }
+        }
+    }
+    return n;
+}
+
+/* Partial rows and extra items the long tiles need with chunk bound L. */
+static int64_t split_rows(const scratch *sc, int32_t n, int32_t L, int64_t *extra) {
+    int64_t rows = 0, more = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (sc->cand_len[i] <= L) continue;
+        int32_t piece, k = auto_chunks(sc->cand_len[i], L, &piece);
+        rows += (int64_t)k * sc->cand_tok[i];
+        more += k - 1;
+    }
+    if (extra) *extra = more;
+    return rows;
+}
+
+/* The chunk bound of automatic split-KV: ceil(S / N) keys (at least
+ * FI_SCHEDULE_MIN_CHUNK, aligned), lengthened until the partial rows fit the
+ * budget. Returns 0 when nothing is split; *extra = items added by splits. */
+static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey *sv,
+                            scratch *sc, int32_t budget, int32_t cap, int64_t *extra) {
+    const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
+    int64_t N = in->num_workers, L0 = (sv->span_sum + N - 1) / N;
+    if (L0 < FI_SCHEDULE_MIN_CHUNK) L0 = FI_SCHEDULE_MIN_CHUNK;
+    L0 = (L0 + al - 1) / al * al;
+    *extra = 0;
+    if (sv->max_span <= L0) return 0;
+    int32_t n = collect_long(in, T, (int32_t)L0, sc, cap);
+    if (split_rows(sc, n, (int32_t)L0, extra) <= budget) return (int32_t)L0;
+    /* rows(L) is non-increasing and 0 at the longest span: bisect on L / al */
+    int64_t lo = L0 / al, hi = ((int64_t)sv->max_span + al - 1) / al;
+    while (lo + 1 < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (split_rows(sc, n, (int32_t)(mid * al), NULL) <= budget) hi = mid;
+        else lo = mid;
+    }
+    int32_t L = (int32_t)(hi * al);
+    split_rows(sc, n, L, extra);
+    return *extra > 0 ? L : 0;
+}
+
+/* ------------------------------------------------------------- items */
+
+typedef struct gen_state {
+    fi_schedule *s;
+    scratch *sc;
+    int32_t n;        /* items so far */
+    double row_cost;  /* cost of one token's packed rows, all KV heads */
+    double key_cost;  /* cost of one key, all KV heads */
+} gen_state;
+
+static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t a,
+                        int32_t b, int32_t partial_row) {
+    fi_work_item *it = &g->sc->gen[g->n];
+    it->request = r;
+    it->q_start = q0;
+    it->q_end = q1;
+    it->kv_start = a;
+    it->kv_end = b;
+    it->partial_row = partial_row;
+    g->sc->cost[g->n++] = g->row_cost * (q1 - q0) + g->key_cost * (b - a);
+}
+
+/* Tokens [q0, q1) of request r were cut into k chunks whose partial rows
+ * start at `base`, chunk c at base + c * t: one merge row per token. */
+static void merge_rows(fi_schedule *s, int32_t out0, int32_t t, int32_t k, int32_t base) {
+    for (int32_t u = 0; u < t; u++) {
+        int32_t m = s->num_merge_rows++, at = s->merge_indptr[m];
+        s->merge_out_row[m] = out0 + u;
+        for (int32_t c = 0; c < k; c++) s->merge_src[at + c] = base + c * t + u;
+        s->merge_indptr[m + 1] = at + k;
+    }
+}
+
+/* One tile: write-through, or k chunks (auto: near-equal pieces of at most L
+ * keys; fixed: the aligned blocks of F keys) with partial rows and merges. */
+static void emit_tile(gen_state *g, const fi_schedule_input *in, int32_t r, int32_t q0,
+                      int32_t q1, int32_t a, int32_t b, int32_t L, int32_t F) {
+    fi_schedule *s = g->s;
+    int32_t t = q1 - q0, piece = 0, k = 1;
+    if (F > 0) k = fixed_chunks(a, b, F);
+    else if (L > 0 && b - a > L) k = auto_chunks(b - a, L, &piece);
+    if (k == 1) {
+        emit(g, r, q0, q1, a, b, -1);
+        return;
+    }
+    int32_t base = s->num_partial_rows;
+    s->num_partial_rows += k * t;
+    for (int32_t c = 0, x = a; c < k; c++) {
+        int32_t y = F > 0 ? (x / F + 1) * F : x + piece;
+        if (y > b) y = b;
+        emit(g, r, q0, q1, x, y, base + c * t);
+        x = y;
+    }
+    merge_rows(s, in->qo_indptr[r] + q0, t, k, base);
+}
+
+static void generate(gen_state *g, const fi_schedule_input *in, int32_t T, int32_t L,
+                     int32_t F) {
+    for (int32_t r = 0; r < in->batch_size; r++) {
+        int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r], kv = in->kv_len[r];
+        for (int32_t q0 = 0; q0 < qo; q0 += T) {
+            int32_t q1 = qo - q0 > T ? q0 + T : qo, a, b;
+            tile_span(in, qo, kv, q0, q1, &a, &b);
+            emit_tile(g, in, r, q0, q1, a, b, L, F);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- LPT */
+
+/* order[] = item indices by cost, longest first; ties keep generation order
+ * (request, token, key). Stable LSD radix sort on the bits of the doubles
+ * (non-negative doubles order as their bit patterns), skipping the byte
+ * positions where every key agrees. */
+static void sort_longest_first(scratch *sc, int32_t n) {
+    uint32_t hist[8][256];
+    memset(hist, 0, sizeof hist);
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t k;
+        memcpy(&k, &sc->cost[i], sizeof k);
+        k = ~k;
+        sc->key[i] = k;
+        sc->order[i] = i;
+        for (int d = 0; d < 8; d++) hist[d][(k >> (8 * d)) & 255]++;
+    }
+    int32_t *src = sc->order, *dst = sc->tmp;
+    for (int d = 0; d < 8 && n > 1; d++) {
+        if (hist[d][(sc->key[0] >> (8 * d)) & 255] == (uint32_t)n) continue;
+        uint32_t pos[256], sum = 0;
+        for (int v = 0; v < 256; v++) {
+            pos[v] = sum;
+            sum += hist[d][v];
+        }
+        for (int32_t i = 0; i < n; i++) {
+            int32_t j = src[i];
+            dst[pos[(sc->key[j] >> (8 * d)) & 255]++] = j;
+        }
+        int32_t *x = src;
+        src = dst;
+        dst = x;
+    }
+    if (src != sc->order) memcpy(sc->order, src, (size_t)n * sizeof *src);
+}
+
+static inline bool lighter(const double *load, int32_t a, int32_t b) {
+    return load[a] < load[b] || (load[a] == load[b] && a < b);
+}
+
+/* Each item, longest first, to the least-loaded worker (lowest id on ties). */
+static void assign_lpt(scratch *sc, double *load, int32_t n, int32_t N) {
+    int32_t *h = sc->heap;
+    for (int32_t w = 0; w < N; w++) {
+        h[w] = w;
+        load[w] = 0.0;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t j = sc->order[i], w = h[0];
+        sc->worker[j] = w;
+        load[w] += sc->cost[j];
+        for (int32_t p = 0;;) { /* sift the grown root down */
+            int32_t c = 2 * p + 1;
+            if (c >= N) break;
+            if (c + 1 < N && lighter(load, h[c + 1], h[c])) c++;
+            if (!lighter(load, h[c], w)) break;
+            h[p] = h[c];
+            h[c] = w;
+            p = c;
+        }
+    }
+}
+
+/* Items grouped by worker, each queue longest first. */
+static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N) {
+    int32_t *ptr = s->worker_indptr;
+    memset(ptr, 0, (size_t)(N + 1) * sizeof *ptr);
+    for (int32_t i = 0; i < n; i++) ptr[sc->worker[i] + 1]++;
+    for (int32_t w = 0; w < N; w++) {
+        ptr[w + 1] += ptr[w];
+        sc->cursor[w] = ptr[w];
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t j = sc->order[i];
+        s->items[sc->cursor[sc->worker[j]]++] = sc->gen[j];
+    }
+}
+
+/* ------------------------------------------------------------- build */
+
+static fi_status check_input(const fi_schedule *s, const fi_schedule_input *in) {
+    const fi_schedule_limits *l = &s->limits;
+    if (!s->scratch) return fi_error(FI_STATUS_INVALID_ARGUMENT, "schedule: not initialised");
+    if (in->batch_size < 0 || (in->batch_size > 0 && (!in->qo_indptr || !in->kv_len)))
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "schedule: batch_size %d, indptr %p",
+                        (int)in->batch_size, (const void *)in->qo_indptr);
+    if (in->batch_size > l->max_batch_size)
+        return fi_error(FI_STATUS_BOUND_EXCEEDED, "batch size %d > max_batch_size %d",
+                        (int)in->batch_size, (int)l->max_batch_size);
+    int32_t total = in->batch_size ? in->qo_indptr[in->batch_size] : 0;
+    if (total > l->max_total_qo)
+        return fi_error(FI_STATUS_BOUND_EXCEEDED, "query tokens %d > max_total_qo %d",
+                        (int)total, (int)l->max_total_qo);
+    if (in->num_workers < 1 || in->num_workers > l->max_workers)
+        return fi_error(in->num_workers < 1 ? FI_STATUS_INVALID_ARGUMENT
+                                            : FI_STATUS_BOUND_EXCEEDED,
+                        "workers %d: expected 1 .. max_workers %d", (int)in->num_workers,
+                        (int)l->max_workers);
+    if (in->group_size < 1 || in->num_kv_heads < 1 || in->num_q_tiles < 1 || !in->q_tiles)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "schedule: group_size %d, num_kv_heads %d, %d query tiles",
+                        (int)in->group_size, (int)in->num_kv_heads, (int)in->num_q_tiles);
+    for (int32_t i = 0; i < in->num_q_tiles; i++)
+        if (in->q_tiles[i] < 1 || (i > 0 && in->q_tiles[i] <= in->q_tiles[i - 1]))
+            return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                            "schedule: query tiles must be positive and ascending");
+    if (!(in->cost_per_q_row >= 0 && in->cost_per_key >= 0 &&
+          in->cost_per_q_row < 1e30 && in->cost_per_key < 1e30))
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "schedule: cost constants %g, %g must be finite and >= 0",
+                        in->cost_per_q_row, in->cost_per_key);
+    if (in->fixed_split_size < 0)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "schedule: fixed_split_size %d < 0",
+                        (int)in->fixed_split_size);
+    return FI_OK;
+}
+
+/* Packed query rows per tile: the smallest supported tile holding the
+ * average request's packed rows, else the largest. Fixed split uses the
+ * largest always, so that a request's items do not depend on the batch. */
+static int32_t choose_q_tile(const fi_schedule_input *in, bool fixed) {
+    int32_t last = in->q_tiles[in->num_q_tiles - 1];
+    if (fixed) return last;
+    int64_t busy = 0, rows = 0;
+    for (int32_t r = 0; r < in->batch_size; r++) {
+        int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r];
+        busy += qo > 0;
+        rows += (int64_t)qo * in->group_size;
+    }
+    for (int32_t i = 0; i < in->num_q_tiles; i++)
+        if ((int64_t)in->q_tiles[i] * busy >= rows) return in->q_tiles[i];
+    return last;
+}
+
+static fi_status over(const char *what, int64_t need, const char *bound, int32_t have,
+                      int32_t F) {
+    return fi_error(FI_STATUS_BOUND_EXCEEDED, "%s %lld > %s %d%s", what, (long long)need,
+                    bound, (int)have, F > 0 ? " (fixed_split_size in use)" : "");
+}
+
+fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
+    fi_status st = check_input(s, in);
+    if (st) return st;
+    const fi_schedule_limits *l = &s->limits;
+    scratch *sc = s->scratch;
+    int32_t N = in->num_workers, F = in->disable_split_kv ? 0 : in->fixed_split_size;
+    int32_t tile = choose_q_tile(in, F > 0);
+    int32_t T = tile / in->group_size > 1 ? tile / in->group_size : 1;
+    survey sv;
+    survey_batch(in, T, F, &sv);
+
+    int64_t items = sv.tiles, rows = 0, extra = 0;
+    int32_t L = 0;
+    if (F > 0) {
+        items = sv.fixed_items;
+        rows = sv.fixed_rows;
+    } else if (!in->disable_split_kv && sv.span_sum > 0) {
+        L = choose_chunk(in, T, &sv, sc, l->max_partial_rows, l->max_workers, &extra);
+        items += extra;
+    }
+    if (items > l->max_items) return over("work items", items, "max_items", l->max_items, F);
+    if (rows > l->max_partial_rows)
+        return over("partial rows", rows, "max_partial_rows", l->max_partial_rows, F);
+
+    s->num_workers = N;
+    s->q_tile_rows = tile;
+    s->num_partial_rows = 0;
+    s->num_merge_rows = 0;
+    s->merge_indptr[0] = 0;
+    double heads = in->num_kv_heads;
+    gen_state g = {s, sc, 0, heads * in->cost_per_q_row * in->group_size,
+                   heads * in->cost_per_key};
+    generate(&g, in, T, L, F);
+    s->num_items = g.n;
+    s->kv_chunk = s->num_partial_rows > 0 ? (F > 0 ? F : L) : 0;
+
+    if (N > 1) sort_longest_first(sc, g.n);
+    else for (int32_t i = 0; i < g.n; i++) sc->order[i] = i;
+    assign_lpt(sc, s->worker_cost, g.n, N);
+    emit_queues(s, sc, g.n, N);
+    s->total_cost = 0.0;
+    s->max_worker_cost = 0.0;
+    for (int32_t w = 0; w < N; w++) {
+        s->total_cost += s->worker_cost[w];
+        if (s->worker_cost[w] > s->max_worker_cost) s->max_worker_cost = s->worker_cost[w];
+    }
+    return FI_OK;
+}

@@ -1,0 +1,42 @@
+/*
+ * schedule.h — sizing the scheduler's fixed arrays from a plan's bounds.
+ * The scheduler itself (fi_schedule_init / _build / ...) is declared in
+ * core/internal.h; see src/core/schedule.c and docs/SCHEDULER.md.
+ */
+#ifndef FI_SCHEDULE_H
+#define FI_SCHEDULE_H
+
+#include "core/internal.h"
+
+/* Keys below which a KV span is never split (split mode "auto"), so that a
+ * small batch does not turn into slivers whose merge costs more than it saves.
+ * Chunk sizes are also rounded up to a multiple of FI_SCHEDULE_CHUNK_ALIGN. */
+#define FI_SCHEDULE_MIN_CHUNK 256
+#define FI_SCHEDULE_CHUNK_ALIGN 16
+
+/* Limits for a plan whose batches have at most max_batch_size requests and
+ * max_total_qo query tokens, run by num_workers workers, automatic split-KV
+ * (or split disabled):
+ *   max_items        = max_total_qo + num_workers
+ *   max_partial_rows = min(3 * num_workers, max_total_qo + num_workers)
+ * Every batch within the first two bounds fits (proof in schedule.c): the
+ * item count is exact worst case, and the partial-row figure is a budget the
+ * scheduler honours by choosing a longer chunk when a batch would need more.
+ * A decode batch (one token per request) never needs more than it. */
+void fi_schedule_limits_for(fi_schedule_limits *lim, int32_t max_batch_size,
+                            int32_t max_total_qo, int32_t num_workers);
+
+/* Limits for fixed_split_size > 0, where chunks cannot be made longer to fit
+ * a budget: max_kv_len is the longest request's key count the plan accepts
+ * (e.g. max_total_kv tokens). Worst case, every query token is split into
+ * ceil(max_kv_len / F) + 1 chunks:
+ *   max_items = max_partial_rows = max_total_qo * (ceil(max_kv_len / F) + 1)
+ * (saturated at INT32_MAX / 2). For decode-sized bounds this is small; for
+ * prefill-sized bounds it is large: the price of batch invariance. */
+void fi_schedule_limits_for_fixed_split(fi_schedule_limits *lim,
+                                        int32_t max_batch_size,
+                                        int32_t max_total_qo, int64_t max_kv_len,
+                                        int32_t num_workers,
+                                        int32_t fixed_split_size);
+
+#endif /* FI_SCHEDULE_H */
