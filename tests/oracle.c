@@ -1,0 +1,185 @@
+/*
+ * oracle.c — fp64 attention, the reference of every attention test.
+ *
+ * The shape of llm.c's attention_forward: for each request, query token and
+ * query head, score every visible key, softmax, weighted sum of V. The only
+ * preparation is decoding K and V of one request into doubles (with RoPE
+ * applied to K) so the inner loops read plain arrays.
+ */
+#include "oracle.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define LOG2E 1.4426950408889634
+
+double oracle_alibi_slope(int32_t h, int32_t num_heads) {
+    int32_t n = 1;
+    while (n * 2 <= num_heads) n *= 2; /* 2^floor(log2 H) */
+    if (h < n) return pow(2.0, -8.0 * (h + 1) / n);
+    return pow(2.0, -4.0 * (2 * (h - n) + 1) / n);
+}
+
+int64_t oracle_kv_len(const fi_attention_params *p, const fi_batch *batch, int32_t b) {
+    int64_t n = batch->kv_indptr[b + 1] - batch->kv_indptr[b];
+    if (p->kv_format == FI_KV_FORMAT_RAGGED) return n;
+    if (n == 0) return 0;
+    return (int64_t)p->page_size * (n - 1) + batch->kv_last_page_len[b];
+}
+
+int oracle_visible(const fi_attention_params *p, int64_t qo_len, int64_t kv_len,
+                   int64_t i, int64_t j, const uint8_t *mask_seg) {
+    int64_t qpos = kv_len - qo_len + i; /* the query's position among the keys */
+    if (p->mask_mode == FI_MASK_CAUSAL && j > qpos) return 0;
+    if (p->mask_mode == FI_MASK_CUSTOM) {
+        int64_t bit = i * kv_len + j; /* row-major [qo_len, kv_len] */
+        if (!((mask_seg[bit >> 3] >> (bit & 7)) & 1)) return 0;
+    }
+    if (p->window_left >= 0 && j < qpos - p->window_left) return 0;
+    return 1;
+}
+
+/* Element (token t, kv head h, dim d) of a K or V tensor, as stored. For the
+ * paged format, token t of request b is slot t % page_size of page
+ * kv_indices[kv_indptr[b] + t / page_size]; ragged token t is row
+ * kv_indptr[b] + t. */
+static double kv_elem(const fi_attention_params *p, const fi_batch *batch,
+                      const fi_tensor *x, int32_t b, int64_t t, int64_t h, int64_t d) {
+    int64_t idx[4];
+    if (p->kv_format == FI_KV_FORMAT_PAGED) {
+        int64_t page = batch->kv_indices[batch->kv_indptr[b] + t / p->page_size];
+        int64_t slot = t % p->page_size;
+        if (p->kv_layout == FI_KV_LAYOUT_NHD) {
+            idx[0] = page; idx[1] = slot; idx[2] = h; idx[3] = d;
+        } else {
+            idx[0] = page; idx[1] = h; idx[2] = slot; idx[3] = d;
+        }
+    } else {
+        int64_t row = batch->kv_indptr[b] + t;
+        if (p->kv_layout == FI_KV_LAYOUT_NHD) {
+            idx[0] = row; idx[1] = h; idx[2] = d;
+        } else {
+            idx[0] = h; idx[1] = row; idx[2] = d;
+        }
+    }
+    return tu_get(x, idx);
+}
+
+static int is_fp8(fi_dtype t) { return t == FI_DTYPE_E4M3 || t == FI_DTYPE_E5M2; }
+
+/* LLaMA RoPE, non-interleaved halves, in place on x[dim] at position pos:
+ * for k < dim/2, angle = (pos / scale) * theta^(-2k/dim),
+ * x'[k] = x[k] cos - x[k+dim/2] sin, x'[k+dim/2] = x[k+dim/2] cos + x[k] sin. */
+static void rope(double *x, int32_t dim, double pos, double scale, double theta) {
+    int32_t half = dim / 2;
+    for (int32_t k = 0; k < half; k++) {
+        double angle = (pos / scale) * pow(theta, -2.0 * k / dim);
+        double c = cos(angle), s = sin(angle);
+        double x0 = x[k], x1 = x[k + half];
+        x[k] = x0 * c - x1 * s;
+        x[k + half] = x1 * c + x0 * s;
+    }
+}
+
+int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
+                     const fi_tensor *q, const fi_tensor *k, const fi_tensor *v,
+                     const uint8_t *custom_mask, double *o, double *lse) {
+    const int32_t B = batch->batch_size;
+    const int32_t Hq = p->num_qo_heads, Hkv = p->num_kv_heads;
+    const int32_t Dqk = p->head_dim_qk, Dvo = p->head_dim_vo;
+    if (Hkv <= 0 || Hq % Hkv != 0) return -1;
+    const int32_t group = Hq / Hkv;
+    const double sm_scale = p->sm_scale != 0.0f ? p->sm_scale : 1.0 / sqrt((double)Dqk);
+    const double rope_scale = p->rope_scale > 0 ? p->rope_scale : 1.0;
+    const double rope_theta = p->rope_theta > 0 ? p->rope_theta : 1e4;
+    const double k_scale = is_fp8(p->kv_dtype) ? p->k_scale : 1.0;
+    const double v_scale = is_fp8(p->kv_dtype) ? p->v_scale : 1.0;
+    const int use_rope = p->pos_encoding == FI_POS_ROPE_LLAMA;
+    const int use_alibi = p->pos_encoding == FI_POS_ALIBI;
+
+    int64_t mask_offset = 0; /* bytes, when mask_indptr is NULL */
+    for (int32_t b = 0; b < B; b++) {
+        const int64_t q0 = batch->qo_indptr[b];
+        const int64_t qo_len = batch->qo_indptr[b + 1] - q0;
+        const int64_t kv_len = oracle_kv_len(p, batch, b);
+        const uint8_t *mask_seg = NULL;
+        if (p->mask_mode == FI_MASK_CUSTOM) {
+            int64_t off = batch->mask_indptr ? batch->mask_indptr[b] : mask_offset;
+            mask_seg = custom_mask + off;
+            mask_offset += (qo_len * kv_len + 7) / 8;
+        }
+
+        /* K and V of this request, decoded: kd [kv_len][Hkv][Dqk] with RoPE
+         * at position j, vd [kv_len][Hkv][Dvo]. */
+        size_t nk = (size_t)(kv_len > 0 ? kv_len : 1) * Hkv;
+        double *kd = malloc(nk * Dqk * sizeof(double));
+        double *vd = malloc(nk * Dvo * sizeof(double));
+        double *logit = malloc((size_t)(kv_len > 0 ? kv_len : 1) * sizeof(double));
+        double *qv = malloc((size_t)Dqk * sizeof(double));
+        if (!kd || !vd || !logit || !qv) {
+            free(kd); free(vd); free(logit); free(qv);
+            return -1;
+        }
+        for (int64_t j = 0; j < kv_len; j++) {
+            for (int32_t h = 0; h < Hkv; h++) {
+                double *kr = kd + ((size_t)j * Hkv + h) * Dqk;
+                double *vr = vd + ((size_t)j * Hkv + h) * Dvo;
+                for (int32_t d = 0; d < Dqk; d++) kr[d] = kv_elem(p, batch, k, b, j, h, d) * k_scale;
+                for (int32_t d = 0; d < Dvo; d++) vr[d] = kv_elem(p, batch, v, b, j, h, d) * v_scale;
+                if (use_rope) rope(kr, Dqk, (double)j, rope_scale, rope_theta);
+            }
+        }
+
+        for (int64_t i = 0; i < qo_len; i++) {
+            const int64_t qpos = kv_len - qo_len + i;
+            for (int32_t h = 0; h < Hq; h++) {
+                const int32_t hk = h / group;
+                const double slope = !use_alibi ? 0.0
+                                   : p->alibi_slopes ? (double)p->alibi_slopes[h]
+                                                     : oracle_alibi_slope(h, Hq);
+                for (int32_t d = 0; d < Dqk; d++) {
+                    int64_t idx[3] = {q0 + i, h, d};
+                    qv[d] = tu_get(q, idx);
+                }
+                if (use_rope) rope(qv, Dqk, (double)qpos, rope_scale, rope_theta);
+
+                /* logits of visible keys; max for a stable softmax */
+                double maxl = -INFINITY;
+                for (int64_t j = 0; j < kv_len; j++) {
+                    logit[j] = -INFINITY;
+                    if (!oracle_visible(p, qo_len, kv_len, i, j, mask_seg)) continue;
+                    const double *kr = kd + ((size_t)j * Hkv + hk) * Dqk;
+                    double s = 0.0;
+                    for (int32_t d = 0; d < Dqk; d++) s += qv[d] * kr[d];
+                    double l = s * sm_scale;
+                    if (p->logits_soft_cap > 0.0f)
+                        l = p->logits_soft_cap * tanh(l / p->logits_soft_cap);
+                    if (use_alibi) l += slope * (double)(j - qpos);
+                    logit[j] = l;
+                    if (l > maxl) maxl = l;
+                }
+
+                double *orow = o + ((size_t)(q0 + i) * Hq + h) * Dvo;
+                for (int32_t d = 0; d < Dvo; d++) orow[d] = 0.0;
+                if (maxl == -INFINITY) { /* no visible key */
+                    if (lse) lse[(q0 + i) * Hq + h] = -INFINITY;
+                    continue;
+                }
+                double sum = 0.0;
+                for (int64_t j = 0; j < kv_len; j++) {
+                    if (logit[j] == -INFINITY) continue;
+                    double w = exp(logit[j] - maxl);
+                    sum += w;
+                    const double *vr = vd + ((size_t)j * Hkv + hk) * Dvo;
+                    for (int32_t d = 0; d < Dvo; d++) orow[d] += w * vr[d];
+                }
+                for (int32_t d = 0; d < Dvo; d++) orow[d] /= sum;
+                /* log2(sum_j e^l_j) = (max + ln sum) * log2(e) */
+                if (lse) lse[(q0 + i) * Hq + h] = (maxl + log(sum)) * LOG2E;
+            }
+        }
+        free(kd); free(vd); free(logit); free(qv);
+    }
+    return 0;
+}
