@@ -228,12 +228,15 @@ static int next_index(int64_t *idx, const int64_t *shape, int32_t ndim) {
     return 0;
 }
 
-int tu_buf_alloc_bytes(tu_buf *b, size_t bytes) {
+int tu_buf_alloc_bytes(tu_buf *b, size_t bytes) { return tu_buf_alloc_tail(b, bytes, 16); }
+
+int tu_buf_alloc_tail(tu_buf *b, size_t bytes, size_t align) {
     memset(b, 0, sizeof *b);
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    /* The start is 16-byte aligned, so at most 15 bytes of slack lie
+    if (align == 0) align = 1;
+    /* The start is `align`-aligned, so at most align - 1 bytes of slack lie
      * between the last element and the trailing guard page. */
-    size_t rounded = (bytes + 15) & ~(size_t)15;
+    size_t rounded = (bytes + align - 1) & ~(align - 1);
     size_t body = (rounded + page - 1) / page * page;
     size_t total = body + 2 * page;
     char *map = mmap(NULL, total, PROT_READ | PROT_WRITE,

@@ -72,7 +72,7 @@ int64_t tu_numel(const fi_tensor *t);
 
 /* Memory a test owns, viewed as an fi_tensor. The allocation sits right
  * before a PROT_NONE guard page (and after one), so a read past either end
- * faults even without ASan. Under ASan plain malloc is used instead. */
+ * faults even without ASan (which reports the fault as a SEGV with a stack). */
 typedef struct tu_buf {
     void *base;      /* first byte of the usable allocation */
     size_t bytes;    /* usable bytes (every element of every padded stride) */
@@ -88,8 +88,12 @@ int tu_buf_alloc(tu_buf *b, fi_dtype dtype, int32_t ndim, const int64_t *shape);
  * whenever an inner pad is non-zero. The view starts at element 0. */
 int tu_buf_alloc_padded(tu_buf *b, fi_dtype dtype, int32_t ndim,
                         const int64_t *shape, const int64_t *pad);
-/* Raw bytes (for hand-built views and bad-input tests). */
+/* Raw bytes (for hand-built views and bad-input tests), 16-byte aligned. */
 int tu_buf_alloc_bytes(tu_buf *b, size_t bytes);
+/* Raw bytes aligned to `align` (a power of two) and ending exactly at the
+ * trailing guard page when bytes is a multiple of align: reading even one
+ * element past the end faults. */
+int tu_buf_alloc_tail(tu_buf *b, size_t bytes, size_t align);
 void tu_buf_free(tu_buf *b);
 
 /* Fill every byte of the allocation with 0xFF: NaN in f32, f16 and bf16. */

@@ -1,0 +1,834 @@
+/*
+ * test_bad_input.c — every class of bad input gets the right status and a
+ * message that names the offending value, and nothing is touched: all
+ * arrays and tensors sit flush against PROT_NONE guard pages (a stray read
+ * faults), outputs are poisoned and must stay so after a failed run, and
+ * `make sanitize` runs this under ASan + UBSan. After the failures the same
+ * plan must still plan and run a valid batch correctly.
+ *
+ * The fixture: paged NHD f32, H_qo 4, H_kv 2, D 64, page_size 4, two
+ * requests (qo 3, kv 6) and (qo 1, kv 4) on pages {4, 1} and {2} of a
+ * 5-page cache.
+ */
+#include "flashinfer.h"
+#include "oracle.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { HQ = 4, HKV = 2, D = 64, PS = 4, PAGES = 5, B = 2, TOTAL_Q = 4 };
+
+/* ----------------------------------------------------------------- fixture */
+
+typedef struct fixture {
+    fi_context *ctx;
+    fi_attention_params params;
+    fi_plan_config config;
+    /* batch arrays, each flush against a guard page */
+    tu_buf qo_indptr, kv_indptr, kv_indices, last, mask_indptr;
+    fi_batch batch;
+    tu_buf q, k, v, o, lse, mask;
+    fi_run_args args;
+} fixture;
+
+static fixture fx;
+
+static int32_t *arr(tu_buf *b) { return (int32_t *)b->base; }
+
+static void set_ints(tu_buf *b, int32_t n, const int32_t *vals) {
+    tu_buf_free(b);
+    tu_buf_alloc_tail(b, sizeof(int32_t) * (size_t)n, 4);
+    memcpy(b->base, vals, sizeof(int32_t) * (size_t)n);
+}
+
+/* The valid batch; tests break a copy of it. */
+static void fixture_batch(void) {
+    set_ints(&fx.qo_indptr, B + 1, (int32_t[]){0, 3, 4});
+    set_ints(&fx.kv_indptr, B + 1, (int32_t[]){0, 2, 3});
+    set_ints(&fx.kv_indices, 3, (int32_t[]){4, 1, 2});
+    set_ints(&fx.last, B, (int32_t[]){2, 4});
+    set_ints(&fx.mask_indptr, B + 1, (int32_t[]){0, 3, 4}); /* ceil(3*6/8), ceil(1*4/8) */
+    fx.batch.batch_size = B;
+    fx.batch.qo_indptr = arr(&fx.qo_indptr);
+    fx.batch.kv_indptr = arr(&fx.kv_indptr);
+    fx.batch.kv_indices = arr(&fx.kv_indices);
+    fx.batch.kv_last_page_len = arr(&fx.last);
+    fx.batch.mask_indptr = NULL;
+}
+
+static void tensor(tu_buf *b, fi_dtype dt, int32_t ndim, const int64_t *shape) {
+    tu_buf_free(b);
+    int64_t n = 1;
+    for (int32_t d = 0; d < ndim; d++) n *= shape[d];
+    /* flush against the guard page: one element past the end faults */
+    tu_buf_alloc_tail(b, (size_t)n * tu_dtype_size(dt), tu_dtype_size(dt));
+    b->t = fi_tensor_contiguous(b->base, dt, ndim, shape);
+}
+
+static void fixture_tensors(void) {
+    tu_rng rng;
+    tu_rng_seed(&rng, 12345);
+    tensor(&fx.q, FI_DTYPE_F32, 3, (int64_t[]){TOTAL_Q, HQ, D});
+    tensor(&fx.k, FI_DTYPE_F32, 4, (int64_t[]){PAGES, PS, HKV, D});
+    tensor(&fx.v, FI_DTYPE_F32, 4, (int64_t[]){PAGES, PS, HKV, D});
+    tensor(&fx.o, FI_DTYPE_F32, 3, (int64_t[]){TOTAL_Q, HQ, D});
+    tensor(&fx.lse, FI_DTYPE_F32, 2, (int64_t[]){TOTAL_Q, HQ});
+    tensor(&fx.mask, FI_DTYPE_U8, 1, (int64_t[]){4});
+    tu_fill_uniform(&rng, &fx.q.t, -1, 1, 0);
+    tu_fill_uniform(&rng, &fx.k.t, -1, 1, 0);
+    tu_fill_uniform(&rng, &fx.v.t, -1, 1, 0);
+    memset(fx.mask.base, 0x5b, 4);
+    tu_buf_poison(&fx.o);
+    tu_buf_poison(&fx.lse);
+    memset(&fx.args, 0, sizeof fx.args);
+    fx.args.q = fx.q.t;
+    fx.args.k = fx.k.t;
+    fx.args.v = fx.v.t;
+    fx.args.o = fx.o.t;
+    fx.args.lse = fx.lse.t;
+}
+
+static void fixture_params(void) {
+    fi_attention_params_init(&fx.params);
+    fx.params.num_qo_heads = HQ;
+    fx.params.num_kv_heads = HKV;
+    fx.params.head_dim_qk = fx.params.head_dim_vo = D;
+    fx.params.page_size = PS;
+    fx.params.q_dtype = fx.params.kv_dtype = fx.params.o_dtype = FI_DTYPE_F32;
+    fi_plan_config_init(&fx.config);
+    fx.config.max_batch_size = B;
+    fx.config.max_total_qo = TOTAL_Q;
+    fx.config.max_total_kv = 3;
+}
+
+static void fixture_reset(void) {
+    fixture_params();
+    fixture_batch();
+    fixture_tensors();
+}
+
+static void fixture_free(void) {
+    tu_buf *bufs[] = {&fx.qo_indptr, &fx.kv_indptr, &fx.kv_indices, &fx.last, &fx.mask_indptr,
+                      &fx.q, &fx.k, &fx.v, &fx.o, &fx.lse, &fx.mask};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tu_buf_free(bufs[i]);
+    fi_context_destroy(fx.ctx);
+}
+
+/* A plan from the fixture's (possibly modified) params and config. */
+static fi_plan *make_plan(void) {
+    fi_plan *plan = NULL;
+    fi_status st = fi_plan_create(fx.ctx, &fx.params, &fx.config, &plan);
+    if (st != FI_OK) {
+        tu_note("fixture plan: %s: %s", fi_status_string(st), fi_last_error());
+        return NULL;
+    }
+    return plan;
+}
+
+/* ------------------------------------------------------------- assertions */
+
+/* Ends the list of strings a message must contain. */
+#define END ((const char *)NULL)
+
+static const char *category;
+
+/* Status `got` must be `want`, and fi_last_error() must contain every string
+ * of the NULL-terminated list. Returns 1 if all hold. */
+static int expect_v(fi_status got, fi_status want, va_list ap) {
+    int ok = 1;
+    const char *msg = fi_last_error();
+    if (got != want) {
+        tu_note("status %s (%d), expected %s (%d)", fi_status_string(got), (int)got,
+                fi_status_string(want), (int)want);
+        ok = 0;
+    }
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        if (!msg || !strstr(msg, s)) {
+            tu_note("message does not name '%s'", s);
+            ok = 0;
+        }
+    if (!ok || tu_opt.verbose) tu_note("fi_last_error: \"%s\"", msg ? msg : "(null)");
+    return ok;
+}
+
+static int expect(fi_status got, fi_status want, ...) {
+    va_list ap;
+    va_start(ap, want);
+    int ok = expect_v(got, want, ap);
+    va_end(ap);
+    return ok;
+}
+
+/* O and LSE must still hold the poison after a failed run. */
+static int outputs_untouched(void) {
+    const tu_buf *bufs[] = {&fx.o, &fx.lse};
+    for (int i = 0; i < 2; i++) {
+        const uint8_t *p = bufs[i]->base;
+        for (size_t j = 0; j < bufs[i]->bytes; j++)
+            if (p[j] != 0xFF) {
+                tu_note("a failed call wrote %s", i ? "lse" : "o");
+                return 0;
+            }
+    }
+    return 1;
+}
+
+static void record(const char *name, int ok) {
+    char full[160];
+    snprintf(full, sizeof full, "bad_input/%s/%s", category, name);
+    tu_record(category, full, ok ? TU_PASS : TU_FAIL);
+}
+
+static int selected(const char *name) {
+    char full[160];
+    snprintf(full, sizeof full, "bad_input/%s/%s", category, name);
+    if (!tu_selected(full)) return 0;
+    if (tu_opt.list) { printf("%s\n", full); return 0; }
+    fixture_reset();
+    return 1;
+}
+
+/* Plan the fixture's batch with the fixture's params; expect the update to
+ * fail with `want` naming the strings. */
+#define UPDATE_FAILS(name, want, ...)                                          \
+    do {                                                                       \
+        fi_plan *plan_ = make_plan();                                          \
+        int ok_ = plan_ != NULL;                                               \
+        if (plan_) ok_ = expect(fi_plan_update(plan_, &fx.batch), want, __VA_ARGS__, END); \
+        fi_plan_destroy(plan_);                                                \
+        record(name, ok_);                                                     \
+    } while (0)
+
+/* Plan the valid batch, then expect the run with fx.args to fail. */
+#define RUN_FAILS(name, want, ...)                                             \
+    do {                                                                       \
+        fi_plan *plan_ = make_plan();                                          \
+        int ok_ = plan_ != NULL;                                               \
+        fi_status st_ = plan_ ? fi_plan_update(plan_, &fx.batch) : FI_OK;     \
+        if (ok_ && st_ != FI_OK) {                                             \
+            tu_note("update of the valid batch: %s: %s", fi_status_string(st_), fi_last_error()); \
+            ok_ = 0;                                                           \
+        }                                                                      \
+        if (ok_) ok_ = expect(fi_plan_run(plan_, &fx.args), want, __VA_ARGS__, END) & outputs_untouched(); \
+        fi_plan_destroy(plan_);                                                \
+        record(name, ok_);                                                     \
+    } while (0)
+
+#define CREATE_FAILS(name, want, ...)                                          \
+    do {                                                                       \
+        fi_plan *plan_ = (fi_plan *)(uintptr_t)1;                             \
+        fi_status st_ = fi_plan_create(fx.ctx, &fx.params, &fx.config, &plan_); \
+        int ok_ = expect(st_, want, __VA_ARGS__, END);                        \
+        if (st_ == FI_OK) fi_plan_destroy(plan_);                              \
+        record(name, ok_);                                                     \
+    } while (0)
+
+/* Page-table entries that pass plan_update (it cannot know the cache size)
+ * but point past the K tensor must be caught by run, before any read: the
+ * cache ends at a guard page, so a read of page `bad` would fault. Either
+ * call may report it, naming the page. */
+static void page_out_of_range(const char *name, int32_t bad) {
+    arr(&fx.kv_indices)[1] = bad;
+    fi_plan *plan = make_plan();
+    int ok = plan != NULL;
+    char val[16], val1[16];
+    snprintf(val, sizeof val, "%d", (int)bad);
+    snprintf(val1, sizeof val1, "%d", (int)bad + 1); /* "largest page id + 1" */
+    if (ok) {
+        fi_status st = fi_plan_update(plan, &fx.batch);
+        if (st == FI_OK) st = fi_plan_run(plan, &fx.args);
+        const char *msg = fi_last_error();
+        ok = expect(st, FI_STATUS_INVALID_ARGUMENT, END) && outputs_untouched();
+        if (!strstr(msg, val) && !strstr(msg, val1)) {
+            tu_note("message names neither page %s nor %s: \"%s\"", val, val1, msg);
+            ok = 0;
+        }
+    }
+    fi_plan_destroy(plan);
+    record(name, ok);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_indptr(void) {
+    category = "indptr";
+    if (selected("qo_indptr_start")) {
+        set_ints(&fx.qo_indptr, 3, (int32_t[]){17, 17, 18});
+        fx.batch.qo_indptr = arr(&fx.qo_indptr);
+        UPDATE_FAILS("qo_indptr_start", FI_STATUS_INVALID_ARGUMENT, "qo_indptr", "17");
+    }
+    if (selected("kv_indptr_start")) {
+        set_ints(&fx.kv_indptr, 3, (int32_t[]){11, 13, 14});
+        fx.batch.kv_indptr = arr(&fx.kv_indptr);
+        UPDATE_FAILS("kv_indptr_start", FI_STATUS_INVALID_ARGUMENT, "kv_indptr", "11");
+    }
+    if (selected("qo_indptr_decreasing")) {
+        set_ints(&fx.qo_indptr, 3, (int32_t[]){0, 3, 2});
+        fx.batch.qo_indptr = arr(&fx.qo_indptr);
+        UPDATE_FAILS("qo_indptr_decreasing", FI_STATUS_INVALID_ARGUMENT, "qo_indptr", "3", "2");
+    }
+    if (selected("kv_indptr_decreasing")) {
+        /* kv_indices holds 3 entries: a library that walked indptr up to 13
+         * before checking it would read past the guard page. */
+        set_ints(&fx.kv_indptr, 3, (int32_t[]){0, 13, 11});
+        fx.batch.kv_indptr = arr(&fx.kv_indptr);
+        UPDATE_FAILS("kv_indptr_decreasing", FI_STATUS_INVALID_ARGUMENT, "kv_indptr", "13", "11");
+    }
+    if (selected("mask_indptr_decreasing")) {
+        fx.params.mask_mode = FI_MASK_CUSTOM;
+        set_ints(&fx.mask_indptr, 3, (int32_t[]){0, 9, 7});
+        fx.batch.mask_indptr = arr(&fx.mask_indptr);
+        UPDATE_FAILS("mask_indptr_decreasing", FI_STATUS_INVALID_ARGUMENT, "mask_indptr", "9", "7");
+    }
+    if (selected("mask_indptr_short")) {
+        /* request 0 needs ceil(3*6/8) = 3 bytes, given 1 */
+        fx.params.mask_mode = FI_MASK_CUSTOM;
+        set_ints(&fx.mask_indptr, 3, (int32_t[]){0, 1, 4});
+        fx.batch.mask_indptr = arr(&fx.mask_indptr);
+        UPDATE_FAILS("mask_indptr_short", FI_STATUS_INVALID_ARGUMENT, "mask_indptr");
+    }
+    if (selected("batch_size_negative")) {
+        fx.batch.batch_size = -3;
+        UPDATE_FAILS("batch_size_negative", FI_STATUS_INVALID_ARGUMENT, "batch_size", "-3");
+    }
+}
+
+static void test_pages(void) {
+    category = "pages";
+    if (selected("page_index_negative")) {
+        arr(&fx.kv_indices)[1] = -5;
+        UPDATE_FAILS("page_index_negative", FI_STATUS_INVALID_ARGUMENT, "kv_indices", "-5");
+    }
+    if (selected("page_index_past_cache")) page_out_of_range("page_index_past_cache", 1000);
+    if (selected("page_index_equal_pages")) page_out_of_range("page_index_equal_pages", PAGES);
+    if (selected("last_page_len_over_page_size")) {
+        arr(&fx.last)[1] = 9;
+        UPDATE_FAILS("last_page_len_over_page_size", FI_STATUS_INVALID_ARGUMENT,
+                     "kv_last_page_len", "9");
+    }
+    if (selected("last_page_len_zero")) {
+        arr(&fx.last)[0] = 0; /* request 0 has two pages */
+        UPDATE_FAILS("last_page_len_zero", FI_STATUS_INVALID_ARGUMENT, "kv_last_page_len", "0");
+    }
+    if (selected("last_page_len_negative")) {
+        arr(&fx.last)[0] = -2;
+        UPDATE_FAILS("last_page_len_negative", FI_STATUS_INVALID_ARGUMENT, "kv_last_page_len", "-2");
+    }
+}
+
+static void test_params(void) {
+    category = "params";
+    if (selected("heads_not_divisible")) {
+        fx.params.num_qo_heads = 6;
+        fx.params.num_kv_heads = 4;
+        CREATE_FAILS("heads_not_divisible", FI_STATUS_INVALID_ARGUMENT, "6", "4");
+    }
+    if (selected("heads_zero")) {
+        fx.params.num_kv_heads = 0;
+        CREATE_FAILS("heads_zero", FI_STATUS_INVALID_ARGUMENT, "num_kv_heads");
+    }
+    if (selected("head_dim_96")) {
+        fx.params.head_dim_qk = fx.params.head_dim_vo = 96;
+        CREATE_FAILS("head_dim_96", FI_STATUS_UNSUPPORTED, "head_dim", "96");
+    }
+    if (selected("head_dim_vo_80")) {
+        fx.params.head_dim_vo = 80;
+        CREATE_FAILS("head_dim_vo_80", FI_STATUS_UNSUPPORTED, "head_dim_vo", "80");
+    }
+    static const struct { const char *name; int which; fi_dtype dt; } dts[] = {
+        {"q_dtype_i32", 0, FI_DTYPE_I32},  {"q_dtype_e4m3", 0, FI_DTYPE_E4M3},
+        {"q_dtype_u8", 0, FI_DTYPE_U8},    {"o_dtype_e5m2", 2, FI_DTYPE_E5M2},
+        {"kv_dtype_i32", 1, FI_DTYPE_I32}, {"kv_dtype_unknown", 1, (fi_dtype)77},
+    };
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        if (!selected(dts[i].name)) continue;
+        fi_dtype *f = dts[i].which == 0 ? &fx.params.q_dtype
+                    : dts[i].which == 1 ? &fx.params.kv_dtype : &fx.params.o_dtype;
+        *f = dts[i].dt;
+        const char *field = dts[i].which == 0 ? "q_dtype" : dts[i].which == 1 ? "kv_dtype" : "o_dtype";
+        if (dts[i].dt == (fi_dtype)77)
+            CREATE_FAILS(dts[i].name, FI_STATUS_UNSUPPORTED, field);
+        else
+            CREATE_FAILS(dts[i].name, FI_STATUS_UNSUPPORTED, field, fi_dtype_name(dts[i].dt));
+    }
+    if (selected("page_size_zero")) {
+        fx.params.page_size = 0;
+        CREATE_FAILS("page_size_zero", FI_STATUS_INVALID_ARGUMENT, "page_size", "0");
+    }
+    if (selected("window_left_minus2")) {
+        fx.params.window_left = -2;
+        CREATE_FAILS("window_left_minus2", FI_STATUS_INVALID_ARGUMENT, "window_left", "-2");
+    }
+    if (selected("soft_cap_negative")) {
+        fx.params.logits_soft_cap = -30.0f;
+        CREATE_FAILS("soft_cap_negative", FI_STATUS_INVALID_ARGUMENT, "logits_soft_cap", "-30");
+    }
+    if (selected("soft_cap_nan")) {
+        fx.params.logits_soft_cap = NAN;
+        CREATE_FAILS("soft_cap_nan", FI_STATUS_INVALID_ARGUMENT, "logits_soft_cap");
+    }
+    if (selected("sm_scale_negative")) {
+        fx.params.sm_scale = -0.5f;
+        CREATE_FAILS("sm_scale_negative", FI_STATUS_INVALID_ARGUMENT, "sm_scale", "-0.5");
+    }
+    if (selected("rope_theta_zero")) {
+        fx.params.pos_encoding = FI_POS_ROPE_LLAMA;
+        fx.params.rope_theta = 0.0f;
+        CREATE_FAILS("rope_theta_zero", FI_STATUS_INVALID_ARGUMENT, "rope_theta");
+    }
+    if (selected("k_scale_zero")) {
+        fx.params.kv_dtype = FI_DTYPE_E4M3;
+        fx.params.k_scale = 0.0f;
+        CREATE_FAILS("k_scale_zero", FI_STATUS_INVALID_ARGUMENT, "k_scale");
+    }
+    if (selected("alibi_slope_nan")) {
+        float slopes[HQ] = {0.5f, 0.25f, NAN, 0.1f};
+        fx.params.pos_encoding = FI_POS_ALIBI;
+        fx.params.alibi_slopes = slopes;
+        CREATE_FAILS("alibi_slope_nan", FI_STATUS_INVALID_ARGUMENT, "alibi_slopes[2]");
+    }
+    if (selected("mask_mode_unknown")) {
+        fx.params.mask_mode = (fi_mask_mode)9;
+        CREATE_FAILS("mask_mode_unknown", FI_STATUS_INVALID_ARGUMENT, "mask_mode", "9");
+    }
+    if (selected("params_struct_size")) {
+        fx.params.struct_size = 12;
+        CREATE_FAILS("params_struct_size", FI_STATUS_INVALID_ARGUMENT, "struct_size", "12");
+    }
+    if (selected("config_struct_size")) {
+        fx.config.struct_size = 3;
+        CREATE_FAILS("config_struct_size", FI_STATUS_INVALID_ARGUMENT, "struct_size", "3");
+    }
+    if (selected("config_bounds_zero")) {
+        fx.config.max_total_qo = 0;
+        CREATE_FAILS("config_bounds_zero", FI_STATUS_INVALID_ARGUMENT, "max_total_qo");
+    }
+    if (selected("config_fixed_split_negative")) {
+        fx.config.fixed_split_size = -8;
+        CREATE_FAILS("config_fixed_split_negative", FI_STATUS_INVALID_ARGUMENT, "fixed_split_size", "-8");
+    }
+    if (selected("config_workers_negative")) {
+        fx.config.num_workers = -4;
+        CREATE_FAILS("config_workers_negative", FI_STATUS_INVALID_ARGUMENT, "num_workers", "-4");
+    }
+}
+
+static void test_null(void) {
+    category = "null";
+    if (selected("create_params_null")) {
+        fi_plan *plan = NULL;
+        record("create_params_null",
+               expect(fi_plan_create(fx.ctx, NULL, &fx.config, &plan), FI_STATUS_INVALID_ARGUMENT, END) &&
+               plan == NULL);
+    }
+    if (selected("create_ctx_null")) {
+        fi_plan *plan = NULL;
+        record("create_ctx_null",
+               expect(fi_plan_create(NULL, &fx.params, &fx.config, &plan), FI_STATUS_INVALID_ARGUMENT, END));
+    }
+    if (selected("create_out_null"))
+        record("create_out_null",
+               expect(fi_plan_create(fx.ctx, &fx.params, &fx.config, NULL), FI_STATUS_INVALID_ARGUMENT, END));
+    if (selected("context_out_null")) {
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        record("context_out_null", expect(fi_context_create(&opt, NULL), FI_STATUS_INVALID_ARGUMENT, END));
+    }
+    if (selected("update_plan_null"))
+        record("update_plan_null", expect(fi_plan_update(NULL, &fx.batch), FI_STATUS_INVALID_ARGUMENT, END));
+    if (selected("update_batch_null")) {
+        fi_plan *plan = make_plan();
+        record("update_batch_null", plan && expect(fi_plan_update(plan, NULL), FI_STATUS_INVALID_ARGUMENT, END));
+        fi_plan_destroy(plan);
+    }
+    if (selected("qo_indptr_null")) {
+        fx.batch.qo_indptr = NULL;
+        UPDATE_FAILS("qo_indptr_null", FI_STATUS_INVALID_ARGUMENT, "qo_indptr");
+    }
+    if (selected("kv_indptr_null")) {
+        fx.batch.kv_indptr = NULL;
+        UPDATE_FAILS("kv_indptr_null", FI_STATUS_INVALID_ARGUMENT, "kv_indptr");
+    }
+    if (selected("kv_indices_null")) {
+        fx.batch.kv_indices = NULL;
+        UPDATE_FAILS("kv_indices_null", FI_STATUS_INVALID_ARGUMENT, "kv_indices");
+    }
+    if (selected("last_page_len_null")) {
+        fx.batch.kv_last_page_len = NULL;
+        UPDATE_FAILS("last_page_len_null", FI_STATUS_INVALID_ARGUMENT, "kv_last_page_len");
+    }
+    if (selected("run_args_null")) {
+        fi_plan *plan = make_plan();
+        int ok = plan && fi_plan_update(plan, &fx.batch) == FI_OK &&
+                 expect(fi_plan_run(plan, NULL), FI_STATUS_INVALID_ARGUMENT, END);
+        fi_plan_destroy(plan);
+        record("run_args_null", ok);
+    }
+    if (selected("run_plan_null"))
+        record("run_plan_null", expect(fi_plan_run(NULL, &fx.args), FI_STATUS_INVALID_ARGUMENT, END));
+    static const char *const names[] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s_data_null", names[i]);
+        if (!selected(name)) continue;
+        fi_tensor *t = i == 0 ? &fx.args.q : i == 1 ? &fx.args.k : i == 2 ? &fx.args.v : &fx.args.o;
+        t->data = NULL;
+        char field[16];
+        snprintf(field, sizeof field, "%s.data", names[i]);
+        RUN_FAILS(name, FI_STATUS_INVALID_ARGUMENT, field);
+    }
+    if (selected("custom_mask_null")) {
+        fx.params.mask_mode = FI_MASK_CUSTOM; /* args.custom_mask left empty */
+        RUN_FAILS("custom_mask_null", FI_STATUS_INVALID_ARGUMENT, "custom_mask");
+    }
+    if (selected("get_info_null")) {
+        fi_plan_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        record("get_info_null", expect(fi_plan_get_info(NULL, &info), FI_STATUS_INVALID_ARGUMENT, END));
+    }
+    if (selected("split_kv_null")) {
+        fi_tensor k, v;
+        record("split_kv_null", expect(fi_tensor_split_kv(NULL, &k, &v), FI_STATUS_INVALID_ARGUMENT, END));
+    }
+    if (selected("split_kv_not_2")) {
+        fi_tensor k, v;
+        record("split_kv_not_2", expect(fi_tensor_split_kv(&fx.k.t, &k, &v), FI_STATUS_INVALID_ARGUMENT,
+                                        "shape[1]", END));
+    }
+}
+
+static void test_buffers(void) {
+    category = "buffers";
+    if (selected("q_too_few_rows")) {
+        tensor(&fx.q, FI_DTYPE_F32, 3, (int64_t[]){TOTAL_Q - 1, HQ, D});
+        fx.args.q = fx.q.t;
+        RUN_FAILS("q_too_few_rows", FI_STATUS_INVALID_ARGUMENT, "q.shape[0]", "3");
+    }
+    if (selected("q_wrong_heads")) {
+        tensor(&fx.q, FI_DTYPE_F32, 3, (int64_t[]){TOTAL_Q, HQ / 2, D});
+        fx.args.q = fx.q.t;
+        RUN_FAILS("q_wrong_heads", FI_STATUS_INVALID_ARGUMENT, "q.shape[1]");
+    }
+    if (selected("q_wrong_dtype")) {
+        tensor(&fx.q, FI_DTYPE_F16, 3, (int64_t[]){TOTAL_Q, HQ, D});
+        fx.args.q = fx.q.t;
+        RUN_FAILS("q_wrong_dtype", FI_STATUS_INVALID_ARGUMENT, "q", "f16");
+    }
+    if (selected("q_wrong_ndim")) {
+        fx.args.q.ndim = 2;
+        fx.args.q.shape[1] = HQ * D;
+        RUN_FAILS("q_wrong_ndim", FI_STATUS_INVALID_ARGUMENT, "q.ndim");
+    }
+    if (selected("o_too_few_rows")) {
+        tensor(&fx.o, FI_DTYPE_F32, 3, (int64_t[]){TOTAL_Q - 2, HQ, D});
+        tu_buf_poison(&fx.o);
+        fx.args.o = fx.o.t;
+        RUN_FAILS("o_too_few_rows", FI_STATUS_INVALID_ARGUMENT, "o.shape[0]", "2");
+    }
+    if (selected("o_wrong_head_dim")) {
+        tensor(&fx.o, FI_DTYPE_F32, 3, (int64_t[]){TOTAL_Q, HQ, D / 2});
+        tu_buf_poison(&fx.o);
+        fx.args.o = fx.o.t;
+        RUN_FAILS("o_wrong_head_dim", FI_STATUS_INVALID_ARGUMENT, "o.shape[2]", "32");
+    }
+    if (selected("k_fewer_pages")) {
+        /* pages 0..4 are referenced; the cache has 4 */
+        tensor(&fx.k, FI_DTYPE_F32, 4, (int64_t[]){PAGES - 1, PS, HKV, D});
+        fx.args.k = fx.k.t;
+        RUN_FAILS("k_fewer_pages", FI_STATUS_INVALID_ARGUMENT, "k.shape[0]", "4");
+    }
+    if (selected("v_fewer_pages")) {
+        tensor(&fx.v, FI_DTYPE_F32, 4, (int64_t[]){2, PS, HKV, D});
+        fx.args.v = fx.v.t;
+        RUN_FAILS("v_fewer_pages", FI_STATUS_INVALID_ARGUMENT, "v.shape[0]", "2");
+    }
+    if (selected("k_wrong_page_size")) {
+        tensor(&fx.k, FI_DTYPE_F32, 4, (int64_t[]){PAGES, PS * 2, HKV, D});
+        fx.args.k = fx.k.t;
+        RUN_FAILS("k_wrong_page_size", FI_STATUS_INVALID_ARGUMENT, "k.shape[1]", "8");
+    }
+    if (selected("lse_too_small")) {
+        tensor(&fx.lse, FI_DTYPE_F32, 2, (int64_t[]){TOTAL_Q - 1, HQ});
+        tu_buf_poison(&fx.lse);
+        fx.args.lse = fx.lse.t;
+        RUN_FAILS("lse_too_small", FI_STATUS_INVALID_ARGUMENT, "lse.shape[0]", "3");
+    }
+    if (selected("lse_wrong_dtype")) {
+        tensor(&fx.lse, FI_DTYPE_F16, 2, (int64_t[]){TOTAL_Q, HQ});
+        tu_buf_poison(&fx.lse);
+        fx.args.lse = fx.lse.t;
+        RUN_FAILS("lse_wrong_dtype", FI_STATUS_INVALID_ARGUMENT, "lse", "f16");
+    }
+    if (selected("custom_mask_too_small")) {
+        fx.params.mask_mode = FI_MASK_CUSTOM; /* needs 3 + 1 bytes */
+        tensor(&fx.mask, FI_DTYPE_U8, 1, (int64_t[]){3});
+        fx.args.custom_mask = fx.mask.t;
+        RUN_FAILS("custom_mask_too_small", FI_STATUS_INVALID_ARGUMENT, "custom_mask", "3");
+    }
+    if (selected("ragged_k_too_few_tokens")) {
+        /* ragged: 10 KV tokens in the batch, K holds 9 */
+        fx.params.kv_format = FI_KV_FORMAT_RAGGED;
+        fx.config.max_total_kv = 10;
+        set_ints(&fx.kv_indptr, 3, (int32_t[]){0, 6, 10});
+        fx.batch.kv_indptr = arr(&fx.kv_indptr);
+        fx.batch.kv_indices = NULL;
+        fx.batch.kv_last_page_len = NULL;
+        tensor(&fx.k, FI_DTYPE_F32, 3, (int64_t[]){9, HKV, D});
+        tensor(&fx.v, FI_DTYPE_F32, 3, (int64_t[]){10, HKV, D});
+        fx.args.k = fx.k.t;
+        fx.args.v = fx.v.t;
+        RUN_FAILS("ragged_k_too_few_tokens", FI_STATUS_INVALID_ARGUMENT, "k.shape[0]", "9");
+    }
+    if (selected("stride_negative")) {
+        fx.args.q.stride[1] = -D;
+        RUN_FAILS("stride_negative", FI_STATUS_INVALID_ARGUMENT, "q.stride[1]");
+    }
+}
+
+static void test_alignment(void) {
+    category = "alignment";
+    static const struct { const char *name; int which; size_t off; fi_dtype dt; const char *field; } al[] = {
+        {"q_f32_odd_address", 0, 1, FI_DTYPE_F32, "q.data"},
+        {"k_f32_address_plus2", 1, 2, FI_DTYPE_F32, "k.data"},
+        {"o_f16_odd_address", 2, 1, FI_DTYPE_F16, "o.data"},
+        {"lse_address_plus3", 3, 3, FI_DTYPE_F32, "lse.data"},
+    };
+    for (size_t i = 0; i < sizeof al / sizeof al[0]; i++) {
+        if (!selected(al[i].name)) continue;
+        if (al[i].dt == FI_DTYPE_F16) {
+            fx.params.o_dtype = FI_DTYPE_F16;
+            tensor(&fx.o, FI_DTYPE_F16, 3, (int64_t[]){TOTAL_Q + 1, HQ, D});
+            tu_buf_poison(&fx.o);
+            fx.args.o = fx.o.t;
+        }
+        /* The view moved by `off` bytes inside its allocation: in bounds,
+         * but not aligned to the element. */
+        fi_tensor *t = al[i].which == 0 ? &fx.args.q : al[i].which == 1 ? &fx.args.k
+                     : al[i].which == 2 ? &fx.args.o : &fx.args.lse;
+        tu_buf *b = al[i].which == 0 ? &fx.q : al[i].which == 1 ? &fx.k
+                  : al[i].which == 2 ? &fx.o : &fx.lse;
+        /* re-allocate one row bigger so the shifted view stays inside */
+        if (al[i].which != 2) {
+            int64_t shape[4];
+            for (int32_t d = 0; d < t->ndim; d++) shape[d] = t->shape[d];
+            shape[0] += 1;
+            tensor(b, t->dtype, t->ndim, shape);
+            tu_buf_poison(b);
+            fi_tensor moved = fi_tensor_contiguous(b->base, t->dtype, t->ndim, t->shape);
+            *t = moved;
+        }
+        t->data = (char *)b->base + al[i].off;
+        RUN_FAILS(al[i].name, FI_STATUS_INVALID_ARGUMENT, al[i].field, "align");
+    }
+}
+
+/* The batch over each bound; then the same plan must still plan and run a
+ * valid batch correctly (a refused batch corrupts nothing). */
+static void test_bounds(void) {
+    category = "bounds";
+    if (selected("max_batch_size")) {
+        fx.config.max_batch_size = 1;
+        UPDATE_FAILS("max_batch_size", FI_STATUS_BOUND_EXCEEDED, "max_batch_size", "2");
+    }
+    if (selected("max_total_qo")) {
+        fx.config.max_total_qo = 3;
+        UPDATE_FAILS("max_total_qo", FI_STATUS_BOUND_EXCEEDED, "max_total_qo", "4");
+    }
+    if (selected("max_total_kv_pages")) {
+        fx.config.max_total_kv = 2;
+        UPDATE_FAILS("max_total_kv_pages", FI_STATUS_BOUND_EXCEEDED, "max_total_kv", "3");
+    }
+    if (selected("max_total_kv_tokens")) {
+        fx.params.kv_format = FI_KV_FORMAT_RAGGED;
+        fx.config.max_total_kv = 9;
+        set_ints(&fx.kv_indptr, 3, (int32_t[]){0, 6, 10});
+        fx.batch.kv_indptr = arr(&fx.kv_indptr);
+        UPDATE_FAILS("max_total_kv_tokens", FI_STATUS_BOUND_EXCEEDED, "max_total_kv", "10");
+    }
+    if (selected("recovery_after_refusals")) {
+        /* One plan sized for the fixture: refuse three bad batches, then the
+         * good one must plan and run to the oracle's answer. */
+        fi_plan *plan = make_plan();
+        int ok = plan != NULL;
+        if (ok) {
+            fi_batch big = fx.batch;
+            big.batch_size = 3;
+            tu_buf qo3, kv3, last3;
+            memset(&qo3, 0, sizeof qo3); memset(&kv3, 0, sizeof kv3); memset(&last3, 0, sizeof last3);
+            set_ints(&qo3, 4, (int32_t[]){0, 1, 2, 3});
+            set_ints(&kv3, 4, (int32_t[]){0, 1, 2, 3});
+            set_ints(&last3, 3, (int32_t[]){1, 1, 1});
+            big.qo_indptr = arr(&qo3);
+            big.kv_indptr = arr(&kv3);
+            big.kv_last_page_len = arr(&last3);
+            ok &= expect(fi_plan_update(plan, &big), FI_STATUS_BOUND_EXCEEDED, "max_batch_size", END);
+            arr(&fx.last)[1] = 99;
+            ok &= expect(fi_plan_update(plan, &fx.batch), FI_STATUS_INVALID_ARGUMENT, "99", END);
+            arr(&fx.last)[1] = 4;
+            /* after a refused update, run must not use a half-copied batch */
+            fi_status st = fi_plan_run(plan, &fx.args);
+            if (st != FI_STATUS_NOT_PLANNED) {
+                tu_note("run after a refused update: %s, expected not planned", fi_status_string(st));
+                ok = 0;
+            }
+            ok &= outputs_untouched();
+            st = fi_plan_update(plan, &fx.batch);
+            if (st == FI_OK) st = fi_plan_run(plan, &fx.args);
+            if (st != FI_OK) {
+                tu_note("valid batch after refusals: %s: %s", fi_status_string(st), fi_last_error());
+                ok = 0;
+            } else {
+                double ref_o[TOTAL_Q * HQ * D], ref_l[TOTAL_Q * HQ], got_o[TOTAL_Q * HQ * D], got_l[TOTAL_Q * HQ];
+                oracle_attention(&fx.params, &fx.batch, &fx.q.t, &fx.k.t, &fx.v.t, NULL, ref_o, ref_l);
+                for (int i = 0; i < TOTAL_Q * HQ * D; i++) got_o[i] = ((float *)fx.o.base)[i];
+                for (int i = 0; i < TOTAL_Q * HQ; i++) got_l[i] = ((float *)fx.lse.base)[i];
+                tu_cmp c;
+                if (tu_compare(got_o, ref_o, TOTAL_Q * HQ * D, 1e-5, 1e-5, &c) ||
+                    tu_compare(got_l, ref_l, TOTAL_Q * HQ, 4e-5, 1e-5, &c)) {
+                    tu_note("wrong result after refusals: worst got %g want %g", c.worst_got, c.worst_ref);
+                    ok = 0;
+                }
+            }
+            tu_buf_free(&qo3); tu_buf_free(&kv3); tu_buf_free(&last3);
+        }
+        fi_plan_destroy(plan);
+        record("recovery_after_refusals", ok);
+    }
+}
+
+static void test_lifecycle(void) {
+    category = "lifecycle";
+    if (selected("run_before_update")) {
+        fi_plan *plan = make_plan();
+        record("run_before_update", plan && expect(fi_plan_run(plan, &fx.args), FI_STATUS_NOT_PLANNED, END) &&
+                                        outputs_untouched());
+        fi_plan_destroy(plan);
+    }
+    if (selected("info_before_update")) {
+        fi_plan *plan = make_plan();
+        fi_plan_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        record("info_before_update", plan && expect(fi_plan_get_info(plan, &info), FI_STATUS_NOT_PLANNED, END));
+        fi_plan_destroy(plan);
+    }
+    if (selected("destroy_null")) {
+        fi_plan_destroy(NULL);
+        fi_context_destroy(NULL);
+        record("destroy_null", 1);
+    }
+    if (selected("status_strings")) {
+        int ok = 1;
+        for (int s = FI_OK; s <= FI_STATUS_INTERNAL; s++) {
+            const char *str = fi_status_string((fi_status)s);
+            if (!str || !str[0]) { tu_note("fi_status_string(%d) is empty", s); ok = 0; }
+            for (int t = FI_OK; t < s && str; t++)
+                if (!strcmp(str, fi_status_string((fi_status)t))) { tu_note("statuses %d and %d share a name", s, t); ok = 0; }
+        }
+        if (!fi_status_string((fi_status)1234)) { tu_note("fi_status_string(1234) is NULL"); ok = 0; }
+        if (fi_version_number() != FI_VERSION_NUMBER || strcmp(fi_version_string(), FI_VERSION_STRING)) {
+            tu_note("run-time version %d differs from the header's %d", (int)fi_version_number(), FI_VERSION_NUMBER);
+            ok = 0;
+        }
+        record("status_strings", ok);
+    }
+    if (selected("message_is_per_call")) {
+        /* The message of a failure is replaced by the next failure's. */
+        fi_plan *plan = NULL;
+        fx.params.head_dim_qk = 96;
+        fi_plan_create(fx.ctx, &fx.params, &fx.config, &plan);
+        fx.params.head_dim_qk = D;
+        fx.params.window_left = -7;
+        fi_status st = fi_plan_create(fx.ctx, &fx.params, &fx.config, &plan);
+        int ok = expect(st, FI_STATUS_INVALID_ARGUMENT, "-7", END) && !strstr(fi_last_error(), "96");
+        record("message_is_per_call", ok);
+    }
+}
+
+static void test_device(void) {
+    category = "device";
+    if (selected("cuda_without_cuda")) {
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        opt.device = FI_DEVICE_CUDA;
+        fi_context *ctx = (fi_context *)(uintptr_t)1;
+        if (fi_device_available(FI_DEVICE_CUDA)) {
+            tu_note("CUDA is available here");
+            tu_record(category, "bad_input/device/cuda_without_cuda", TU_SKIP);
+        } else {
+            fi_status st = fi_context_create(&opt, &ctx);
+            record("cuda_without_cuda", expect(st, FI_STATUS_NO_DEVICE, "CUDA", END));
+            if (st == FI_OK) fi_context_destroy(ctx);
+        }
+    }
+    if (selected("device_unknown")) {
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        opt.device = (fi_device_type)5;
+        fi_context *ctx = NULL;
+        fi_status st = fi_context_create(&opt, &ctx);
+        record("device_unknown", expect(st, FI_STATUS_INVALID_ARGUMENT, "5", END) &&
+                                    fi_device_available((fi_device_type)5) == 0);
+        if (st == FI_OK) fi_context_destroy(ctx);
+    }
+    if (selected("simd_unknown_name")) {
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        opt.cpu_simd = "sse9";
+        fi_context *ctx = NULL;
+        fi_status st = fi_context_create(&opt, &ctx);
+        record("simd_unknown_name", expect(st, FI_STATUS_INVALID_ARGUMENT, "sse9", END));
+        if (st == FI_OK) fi_context_destroy(ctx);
+    }
+    if (selected("threads_negative")) {
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        opt.num_threads = -1;
+        fi_context *ctx = NULL;
+        fi_status st = fi_context_create(&opt, &ctx);
+        record("threads_negative", expect(st, FI_STATUS_INVALID_ARGUMENT, "num_threads", "-1", END));
+        if (st == FI_OK) fi_context_destroy(ctx);
+    }
+    if (selected("options_struct_size")) {
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        opt.struct_size = 7;
+        fi_context *ctx = NULL;
+        fi_status st = fi_context_create(&opt, &ctx);
+        record("options_struct_size", expect(st, FI_STATUS_INVALID_ARGUMENT, "struct_size", "7", END));
+        if (st == FI_OK) fi_context_destroy(ctx);
+    }
+}
+
+int main(int argc, char **argv) {
+    int rc = tu_parse_args(argc, argv,
+                           "Bad input: status and message for every class, nothing touched.\n"
+                           "Case names: bad_input/<class>/<case>.");
+    if (rc) return rc;
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.num_threads = 2;
+    fi_status st = fi_context_create(&opt, &fx.ctx);
+    if (st != FI_OK) {
+        printf("FAIL cannot create a CPU context: %s: %s\n", fi_status_string(st), fi_last_error());
+        return 1;
+    }
+    fixture_reset();
+    test_indptr();
+    test_pages();
+    test_params();
+    test_null();
+    test_buffers();
+    test_alignment();
+    test_bounds();
+    test_lifecycle();
+    test_device();
+    fixture_free();
+    if (tu_opt.list) return 0;
+    return tu_summary("test_bad_input");
+}
