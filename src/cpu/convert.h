@@ -81,4 +81,28 @@ static inline void fi_store_f32(void *p, fi_dtype dtype, int64_t i, float v) {
     }
 }
 
+/* dst[i] = scale * row[i] for i < n, the row's elements `stride` bytes apart. */
+static inline void fi_load_row_f32(float *dst, const void *row, fi_dtype dtype, int64_t stride,
+                                   int32_t n, float scale) {
+    const uint8_t *p = (const uint8_t *)row;
+    int64_t e = (int64_t)fi_dtype_size(dtype);
+    if (stride == e) {
+        for (int32_t i = 0; i < n; i++) dst[i] = scale * fi_load_f32(p, dtype, i);
+    } else {
+        for (int32_t i = 0; i < n; i++) dst[i] = scale * fi_load_f32(p + i * stride, dtype, 0);
+    }
+}
+
+/* row[i] = mul * src[i] rounded to `dtype` (f32/f16/bf16), `stride` bytes apart. */
+static inline void fi_store_row_f32(void *row, fi_dtype dtype, int64_t stride, const float *src,
+                                    float mul, int32_t n) {
+    uint8_t *p = (uint8_t *)row;
+    int64_t e = (int64_t)fi_dtype_size(dtype);
+    if (stride == e) {
+        for (int32_t i = 0; i < n; i++) fi_store_f32(p, dtype, i, mul * src[i]);
+    } else {
+        for (int32_t i = 0; i < n; i++) fi_store_f32(p + i * stride, dtype, 0, mul * src[i]);
+    }
+}
+
 #endif /* FI_CPU_CONVERT_H */

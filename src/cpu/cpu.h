@@ -24,6 +24,7 @@ void fi_thread_pool_run(fi_thread_pool *pool, fi_pool_fn fn, void *arg);
 typedef struct fi_cpu_state {
     fi_thread_pool *pool;
     const struct fi_cpu_simd *simd; /* the SIMD kernel table chosen at run time */
+    struct fi_cpu_scratch *scratch; /* [num_threads] attention scratch (attention.h) */
 } fi_cpu_state;
 
 static inline fi_thread_pool *fi_cpu_pool(const fi_context *ctx) {

@@ -1,0 +1,271 @@
+/*
+ * attention.c — the portable driver of the CPU attention kernel: one work
+ * item (a request's query tokens [q_start, q_end) against keys [kv_start,
+ * kv_end)), every KV head, FlashAttention's online softmax.
+ *
+ * For each KV head the item's tokens x the GQA group are packed into rows
+ * (token major: row p is token q_start + p / group, query head
+ * hkv * group + p % group), so each K/V row is read once per group. Rows go
+ * in blocks of FI_CPU_BM, keys in blocks of FI_CPU_BN; the SIMD table does
+ * the arithmetic (simd.h), this file does the bookkeeping: staging q (dtype,
+ * RoPE, scale), K/V row pointers through the page table, masks, logit
+ * transforms, and writing O/LSE or the partial state.
+ */
+#include "cpu/attention.h"
+#include "cpu/convert.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- scratch */
+
+fi_status fi_cpu_scratch_init(fi_cpu_scratch *s) {
+    const size_t qd = (size_t)FI_CPU_BM * FI_CPU_MAX_D, kd = (size_t)FI_CPU_BN * FI_CPU_MAX_D;
+    const size_t sizes[] = {
+        qd * 4, qd * 2, qd * 4, (size_t)FI_CPU_BM * FI_CPU_BN * 4, FI_CPU_BM * 4,
+        FI_CPU_BM * 4, FI_CPU_BM * 4, kd * 4, kd * 4, FI_CPU_BN * sizeof(void *),
+        FI_CPU_BN * sizeof(void *), FI_CPU_WORK_BYTES,
+    };
+    size_t n = sizeof sizes / sizeof sizes[0], total = 0;
+    for (size_t i = 0; i < n; i++) total += (sizes[i] + 63) & ~(size_t)63;
+    char *mem = NULL;
+    if (posix_memalign((void **)&mem, 64, total) != 0)
+        return fi_error(FI_STATUS_OUT_OF_MEMORY, "CPU scratch of %zu bytes: out of memory", total);
+    memset(mem, 0, total);
+    void *p[sizeof sizes / sizeof sizes[0]];
+    for (size_t i = 0, at = 0; i < n; i++) {
+        p[i] = mem + at;
+        at += (sizes[i] + 63) & ~(size_t)63;
+    }
+    *s = (fi_cpu_scratch){
+        .q = p[0], .qx = p[1], .o = p[2], .s = p[3], .m = p[4], .l = p[5], .alpha = p[6],
+        .kst = p[7], .vst = p[8], .kp = p[9], .vp = p[10], .work = p[11], .memory = mem,
+    };
+    return FI_OK;
+}
+
+void fi_cpu_scratch_fini(fi_cpu_scratch *s) {
+    free(s->memory);
+    s->memory = NULL;
+}
+
+/* ------------------------------------------------------------- row block */
+
+/* What stays fixed while one row block walks its keys. */
+typedef struct rowblock {
+    int32_t req, qo_len, kv_len;
+    int32_t q_start, kv_start, kv_end; /* the item's ranges, within the request */
+    int32_t hkv, row0, rows;
+    int32_t t_first, t_last;           /* tokens of rows 0 and rows - 1 */
+    int64_t qo_base;                   /* qo_indptr[req] */
+} rowblock;
+
+/* Keys [lo, hi) that token t (position within the request) may see. */
+static inline void token_range(const fi_cpu_job *j, const rowblock *b, int32_t t, int32_t *lo,
+                               int32_t *hi) {
+    int32_t diag = b->kv_len - b->qo_len + t;
+    int32_t l = b->kv_start, h = b->kv_end;
+    if (j->causal && diag + 1 < h) h = diag + 1;
+    if (j->window_left >= 0 && diag - j->window_left > l) l = diag - j->window_left;
+    *lo = l;
+    *hi = h;
+}
+
+/* x <- RoPE(x) at position pos: LLaMA, non-interleaved halves. */
+static void rope_rotate(const fi_cpu_job *j, float *x, int32_t pos) {
+    int32_t h = j->dqk / 2;
+    for (int32_t i = 0; i < h; i++) {
+        double a = (double)pos * j->rope_freq[i], c = cos(a), s = sin(a);
+        float x0 = x[i], x1 = x[i + h];
+        x[i] = (float)(x0 * c - x1 * s);
+        x[i + h] = (float)(x1 * c + x0 * s);
+    }
+}
+
+/* Scratch q rows: converted, rotated, scaled; padding rows zeroed. */
+static void stage_q(const fi_cpu_job *j, const rowblock *b, fi_cpu_scratch *sc) {
+    fi_dtype qd = j->plan->params.q_dtype;
+    for (int32_t r = 0; r < b->rows; r++) {
+        int32_t p = b->row0 + r, t = b->q_start + p / j->group;
+        int32_t head = b->hkv * j->group + p % j->group;
+        const uint8_t *src = j->q + (b->qo_base + t) * j->q_tok + head * j->q_head;
+        float *dst = sc->q + (size_t)r * j->dqk;
+        fi_load_row_f32(dst, src, qd, j->q_elem, j->dqk, 1.0f);
+        if (j->rope) rope_rotate(j, dst, b->kv_len - b->qo_len + t);
+        for (int32_t d = 0; d < j->dqk; d++) dst[d] *= j->q_scale;
+    }
+    int32_t pad = (b->rows + 7) & ~7;
+    if (pad > FI_CPU_BM) pad = FI_CPU_BM;
+    memset(sc->q + (size_t)b->rows * j->dqk, 0, sizeof(float) * (size_t)(pad - b->rows) * j->dqk);
+}
+
+/* Row pointers of keys [j0, j0 + n) of KV head hkv. */
+static void kv_rows(const fi_cpu_job *j, const fi_cpu_kv *kv, const rowblock *b, int32_t j0,
+                    int32_t n, const uint8_t **out) {
+    const fi_plan *plan = j->plan;
+    const uint8_t *base = kv->base + b->hkv * kv->head_stride;
+    if (!j->paged) {
+        const uint8_t *p = base + ((int64_t)plan->kv_indptr[b->req] + j0) * kv->slot_stride;
+        for (int32_t i = 0; i < n; i++) out[i] = p + i * kv->slot_stride;
+        return;
+    }
+    const int32_t *pages = plan->kv_indices + plan->kv_indptr[b->req];
+    int32_t ps = j->page_size, page = j0 / ps, slot = j0 % ps;
+    const uint8_t *pg = base + (int64_t)pages[page] * kv->page_stride;
+    for (int32_t i = 0; i < n; i++) {
+        out[i] = pg + slot * kv->slot_stride;
+        if (++slot == ps && i + 1 < n) {
+            slot = 0;
+            pg = base + (int64_t)pages[++page] * kv->page_stride;
+        }
+    }
+}
+
+/* Copy rows to f32 scratch (RoPE on K, or a cache not contiguous along D);
+ * the rows then read as f32 with scale 1. */
+static void stage_rows(const fi_cpu_job *j, const fi_cpu_kv *kv, const uint8_t **rows,
+                       int32_t n, int32_t d, float scale, float *dst, int32_t rope_pos0) {
+    for (int32_t i = 0; i < n; i++) {
+        float *x = dst + (size_t)i * FI_CPU_MAX_D;
+        fi_load_row_f32(x, rows[i], kv->dtype, kv->elem_stride, d, scale);
+        if (rope_pos0 >= 0) rope_rotate(j, x, rope_pos0 + i);
+        rows[i] = (const uint8_t *)x;
+    }
+}
+
+/* Masks and logit transforms of one key block, in place on tile->s. */
+static void mask_block(const fi_cpu_job *j, const rowblock *b, fi_cpu_tile *tl, int32_t j0,
+                       bool transform) {
+    const uint8_t *mask = j->mask ? j->mask + j->plan->mask_offset[b->req] : NULL;
+    int32_t n = tl->keys;
+    for (int32_t r = 0; r < b->rows; r++) {
+        int32_t p = b->row0 + r, t = b->q_start + p / j->group, lo, hi;
+        token_range(j, b, t, &lo, &hi);
+        int32_t a = lo - j0 < 0 ? 0 : (lo - j0 > n ? n : lo - j0);
+        int32_t e = hi - j0 < a ? a : (hi - j0 > n ? n : hi - j0);
+        float *s = tl->s + (size_t)r * FI_CPU_BN;
+        for (int32_t i = 0; i < a; i++) s[i] = -INFINITY;
+        for (int32_t i = e; i < n; i++) s[i] = -INFINITY;
+        if (transform) {
+            int32_t diag = b->kv_len - b->qo_len + t;
+            float slope = j->alibi ? j->plan->alibi_slopes[b->hkv * j->group + p % j->group] : 0;
+            for (int32_t i = a; i < e; i++) {
+                float x = s[i];
+                if (j->alibi) x += slope * (float)(j0 + i - diag);
+                if (j->softcap) x = j->softcap_c * tanhf(x / j->softcap_c);
+                s[i] = x * j->logit_scale;
+            }
+        }
+        if (mask) {
+            int64_t bit = (int64_t)t * b->kv_len + j0 + a;
+            for (int32_t i = a; i < e; i++, bit++)
+                if (!((mask[bit >> 3] >> (bit & 7)) & 1)) s[i] = -INFINITY;
+        }
+    }
+}
+
+/* Whether any row of the block sees a key of [j0, j0 + n), and whether all
+ * rows see all of them (no range mask needed). */
+static void block_visibility(const fi_cpu_job *j, const rowblock *b, int32_t j0, int32_t n,
+                             bool *any, bool *all) {
+    *any = false;
+    *all = true;
+    for (int32_t t = b->t_first; t <= b->t_last; t++) {
+        int32_t lo, hi;
+        token_range(j, b, t, &lo, &hi);
+        if ((lo > j0 ? lo : j0) < (hi < j0 + n ? hi : j0 + n)) *any = true;
+        if (lo > j0 || hi < j0 + n) *all = false;
+    }
+}
+
+/* The row block's output: O / l and LSE = m + log2 l, or 0 and -inf. */
+static void write_rows(const fi_cpu_job *j, const rowblock *b, const fi_work_item *it,
+                       const fi_cpu_scratch *sc) {
+    fi_dtype od = j->plan->params.o_dtype;
+    for (int32_t r = 0; r < b->rows; r++) {
+        int32_t p = b->row0 + r, t = b->q_start + p / j->group;
+        int32_t head = b->hkv * j->group + p % j->group;
+        float l = sc->l[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float lse = l > 0.0f ? sc->m[r] + log2f(l) : -INFINITY;
+        const float *acc = sc->o + (size_t)r * j->dvo;
+        if (it->partial_row >= 0) {
+            int64_t row = (int64_t)(it->partial_row + t - it->q_start) * j->h_qo + head;
+            float *dst = j->plan->partial_o + row * j->dvo;
+            for (int32_t d = 0; d < j->dvo; d++) dst[d] = acc[d] * inv;
+            j->plan->partial_lse[row] = lse;
+            continue;
+        }
+        int64_t tok = b->qo_base + t;
+        fi_store_row_f32(j->o + tok * j->o_tok + head * j->o_head, od, j->o_elem, acc, inv,
+                         j->dvo);
+        if (j->lse) j->lse[tok * j->lse_tok + head * j->lse_head] = lse;
+    }
+}
+
+/* One key block of one row block. */
+static void key_block(const fi_cpu_job *j, const rowblock *b, fi_cpu_tile *tl,
+                      fi_cpu_scratch *sc, int32_t j0, int32_t n) {
+    bool any, all;
+    block_visibility(j, b, j0, n, &any, &all);
+    if (!any) return;
+    tl->keys = n;
+    tl->k_dtype = j->k.dtype, tl->v_dtype = j->v.dtype;
+    tl->k_scale = j->k_scale, tl->v_scale = j->v_scale;
+    kv_rows(j, &j->k, b, j0, n, sc->kp);
+    kv_rows(j, &j->v, b, j0, n, sc->vp);
+    if (j->rope || !j->k.contiguous) {
+        stage_rows(j, &j->k, sc->kp, n, j->dqk, j->k_scale, sc->kst, j->rope ? j0 : -1);
+        tl->k_dtype = FI_DTYPE_F32, tl->k_scale = 1.0f;
+    }
+    if (!j->v.contiguous) {
+        stage_rows(j, &j->v, sc->vp, n, j->dvo, j->v_scale, sc->vst, -1);
+        tl->v_dtype = FI_DTYPE_F32, tl->v_scale = 1.0f;
+    }
+    j->simd->qk(tl);
+    bool transform = j->alibi || j->softcap;
+    if (!all || transform || j->mask) mask_block(j, b, tl, j0, transform);
+    j->simd->softmax(tl);
+    j->simd->pv(tl);
+}
+
+static void row_block(const fi_cpu_job *j, const fi_work_item *it, rowblock *b,
+                      fi_cpu_scratch *sc) {
+    b->t_first = b->q_start + b->row0 / j->group;
+    b->t_last = b->q_start + (b->row0 + b->rows - 1) / j->group;
+    int32_t kbeg, kend, lo, hi;
+    token_range(j, b, b->t_first, &kbeg, &hi);
+    token_range(j, b, b->t_last, &lo, &kend);
+    for (int32_t r = 0; r < b->rows; r++) sc->m[r] = -INFINITY, sc->l[r] = 0.0f;
+    memset(sc->o, 0, sizeof(float) * (size_t)b->rows * j->dvo);
+    if (kbeg < kend) {
+        stage_q(j, b, sc);
+        fi_cpu_tile tl = {
+            .rows = b->rows, .dqk = j->dqk, .dvo = j->dvo, .k = sc->kp, .v = sc->vp,
+            .q = sc->q, .s = sc->s, .o = sc->o, .m = sc->m, .l = sc->l, .alpha = sc->alpha,
+            .qx = sc->qx, .work = sc->work,
+        };
+        if (j->simd->prepare_q) j->simd->prepare_q(&tl);
+        for (int32_t j0 = kbeg; j0 < kend; j0 += FI_CPU_BN)
+            key_block(j, b, &tl, sc, j0, kend - j0 < FI_CPU_BN ? kend - j0 : FI_CPU_BN);
+    }
+    write_rows(j, b, it, sc);
+}
+
+void fi_cpu_attend_item(const fi_cpu_job *j, const fi_work_item *it, fi_cpu_scratch *sc) {
+    const fi_plan *plan = j->plan;
+    rowblock b = {
+        .req = it->request,
+        .qo_len = plan->qo_indptr[it->request + 1] - plan->qo_indptr[it->request],
+        .kv_len = plan->kv_len[it->request],
+        .q_start = it->q_start, .kv_start = it->kv_start, .kv_end = it->kv_end,
+        .qo_base = plan->qo_indptr[it->request],
+    };
+    int32_t rows = (it->q_end - it->q_start) * j->group;
+    for (b.hkv = 0; b.hkv < j->h_kv; b.hkv++) {
+        for (b.row0 = 0; b.row0 < rows; b.row0 += FI_CPU_BM) {
+            b.rows = rows - b.row0 < FI_CPU_BM ? rows - b.row0 : FI_CPU_BM;
+            row_block(j, it, &b, sc);
+        }
+    }
+}

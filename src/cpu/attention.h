@@ -1,0 +1,71 @@
+/*
+ * attention.h — one fi_plan_run on the CPU, resolved once per run into a
+ * job (byte strides, folded scales, variant flags), and the per-worker
+ * scratch the kernel works in.
+ */
+#ifndef FI_CPU_ATTENTION_H
+#define FI_CPU_ATTENTION_H
+
+#include "core/internal.h"
+#include "cpu/simd.h"
+
+/* Per-worker scratch, allocated at context creation for the largest shapes
+ * (FI_CPU_BM rows, FI_CPU_BN keys, head dim FI_CPU_MAX_D). */
+typedef struct fi_cpu_scratch {
+    float *q;              /* [BM][MAX_D] staged queries */
+    uint16_t *qx;          /* [BM][MAX_D] the SIMD table's copy of q */
+    float *o;              /* [BM][MAX_D] output accumulator */
+    float *s;              /* [BM][BN] logits / probabilities */
+    float *m, *l, *alpha;  /* [BM] */
+    float *kst, *vst;      /* [BN][MAX_D] staged K/V rows (RoPE, odd strides) */
+    const uint8_t **kp;    /* [BN] K row pointers of the current block */
+    const uint8_t **vp;    /* [BN] */
+    void *work;            /* FI_CPU_WORK_BYTES for the SIMD table */
+    void *memory;          /* the one allocation behind the above */
+} fi_cpu_scratch;
+
+fi_status fi_cpu_scratch_init(fi_cpu_scratch *s);
+void fi_cpu_scratch_fini(fi_cpu_scratch *s);
+
+/* A K or V cache in bytes: row of key j of head h is at
+ *   paged:  base + page(j) * page_stride + (j % page_size) * slot_stride + h * head_stride
+ *   ragged: base + (kv_indptr[req] + j) * slot_stride + h * head_stride */
+typedef struct fi_cpu_kv {
+    const uint8_t *base;
+    int64_t page_stride, slot_stride, head_stride, elem_stride;
+    fi_dtype dtype;
+    size_t elem;           /* bytes per element */
+    bool contiguous;       /* elem_stride == elem: SIMD tables can read rows */
+} fi_cpu_kv;
+
+typedef struct fi_cpu_job {
+    const struct fi_plan *plan;
+    const fi_cpu_simd *simd;
+    fi_cpu_scratch *scratch;   /* [threads] */
+    int32_t threads;
+
+    const uint8_t *q;          /* [total_q, H_qo, D_qk] */
+    int64_t q_tok, q_head, q_elem;          /* byte strides */
+    uint8_t *o;                /* [total_q, H_qo, D_vo] */
+    int64_t o_tok, o_head, o_elem;
+    float *lse;                /* [total_q, H_qo] or NULL */
+    int64_t lse_tok, lse_head; /* element strides */
+    fi_cpu_kv k, v;
+    const uint8_t *mask;       /* custom mask bytes or NULL */
+
+    int32_t h_qo, h_kv, group, dqk, dvo;
+    bool paged, causal, rope, alibi, softcap;
+    int32_t page_size, window_left;
+    float q_scale;             /* folded into staged q */
+    float logit_scale;         /* after ALiBi / soft-cap: to log2 domain */
+    float softcap_c;           /* soft-cap c */
+    double rope_rcp_scale;
+    float rope_theta;
+    double rope_freq[FI_CPU_MAX_D / 2]; /* rcp_scale * theta^(-2i/D_qk) */
+    float k_scale, v_scale;
+} fi_cpu_job;
+
+/* Run one work item (all KV heads) with worker scratch `s`. */
+void fi_cpu_attend_item(const fi_cpu_job *job, const fi_work_item *item, fi_cpu_scratch *s);
+
+#endif /* FI_CPU_ATTENTION_H */

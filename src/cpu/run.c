@@ -1,0 +1,148 @@
+/*
+ * run.c — fi_cpu_run: execute a plan's schedule on the thread pool.
+ * Phase 1: thread t runs the items of workers t, t + T, ... (worker w's items
+ * are items[worker_indptr[w] .. worker_indptr[w+1])), writing O/LSE directly
+ * or f32 partial states. Phase 2: each merge row combines its partial states
+ * in schedule order (fixed order: bitwise deterministic).
+ */
+#include "cpu/attention.h"
+#include "cpu/convert.h"
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+#define LOG2E 1.4426950408889634f
+
+static fi_cpu_kv kv_view(const fi_plan *plan, const fi_tensor *t) {
+    const fi_attention_params *p = &plan->params;
+    int64_t e = (int64_t)fi_dtype_size(t->dtype);
+    bool nhd = p->kv_layout == FI_KV_LAYOUT_NHD;
+    fi_cpu_kv kv = {.base = t->data, .dtype = t->dtype, .elem = (size_t)e};
+    if (p->kv_format == FI_KV_FORMAT_PAGED) {
+        /* NHD [pages, page_size, H, D]; HND [pages, H, page_size, D] */
+        kv.page_stride = t->stride[0] * e;
+        kv.slot_stride = t->stride[nhd ? 1 : 2] * e;
+        kv.head_stride = t->stride[nhd ? 2 : 1] * e;
+        kv.elem_stride = t->stride[3] * e;
+    } else {
+        /* NHD [tokens, H, D]; HND [H, tokens, D] */
+        kv.slot_stride = t->stride[nhd ? 0 : 1] * e;
+        kv.head_stride = t->stride[nhd ? 1 : 0] * e;
+        kv.elem_stride = t->stride[2] * e;
+    }
+    kv.contiguous = kv.elem_stride == e;
+    return kv;
+}
+
+static void job_init(fi_cpu_job *j, const fi_plan *plan, const fi_run_args *a) {
+    const fi_attention_params *p = &plan->params;
+    const fi_cpu_state *st = plan->ctx->backend_state;
+    memset(j, 0, sizeof *j);
+    j->plan = plan;
+    j->simd = st->simd;
+    j->scratch = st->scratch;
+    j->threads = plan->ctx->num_threads;
+    int64_t qe = (int64_t)fi_dtype_size(p->q_dtype), oe = (int64_t)fi_dtype_size(p->o_dtype);
+    j->q = a->q.data;
+    j->q_tok = a->q.stride[0] * qe, j->q_head = a->q.stride[1] * qe, j->q_elem = a->q.stride[2] * qe;
+    j->o = a->o.data;
+    j->o_tok = a->o.stride[0] * oe, j->o_head = a->o.stride[1] * oe, j->o_elem = a->o.stride[2] * oe;
+    j->lse = a->lse.data;
+    if (j->lse) j->lse_tok = a->lse.stride[0], j->lse_head = a->lse.stride[1];
+    j->k = kv_view(plan, &a->k);
+    j->v = kv_view(plan, &a->v);
+    j->mask = p->mask_mode == FI_MASK_CUSTOM ? a->custom_mask.data : NULL;
+    j->h_qo = p->num_qo_heads, j->h_kv = p->num_kv_heads, j->group = plan->group_size;
+    j->dqk = p->head_dim_qk, j->dvo = p->head_dim_vo;
+    j->paged = p->kv_format == FI_KV_FORMAT_PAGED;
+    j->page_size = p->page_size;
+    j->causal = p->mask_mode == FI_MASK_CAUSAL;
+    j->window_left = p->window_left;
+    j->rope = p->pos_encoding == FI_POS_ROPE_LLAMA;
+    j->alibi = p->pos_encoding == FI_POS_ALIBI;
+    j->softcap = p->logits_soft_cap > 0.0f;
+    j->softcap_c = p->logits_soft_cap;
+    /* Staged q carries sm_scale, and log2 e too when no logit transform
+     * follows, so a plain block's logits leave qk already in the log2 domain. */
+    if (j->softcap || j->alibi) {
+        j->q_scale = p->sm_scale;
+        j->logit_scale = LOG2E;
+    } else {
+        j->q_scale = p->sm_scale * LOG2E;
+        j->logit_scale = 1.0f;
+    }
+    j->rope_rcp_scale = 1.0 / (p->rope_scale > 0.0f ? (double)p->rope_scale : 1.0);
+    j->rope_theta = p->rope_theta > 0.0f ? p->rope_theta : 1e4f;
+    if (j->rope)
+        for (int32_t i = 0; i < j->dqk / 2; i++)
+            j->rope_freq[i] = pow((double)j->rope_theta, -2.0 * i / (double)j->dqk) *
+                              (double)j->rope_rcp_scale;
+    bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
+    j->k_scale = fp8 ? p->k_scale : 1.0f;
+    j->v_scale = fp8 ? p->v_scale : 1.0f;
+}
+
+static void phase_items(void *arg, int32_t t, int32_t nt) {
+    const fi_cpu_job *j = arg;
+    const fi_schedule *s = &j->plan->schedule;
+    for (int32_t w = t; w < s->num_workers; w += nt)
+        for (int32_t i = s->worker_indptr[w]; i < s->worker_indptr[w + 1]; i++)
+            fi_cpu_attend_item(j, &s->items[i], &j->scratch[t]);
+}
+
+/* Output token `row` = merge of partial rows src[0..n), every head. */
+static void merge_row(const fi_cpu_job *j, int32_t row, const int32_t *src, int32_t n) {
+    const fi_plan *plan = j->plan;
+    float acc[FI_CPU_MAX_D];
+    for (int32_t h = 0; h < j->h_qo; h++) {
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < n; i++) {
+            float l = plan->partial_lse[(int64_t)src[i] * j->h_qo + h];
+            if (l > mx) mx = l;
+        }
+        float wsum = 0.0f, lse = -INFINITY;
+        memset(acc, 0, sizeof(float) * (size_t)j->dvo);
+        if (mx != -INFINITY) {
+            for (int32_t i = 0; i < n; i++) {
+                int64_t r = (int64_t)src[i] * j->h_qo + h;
+                float l = plan->partial_lse[r];
+                if (l == -INFINITY) continue;
+                float w = exp2f(l - mx);
+                const float *po = plan->partial_o + r * j->dvo;
+                for (int32_t d = 0; d < j->dvo; d++) acc[d] += w * po[d];
+                wsum += w;
+            }
+            float inv = 1.0f / wsum;
+            for (int32_t d = 0; d < j->dvo; d++) acc[d] *= inv;
+            lse = mx + log2f(wsum);
+        }
+        uint8_t *o = j->o + row * j->o_tok + h * j->o_head;
+        fi_dtype od = plan->params.o_dtype;
+        if (j->o_elem == (int64_t)fi_dtype_size(od)) {
+            for (int32_t d = 0; d < j->dvo; d++) fi_store_f32(o, od, d, acc[d]);
+        } else {
+            for (int32_t d = 0; d < j->dvo; d++) fi_store_f32(o + d * j->o_elem, od, 0, acc[d]);
+        }
+        if (j->lse) j->lse[row * j->lse_tok + h * j->lse_head] = lse;
+    }
+}
+
+static void phase_merge(void *arg, int32_t t, int32_t nt) {
+    const fi_cpu_job *j = arg;
+    const fi_schedule *s = &j->plan->schedule;
+    int32_t n = s->num_merge_rows;
+    int32_t begin = (int32_t)((int64_t)n * t / nt), end = (int32_t)((int64_t)n * (t + 1) / nt);
+    for (int32_t r = begin; r < end; r++)
+        merge_row(j, s->merge_out_row[r], s->merge_src + s->merge_indptr[r],
+                  s->merge_indptr[r + 1] - s->merge_indptr[r]);
+}
+
+fi_status fi_cpu_run(struct fi_plan *plan, const fi_run_args *args) {
+    fi_cpu_job job;
+    job_init(&job, plan, args);
+    fi_thread_pool *pool = fi_cpu_pool(plan->ctx);
+    if (plan->schedule.num_items > 0) fi_thread_pool_run(pool, phase_items, &job);
+    if (plan->schedule.num_merge_rows > 0) fi_thread_pool_run(pool, phase_merge, &job);
+    return FI_OK;
+}
