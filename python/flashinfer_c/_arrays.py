@@ -1,0 +1,232 @@
+"""torch tensors and numpy arrays as the C library sees them.
+
+One place knows both array types: their devices, their dtypes, how to make
+an fi_tensor view of one (data pointer, shape, strides in elements: a
+non-contiguous view is passed as it is, never copied), and how to allocate
+an output of the same kind on the same device. torch is optional; it is
+only looked at when the caller has imported it.
+"""
+import sys
+
+import numpy as np
+
+from . import _structs as S
+
+
+class DTypeError(TypeError, ValueError):
+    """A tensor or argument has a dtype the call does not accept."""
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch(x):
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_array(x):
+    return isinstance(x, np.ndarray) or is_torch(x)
+
+
+# ------------------------------------------------------------------ dtypes
+
+# Canonical dtype names (torch's spelling) and their fi_dtype codes.
+FI_CODE = {
+    "float32": S.DTYPE_F32,
+    "float16": S.DTYPE_F16,
+    "bfloat16": S.DTYPE_BF16,
+    "float8_e4m3fn": S.DTYPE_E4M3,
+    "float8_e5m2": S.DTYPE_E5M2,
+    "int32": S.DTYPE_I32,
+    "uint8": S.DTYPE_U8,
+    "bool": S.DTYPE_U8,  # one byte of 0/1: read as u8 where masks are taken
+}
+
+_ALIASES = {
+    "float": "float32",
+    "fp32": "float32",
+    "f32": "float32",
+    "half": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "e4m3": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+    "fp8_e5m2": "float8_e5m2",
+    "int": "int32",
+}
+
+
+def dtype_name(dtype):
+    """The canonical name of a dtype given as a string, torch.dtype or numpy dtype."""
+    if isinstance(dtype, str):
+        name = dtype.removeprefix("torch.")
+    elif type(dtype).__module__ == "torch":
+        name = str(dtype).removeprefix("torch.")
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            raise DTypeError(f"{dtype!r} is not a dtype") from None
+    return _ALIASES.get(name, name)
+
+
+def name_of(x):
+    """The canonical dtype name of an array."""
+    return dtype_name(x.dtype)
+
+
+def fi_code(name, what):
+    try:
+        return FI_CODE[name]
+    except KeyError:
+        raise DTypeError(
+            f"{what}: dtype {name} is not supported; use float16, bfloat16 or float32 "
+            "(float8_e4m3fn / float8_e5m2 for a KV cache)"
+        ) from None
+
+
+def _numpy_dtype(name):
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise DTypeError(
+                f"numpy has no {name}; install ml_dtypes to use it with numpy arrays"
+            ) from None
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def framework_dtype(name, like):
+    """The dtype called `name` in the array library of `like`."""
+    if is_torch(like):
+        return getattr(_torch(), name)
+    return _numpy_dtype(name)
+
+
+# ----------------------------------------------------------------- devices
+
+
+def device_of(x):
+    """(type, index) of an array: ("cpu", 0) or ("cuda", n)."""
+    if is_torch(x):
+        d = x.device
+        return (d.type, d.index or 0)
+    if isinstance(x, np.ndarray):
+        return ("cpu", 0)
+    raise TypeError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def device_str(device):
+    kind, index = device
+    return kind if kind == "cpu" else f"{kind}:{index}"
+
+
+# ------------------------------------------------------------------- views
+
+
+def fill_view(t, x, name):
+    """Fill the fi_tensor `t` with a view of array `x` (no copy)."""
+    if is_torch(x):
+        name_ = str(x.dtype).removeprefix("torch.")
+        t.data = x.data_ptr()
+        shape = x.shape
+        stride = x.stride()
+    elif isinstance(x, np.ndarray):
+        name_ = x.dtype.name
+        t.data = x.ctypes.data
+        shape = x.shape
+        item = x.itemsize
+        stride = []
+        for s in x.strides:
+            if s % item:
+                raise ValueError(
+                    f"{name}: a stride of {s} bytes is not a multiple of the element "
+                    f"size {item}; copy the array first (np.ascontiguousarray)"
+                )
+            stride.append(s // item)
+    else:
+        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    ndim = len(shape)
+    if ndim > S.MAX_DIMS:
+        raise ValueError(f"{name} has {ndim} dimensions; at most {S.MAX_DIMS} are supported")
+    code = FI_CODE.get(name_)
+    if code is None:
+        raise DTypeError(
+            f"{name}.dtype is {name_}; use float16, bfloat16 or float32 "
+            "(float8_e4m3fn / float8_e5m2 for a KV cache, int32 for indices)"
+        )
+    t.dtype = code
+    t.ndim = ndim
+    t.shape[:ndim] = shape
+    t.stride[:ndim] = stride
+    return t
+
+
+def view(x, name):
+    return fill_view(S.Tensor(), x, name)
+
+
+# -------------------------------------------------------------- allocation
+
+
+def empty(like, shape, dtype=None):
+    """An uninitialised array of `like`'s kind and device (dtype: a name)."""
+    if is_torch(like):
+        torch = _torch()
+        dt = like.dtype if dtype is None else getattr(torch, dtype)
+        return torch.empty(shape, dtype=dt, device=like.device)
+    dt = like.dtype if dtype is None else _numpy_dtype(dtype)
+    return np.empty(shape, dtype=dt)
+
+
+def zeros(like, shape, dtype=None):
+    if is_torch(like):
+        torch = _torch()
+        dt = like.dtype if dtype is None else getattr(torch, dtype)
+        return torch.zeros(shape, dtype=dt, device=like.device)
+    dt = like.dtype if dtype is None else _numpy_dtype(dtype)
+    return np.zeros(shape, dtype=dt)
+
+
+def from_numpy(a, like):
+    """The numpy array `a` as an array of `like`'s kind and device."""
+    if is_torch(like):
+        t = _torch().from_numpy(np.ascontiguousarray(a))
+        return t if like.device.type == "cpu" else t.to(like.device)
+    return a
+
+
+def check_out(out, name, shape, dtype, device):
+    """Check a caller-supplied output array: shape, dtype name and device."""
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name}.shape is {tuple(out.shape)}, expected {tuple(shape)}")
+    if name_of(out) != dtype:
+        raise DTypeError(f"{name}.dtype is {name_of(out)}, expected {dtype}")
+    if device_of(out) != device:
+        raise ValueError(
+            f"{name} is on {device_str(device_of(out))}, expected {device_str(device)}"
+        )
+
+
+def int32_index(x, name):
+    """An index tensor as the kernels read it: int32 and contiguous, same device.
+
+    FlashInfer converts index tensors with .int() itself, so other integer
+    dtypes are converted here too (a copy) rather than refused.
+    """
+    if not is_array(x):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    if is_torch(x):
+        if x.dtype == _torch().int32:
+            return x.contiguous()
+        if x.is_floating_point() or x.is_complex() or x.dtype == _torch().bool:
+            raise DTypeError(f"{name}.dtype is {x.dtype}; expected int32")
+        return x.to(dtype=_torch().int32).contiguous()
+    if x.dtype.kind not in "iu":
+        raise DTypeError(f"{name}.dtype is {x.dtype}; expected int32")
+    return np.ascontiguousarray(x, dtype=np.int32)

@@ -1,0 +1,241 @@
+"""What every attention entry point shares: keyword options turned into a
+plan Spec, KV caches turned into views, outputs allocated or checked, and
+the run-time scales.
+"""
+import ctypes
+import math
+
+import numpy as np
+
+from . import _context
+from . import _structs as S
+from ._arrays import (
+    DTypeError,
+    check_out,
+    device_of,
+    device_str,
+    dtype_name,
+    empty,
+    fi_code,
+    is_torch,
+    name_of,
+    view,
+)
+from ._lib import check, fn
+from ._plan import Spec
+from .utils import kv_layout_code, pos_encoding_code
+
+_FLOAT_NAMES = ("float32", "float16", "bfloat16")
+
+
+def float_dtype(dtype, what, allow_fp8=False):
+    """Canonical name of a q/kv/o dtype option, checked."""
+    name = dtype_name(dtype)
+    allowed = _FLOAT_NAMES + (("float8_e4m3fn", "float8_e5m2") if allow_fp8 else ())
+    if name not in allowed:
+        raise DTypeError(f"{what}={name}: supported are {', '.join(allowed)}")
+    return name
+
+
+def make_spec(
+    *,
+    num_qo_heads,
+    num_kv_heads,
+    head_dim_qk,
+    head_dim_vo,
+    kv_format,
+    page_size,
+    kv_layout,
+    q_dtype,
+    kv_dtype,
+    o_dtype,
+    causal=False,
+    custom_mask=False,
+    window_left=-1,
+    logits_soft_cap=None,
+    sm_scale=None,
+    pos_encoding_mode="NONE",
+    rope_scale=None,
+    rope_theta=None,
+    disable_split_kv=False,
+    fixed_split_size=0,
+):
+    """A Spec with FlashInfer's defaults applied (None = the default)."""
+    for name, value in (
+        ("num_qo_heads", num_qo_heads),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim_qk", head_dim_qk),
+        ("head_dim_vo", head_dim_vo),
+        ("page_size", page_size),
+    ):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name}={value!r}: expected a positive int")
+    if window_left is None:
+        window_left = -1
+    mask = S.MASK_CUSTOM if custom_mask else (S.MASK_CAUSAL if causal else S.MASK_NONE)
+    return Spec(
+        num_qo_heads=int(num_qo_heads),
+        num_kv_heads=int(num_kv_heads),
+        head_dim_qk=int(head_dim_qk),
+        head_dim_vo=int(head_dim_vo),
+        kv_format=kv_format,
+        page_size=int(page_size),
+        kv_layout=kv_layout_code(kv_layout),
+        q_dtype=fi_code(q_dtype, "q_data_type"),
+        kv_dtype=fi_code(kv_dtype, "kv_data_type"),
+        o_dtype=fi_code(o_dtype, "o_data_type"),
+        mask_mode=mask,
+        window_left=int(window_left),
+        logits_soft_cap=float(logits_soft_cap or 0.0),
+        sm_scale=float(sm_scale if sm_scale is not None else 1.0 / math.sqrt(head_dim_qk)),
+        pos_encoding=pos_encoding_code(pos_encoding_mode),
+        rope_scale=float(1.0 if rope_scale is None else rope_scale),
+        rope_theta=float(1e4 if rope_theta is None else rope_theta),
+        disable_split_kv=bool(disable_split_kv),
+        fixed_split_size=int(fixed_split_size or 0),
+    )
+
+
+def run_scale(spec, q_scale, k_scale):
+    """The softmax scale of one run: FlashInfer multiplies q_scale and k_scale in."""
+    scale = spec.sm_scale
+    for s in (q_scale, k_scale):
+        if s is not None:
+            if is_torch(s) or isinstance(s, np.ndarray):
+                raise NotImplementedError(
+                    "per-head scale tensors are not supported yet; pass a float scale"
+                )
+            scale *= float(s)
+    return scale
+
+
+def apply_v_scale(out, v_scale):
+    """FlashInfer scales the output by v_scale after the kernel; so do we."""
+    if v_scale is not None:
+        if is_torch(v_scale) or isinstance(v_scale, np.ndarray):
+            raise NotImplementedError("per-head v_scale tensors are not supported yet")
+        out *= float(v_scale)
+
+
+# ------------------------------------------------------------- KV caches
+
+
+def paged_kv_views(paged_kv_cache):
+    """(k view, v view, the arrays) of a (k_cache, v_cache) tuple or a 5-D
+    [max_num_pages, 2, ...] tensor (split with fi_tensor_split_kv, no copy)."""
+    if isinstance(paged_kv_cache, (tuple, list)):
+        if len(paged_kv_cache) != 2:
+            raise ValueError(
+                f"paged_kv_cache as a tuple must be (k_cache, v_cache), got {len(paged_kv_cache)} items"
+            )
+        k, v = paged_kv_cache
+        return view(k, "k_cache"), view(v, "v_cache"), [("k_cache", k), ("v_cache", v)]
+    x = paged_kv_cache
+    if len(x.shape) != 5 or x.shape[1] != 2:
+        raise ValueError(
+            "paged_kv_cache must be a (k_cache, v_cache) tuple of 4-D tensors or one 5-D "
+            f"tensor [max_num_pages, 2, ...]; got shape {tuple(x.shape)}"
+        )
+    kv = view(x, "paged_kv_cache")
+    k, v = S.Tensor(), S.Tensor()
+    check(fn.tensor_split_kv(ctypes.byref(kv), ctypes.byref(k), ctypes.byref(v)), "paged_kv_cache")
+    return k, v, [("paged_kv_cache", x)]
+
+
+def kv_page_size(k_view, kv_layout):
+    return int(k_view.shape[1] if kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD else k_view.shape[2])
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_dtype(x, name, expected, planned_as):
+    got = name_of(x)
+    if got != expected:
+        raise DTypeError(
+            f"{name}.dtype is {got} but plan() was given {planned_as}={expected}: "
+            f"pass {planned_as}={got} to plan() or convert {name}"
+        )
+
+
+def check_rank(x, name, ndim, layout_hint):
+    if len(x.shape) != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {layout_hint}, got shape {tuple(x.shape)}")
+
+
+def outputs(q, head_dim_vo, o_name, out, lse, return_lse, device):
+    """out [*q.shape[:-1], head_dim_vo] and, when wanted, lse [*q.shape[:-1]] f32."""
+    shape = tuple(q.shape[:-1]) + (head_dim_vo,)
+    if out is None:
+        out = empty(q, shape, o_name)
+    else:
+        check_out(out, "out", shape, o_name, device)
+    if return_lse:
+        lse_shape = tuple(q.shape[:-1])
+        if lse is None:
+            lse = empty(q, lse_shape, "float32")
+        else:
+            check_out(lse, "lse", lse_shape, "float32", device)
+    else:
+        lse = None
+    return out, lse
+
+
+def workspace_device(buffer, what):
+    """The device a wrapper runs on: its workspace buffer's (CPU when None)."""
+    if buffer is None:
+        return ("cpu", 0)
+    device = device_of(buffer)
+    if device[0] not in ("cpu", "cuda"):
+        raise ValueError(f"{what}: workspace on {device_str(device)} is not supported")
+    return device
+
+
+def on_device(a, device):
+    """A host numpy array placed where the kernels of `device` read it."""
+    if device[0] == "cpu":
+        return a
+    import torch
+
+    return torch.from_numpy(a).to(f"cuda:{device[1]}")
+
+
+def context(device):
+    return _context.get(device)
+
+
+# ------------------------------------------------------------ custom masks
+
+
+def batch_mask(custom_mask, packed_custom_mask, qo_lens, kv_lens, device):
+    """The packed custom mask of a batch and its byte indptr (None: the C default,
+    segments back to back, each byte-aligned).
+
+    custom_mask: the flattened boolean [qo_len_i, kv_len_i] matrices of every
+    request, as FlashInfer takes it. packed_custom_mask: the same already
+    packed by segment_packbits(..., bitorder="little"); it wins when given.
+    """
+    from ._host import to_numpy
+    from .quantization import segment_packbits
+
+    if packed_custom_mask is not None:
+        if name_of(packed_custom_mask) != "uint8":
+            raise DTypeError(
+                f"packed_custom_mask.dtype is {name_of(packed_custom_mask)}, expected uint8 "
+                "(from packbits / segment_packbits with bitorder='little')"
+            )
+        _context.check_same_device(device, [("packed_custom_mask", packed_custom_mask)])
+        return packed_custom_mask, None
+    bits = to_numpy(custom_mask).reshape(-1)
+    sizes = np.asarray(qo_lens, dtype=np.int64) * np.asarray(kv_lens, dtype=np.int64)
+    bit_indptr = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bit_indptr[1:])
+    if bits.shape[0] != bit_indptr[-1]:
+        raise ValueError(
+            f"custom_mask has {bits.shape[0]} elements; the batch needs "
+            f"sum(qo_len * kv_len) = {bit_indptr[-1]}"
+        )
+    if bit_indptr[-1] > np.iinfo(np.int32).max:
+        raise ValueError("custom_mask has more than 2^31 elements")
+    packed, byte_indptr = segment_packbits(bits, bit_indptr.astype(np.int32), bitorder="little")
+    return on_device(packed, device), byte_indptr

@@ -1,0 +1,92 @@
+"""Plan-time index arrays: read on the host as contiguous int32 numpy arrays.
+
+plan() reads the batch's indptr/indices on the host, as FlashInfer's plan
+does. The C library wants int32; FlashInfer requires int32 too, so int64
+is refused with a message rather than silently narrowed.
+"""
+import numpy as np
+
+from ._arrays import DTypeError, is_torch
+
+
+def to_numpy(x):
+    """Any torch tensor (CPU, or a device copied to the host) or numpy array as numpy."""
+    if is_torch(x):
+        if x.device.type != "cpu":
+            # plan() may read device indices: one copy, as FlashInfer's plan does.
+            x = x.detach().cpu()
+        return x.detach().numpy()
+    if isinstance(x, np.ndarray):
+        return x
+    raise TypeError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def i32(x, name, length=None, convert=False):
+    """`x` as a contiguous 1-D int32 numpy array on the host.
+
+    convert=True narrows other integer dtypes (for calls where FlashInfer
+    converts them itself); otherwise only int32 is accepted.
+    """
+    if not (is_torch(x) or isinstance(x, np.ndarray)):
+        raise TypeError(
+            f"{name} must be an int32 torch.Tensor or numpy.ndarray, got {type(x).__name__}"
+        )
+    a = to_numpy(x)
+    if a.dtype != np.int32:
+        if not convert or a.dtype.kind not in "iu":
+            hint = ".int()" if is_torch(x) else ".astype(np.int32)"
+            raise DTypeError(f"{name} must be int32, got {a.dtype}: convert it with {hint}")
+        a = a.astype(np.int32)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(a.shape)}")
+    if length is not None and a.shape[0] != length:
+        raise ValueError(f"{name} has {a.shape[0]} entries, expected {length}")
+    return np.ascontiguousarray(a)
+
+
+def indptr(x, name):
+    """An indptr: int32, at least one entry, starting at 0, non-decreasing."""
+    a = i32(x, name)
+    if a.shape[0] < 1:
+        raise ValueError(f"{name} is empty; an indptr has batch_size + 1 entries")
+    if a[0] != 0:
+        raise ValueError(f"{name}[0]={a[0]}: an indptr must start at 0")
+    d = np.diff(a)
+    if d.size and d.min() < 0:
+        i = int(np.argmax(d < 0))
+        raise ValueError(
+            f"{name}[{i}]={a[i]} > {name}[{i + 1}]={a[i + 1]}: an indptr must not decrease"
+        )
+    return a
+
+
+def copy_into(buf, a, name):
+    """Write host array `a` into the start of a caller's (CUDA-graph) buffer."""
+    n = a.shape[0]
+    if buf.shape[0] < n:
+        raise ValueError(f"{name} holds {buf.shape[0]} entries, the batch needs {n}")
+    if is_torch(buf):
+        import torch
+
+        buf[:n].copy_(torch.from_numpy(a))
+    else:
+        buf[:n] = a
+
+
+def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
+    """(indptr, indices, last_page_len) of a paged KV cache, checked against each other."""
+    ptr = indptr(kv_indptr, names[0])
+    n = ptr.shape[0] - 1
+    if batch is not None and n != batch:
+        raise ValueError(f"{names[0]} has {n + 1} entries, expected batch_size + 1 = {batch + 1}")
+    last = i32(kv_last_page_len, names[2], n)
+    idx = i32(kv_indices, names[1])
+    if idx.shape[0] < ptr[-1]:
+        raise ValueError(f"{names[1]} has {idx.shape[0]} entries but {names[0]}[-1]={ptr[-1]}")
+    return ptr, idx, last
+
+
+def kv_lengths(ptr, last, page_size):
+    """Tokens of each request of a page table: page_size * (pages - 1) + last."""
+    pages = np.diff(ptr).astype(np.int64)
+    return np.where(pages > 0, (pages - 1) * page_size + last, 0)

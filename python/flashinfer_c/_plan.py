@@ -1,0 +1,212 @@
+"""A C plan (fi_plan) that the wrappers reuse from one plan() call to the next.
+
+fi_plan_create fixes the model-level parameters (a `Spec`) and sizes one
+workspace from upper bounds (batch size, query tokens, KV pages or tokens).
+A wrapper's plan() only rewrites the plan's contents (fi_plan_update); the
+C plan is created again only when the Spec changes or a batch exceeds the
+bounds, which then grow to the next power of two so that a growing batch
+recreates it a logarithmic number of times. With fixed bounds (CUDA-graph
+wrappers) a batch over them is an error that names the buffer to enlarge.
+"""
+import ctypes
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+from . import _structs as S
+from ._arrays import fill_view
+from ._lib import check, fn
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What fi_plan_create fixes: fi_attention_params and the scheduling options."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim_qk: int
+    head_dim_vo: int
+    kv_format: int
+    page_size: int
+    kv_layout: int
+    q_dtype: int
+    kv_dtype: int
+    o_dtype: int
+    mask_mode: int = S.MASK_NONE
+    window_left: int = -1
+    logits_soft_cap: float = 0.0
+    sm_scale: float = 0.0
+    pos_encoding: int = S.POS_NONE
+    rope_scale: float = 1.0
+    rope_theta: float = 1e4
+    disable_split_kv: bool = False
+    fixed_split_size: int = 0  # keys; 0 = automatic split
+
+    def params(self):
+        p = S.AttentionParams()
+        fn.attention_params_init(ctypes.byref(p))
+        for name in (
+            "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "kv_format",
+            "page_size", "kv_layout", "q_dtype", "kv_dtype", "o_dtype", "mask_mode",
+            "window_left", "logits_soft_cap", "sm_scale", "rope_scale", "rope_theta",
+        ):
+            setattr(p, name, getattr(self, name))
+        p.pos_encoding = self.pos_encoding
+        return p
+
+
+class Bounds(NamedTuple):
+    batch: int  # requests
+    qo: int  # query tokens over the batch
+    kv: int  # KV pages (paged) or tokens (ragged) over the batch
+
+    def covers(self, need):
+        return need.batch <= self.batch and need.qo <= self.qo and need.kv <= self.kv
+
+
+# Smallest bounds a plan is made with, so tiny first batches do not cause a
+# string of re-creations as the batch warms up.
+_FLOOR = Bounds(8, 64, 256)
+
+
+def _grown(need, have):
+    def up(n, floor, old):
+        size = max(floor, old)
+        while size < n:
+            size *= 2
+        return size
+
+    return Bounds(
+        up(need.batch, _FLOOR.batch, have.batch if have else 0),
+        up(need.qo, _FLOOR.qo, have.qo if have else 0),
+        up(need.kv, _FLOOR.kv, have.kv if have else 0),
+    )
+
+
+def _ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+class Plan:
+    """One fi_plan on one context, re-planned for each batch."""
+
+    def __init__(self, ctx, fixed: Optional[Bounds] = None, fixed_names=("", "", "")):
+        self.ctx = ctx  # keeps the context alive as long as the plan
+        self.fixed = fixed
+        self.fixed_names = fixed_names
+        self.handle = None
+        self.spec = None
+        self.bounds = None
+        self.total_qo = 0
+        self.batch_size = 0
+        self._batch = None  # the last batch's host arrays (for scaled siblings)
+        self._version = 0
+        self._siblings = {}
+        self._destroy = fn.plan_destroy
+
+    # ------------------------------------------------------------ planning
+
+    def update(self, spec, qo_indptr, kv_indptr, kv_indices=None, last_page_len=None,
+               mask_indptr=None):
+        """Schedule a batch (host int32 numpy arrays) under `spec`."""
+        n = qo_indptr.shape[0] - 1
+        need = Bounds(max(n, 1), max(int(qo_indptr[-1]), 1), max(int(kv_indptr[-1]), 1))
+        self._ensure(spec, need)
+        batch = S.Batch(
+            n, _ptr(qo_indptr), _ptr(kv_indptr), _ptr(kv_indices), _ptr(last_page_len),
+            _ptr(mask_indptr),
+        )
+        self._batch = (qo_indptr, kv_indptr, kv_indices, last_page_len, mask_indptr)
+        self._version += 1
+        self.total_qo = 0
+        check(fn.plan_update(self.handle, ctypes.byref(batch)), "plan")
+        self.total_qo = int(qo_indptr[-1])
+        self.batch_size = n
+
+    def _ensure(self, spec, need):
+        if self.fixed is not None:
+            for have, want, name in zip(self.fixed, need, self.fixed_names):
+                if want > have:
+                    raise ValueError(
+                        f"the batch needs {want} entries in {name}, which holds {have}: "
+                        "a CUDA-graph wrapper's buffers fix its bounds; make them larger"
+                    )
+            bounds = self.fixed
+            if self.handle is not None and spec == self.spec:
+                return
+        else:
+            if self.handle is not None and spec == self.spec and self.bounds.covers(need):
+                return
+            bounds = _grown(need, self.bounds if spec == self.spec else None)
+        self._release()
+        config = S.PlanConfig()
+        fn.plan_config_init(ctypes.byref(config))
+        config.max_batch_size, config.max_total_qo, config.max_total_kv = bounds
+        config.disable_split_kv = int(spec.disable_split_kv)
+        config.fixed_split_size = spec.fixed_split_size
+        params = spec.params()
+        handle = ctypes.c_void_p()
+        check(
+            fn.plan_create(self.ctx.handle, ctypes.byref(params), ctypes.byref(config),
+                           ctypes.byref(handle)),
+            "plan",
+        )
+        self.handle, self.spec, self.bounds = handle.value, spec, bounds
+
+    def variant(self, spec):
+        """This plan's batch under another Spec (another softmax scale or soft-cap).
+
+        FlashInfer lets run() change a few numbers that here are fixed at plan
+        creation (q_scale/k_scale fold into the softmax scale); such a run gets
+        a sibling plan, re-planned only when this plan's batch has changed.
+        """
+        if spec == self.spec:
+            return self
+        sib = self._siblings.get(spec)
+        if sib is None:
+            if len(self._siblings) >= 8:
+                self._siblings.clear()
+            sib = self._siblings[spec] = Plan(self.ctx, self.fixed, self.fixed_names)
+            sib._synced = -1
+        if sib._synced != self._version:
+            sib.update(spec, *self._batch)
+            sib._synced = self._version
+        return sib
+
+    # ----------------------------------------------------------------- run
+
+    def run(self, q, k, v, o, lse=None, custom_mask=None, stream=None):
+        """Attention for the planned batch. k, v: arrays, or fi_tensor views."""
+        args = S.RunArgs()
+        fill_view(args.q, q, "q")
+        if isinstance(k, S.Tensor):
+            args.k, args.v = k, v
+        else:
+            fill_view(args.k, k, "k")
+            fill_view(args.v, v, "v")
+        fill_view(args.o, o, "out")
+        if lse is not None:
+            fill_view(args.lse, lse, "lse")
+        if custom_mask is not None:
+            fill_view(args.custom_mask, custom_mask, "custom_mask")
+        args.stream = stream
+        check(fn.plan_run(self.handle, ctypes.byref(args)), "run")
+
+    # ---------------------------------------------------------- inspection
+
+    def workspace_size(self):
+        return fn.plan_workspace_size(self.handle) if self.handle else 0
+
+    def info(self):
+        info = S.PlanInfo()
+        info.struct_size = ctypes.sizeof(S.PlanInfo)
+        check(fn.plan_get_info(self.handle, ctypes.byref(info)), "plan info")
+        return {name: getattr(info, name) for name, _ in S.PlanInfo._fields_[1:]}
+
+    def _release(self):
+        self._siblings.clear()
+        if self.handle:
+            self._destroy(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        self._release()

@@ -1,0 +1,124 @@
+"""The base of the batch wrappers: the workspace's device, the CUDA-graph
+buffers, the C plan, and the run step they share."""
+from dataclasses import replace
+
+from . import _context
+from ._arrays import device_str, name_of
+from ._attention import (
+    apply_v_scale,
+    check_dtype,
+    check_rank,
+    context,
+    outputs,
+    run_scale,
+    workspace_device,
+)
+from ._plan import Bounds, Plan
+
+
+def refuse_extras(what, args, **unsupported):
+    """FlashInfer options this library does not implement: refused, not ignored."""
+    if args:
+        raise ValueError(
+            f"{what}: extra positional arguments are for FlashInfer's custom JIT kernels, "
+            "which flashinfer_c does not have"
+        )
+    for name, value in unsupported.items():
+        if value is not None:
+            raise NotImplementedError(f"{what}: {name} is not supported by flashinfer_c yet")
+
+
+class WrapperBase:
+    _name = "wrapper"
+
+    def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args):
+        if jit_args is not None:
+            raise NotImplementedError(
+                f"{self._name}: jit_args (custom attention variants) are not supported"
+            )
+        self._float_workspace_buffer = float_workspace_buffer
+        self._int_workspace_buffer = None
+        self.device = workspace_device(float_workspace_buffer, self._name)
+        self._kv_layout = kv_layout
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._backend = backend  # accepted for compatibility; there is one backend
+        self._plan = None
+        self._planned = False
+        self._fixed = None  # Bounds from the CUDA-graph buffers
+        self._fixed_names = ("", "", "")
+
+    @property
+    def is_cuda_graph_enabled(self):
+        return self._use_cuda_graph
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
+        """Kept for compatibility: the C plan owns its workspace, so only the
+        buffers' device matters, and it must not change."""
+        device = workspace_device(float_workspace_buffer, self._name)
+        if device != self.device:
+            raise ValueError(
+                f"{self._name}: the new workspace is on {device_str(device)}, the wrapper "
+                f"runs on {device_str(self.device)}"
+            )
+        self._float_workspace_buffer = float_workspace_buffer
+        self._int_workspace_buffer = int_workspace_buffer
+
+    def end_forward(self):
+        """Deprecated in FlashInfer; does nothing."""
+
+    # ------------------------------------------------------------ planning
+
+    def _fix_bounds(self, batch, qo, kv, names):
+        self._fixed = Bounds(batch, qo, kv)
+        self._fixed_names = names
+
+    def _update(self, spec, *arrays):
+        """Re-plan the C plan for a batch (host int32 arrays)."""
+        if self._plan is None:
+            self._plan = Plan(context(self.device), self._fixed, self._fixed_names)
+        self._planned = False
+        self._plan.update(spec, *arrays)
+        self._planned = True
+
+    def _require_plan(self):
+        if not self._planned:
+            raise RuntimeError(
+                f"{self._name}.run() was called before a successful plan(): call plan() "
+                "with the batch's indptr/indices first"
+            )
+        return self._plan
+
+    # ----------------------------------------------------------------- run
+
+    def _run(self, q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse,
+             custom_mask=None, **spec_changes):
+        """Check q/out/lse against the plan, then run: shared by every wrapper."""
+        plan = self._require_plan()
+        check_rank(q, "q", 3, "[tokens, num_qo_heads, head_dim]")
+        _context.check_same_device(
+            self.device, [("q", q), ("out", out), ("lse", lse)] + list(arrays)
+        )
+        check_dtype(q, "q", self._q_name, "q_data_type")
+        first_kv = arrays[0][1]
+        if name_of(first_kv) != self._kv_name:
+            check_dtype(first_kv, arrays[0][0], self._kv_name, "kv_data_type")
+        ctx = plan.ctx
+        _context.check_capture(self.device, self._use_cuda_graph, f"{self._name}.run()")
+        out, lse = outputs(q, plan.spec.head_dim_vo, self._o_name, out, lse, return_lse,
+                           self.device)
+        spec = replace(plan.spec, sm_scale=run_scale(plan.spec, q_scale, k_scale), **spec_changes)
+        runner = plan.variant(spec)
+        if plan.total_qo:
+            runner.run(q, k, v, out, lse, custom_mask, ctx.stream(q))
+        apply_v_scale(out, v_scale)
+        return (out, lse) if return_lse else out
+
+    # ---------------------------------------------------------- inspection
+
+    def plan_info(self):
+        """What the C scheduler decided for the last plan() (for logs and tests)."""
+        return self._require_plan().info()
+
+    def plan_workspace_bytes(self):
+        """Bytes the C plan holds (its own workspace, not the caller's buffer)."""
+        return self._plan.workspace_size() if self._plan else 0

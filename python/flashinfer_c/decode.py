@@ -1,0 +1,261 @@
+"""Decode attention: single_decode_with_kv_cache and BatchDecodeWithPagedKVCacheWrapper."""
+import functools
+
+import numpy as np
+
+from . import _context, _host, _single
+from . import _structs as S
+from ._arrays import device_of, empty, name_of
+from ._attention import (
+    apply_v_scale,
+    check_rank,
+    float_dtype,
+    make_spec,
+    paged_kv_views,
+)
+from ._wrapper import WrapperBase, refuse_extras
+from .utils import kv_layout_code
+
+
+def single_decode_with_kv_cache(
+    q,
+    k,
+    v,
+    kv_layout="NHD",
+    pos_encoding_mode="NONE",
+    use_tensor_cores=False,
+    q_scale=None,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=None,
+    sm_scale=None,
+    rope_scale=None,
+    rope_theta=None,
+    return_lse=False,
+):
+    """Decode attention of one request.
+
+    q [num_qo_heads, head_dim]; k, v [kv_len, num_kv_heads, head_dim] (NHD)
+    or [num_kv_heads, kv_len, head_dim] (HND). Returns out [num_qo_heads,
+    head_dim], and lse [num_qo_heads] (base 2) when return_lse.
+    """
+    check_rank(q, "q", 2, "[num_qo_heads, head_dim]")
+    check_rank(k, "k", 3, f"({kv_layout} layout)")
+    check_rank(v, "v", 3, f"({kv_layout} layout)")
+    device = device_of(q)
+    _context.check_same_device(device, [("k", k), ("v", v)])
+    nhd = kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD
+    kv_len, num_kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
+    num_qo_heads, head_dim = q.shape
+    q_name = float_dtype(name_of(q), "q.dtype")
+    scale = (1.0 / head_dim**0.5) if sm_scale is None else sm_scale
+    for s in (q_scale, k_scale):
+        scale *= 1.0 if s is None else float(s)
+    spec = make_spec(
+        num_qo_heads=num_qo_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim_qk=head_dim,
+        head_dim_vo=v.shape[-1],
+        kv_format=S.KV_FORMAT_RAGGED,
+        page_size=1,
+        kv_layout=kv_layout,
+        q_dtype=q_name,
+        kv_dtype=float_dtype(name_of(k), "k.dtype", allow_fp8=True),
+        o_dtype=q_name,
+        window_left=window_left,
+        logits_soft_cap=logits_soft_cap,
+        sm_scale=scale,
+        pos_encoding_mode=pos_encoding_mode,
+        rope_scale=rope_scale,
+        rope_theta=rope_theta,
+    )
+    out = empty(q, (num_qo_heads, v.shape[-1]))
+    lse = empty(q, (num_qo_heads,), "float32") if return_lse else None
+    ctx = _context.get(device)
+    _single.run(device, spec, 1, int(kv_len), q[None], k, v, out[None],
+                None if lse is None else lse[None], stream=ctx.stream(q))
+    apply_v_scale(out, v_scale)
+    return (out, lse) if return_lse else out
+
+
+class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
+    """Decode attention for a batch of requests over a paged KV cache.
+
+    plan() once per step with the page table, then run() for every layer.
+    """
+
+    _name = "BatchDecodeWithPagedKVCacheWrapper"
+
+    def __init__(
+        self,
+        float_workspace_buffer,
+        kv_layout="NHD",
+        use_cuda_graph=False,
+        use_tensor_cores=False,
+        paged_kv_indptr_buffer=None,
+        paged_kv_indices_buffer=None,
+        paged_kv_last_page_len_buffer=None,
+        backend="auto",
+        jit_args=None,
+    ):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
+        kv_layout_code(kv_layout)
+        self._use_tensor_cores = bool(use_tensor_cores)
+        self._paged_kv_indptr_buf = paged_kv_indptr_buffer
+        self._paged_kv_indices_buf = paged_kv_indices_buffer
+        self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buffer
+        self._fixed_batch_size = 0
+        if use_cuda_graph:
+            for name, buf in (
+                ("paged_kv_indptr_buffer", paged_kv_indptr_buffer),
+                ("paged_kv_indices_buffer", paged_kv_indices_buffer),
+                ("paged_kv_last_page_len_buffer", paged_kv_last_page_len_buffer),
+            ):
+                if buf is None:
+                    raise ValueError(f"{name} must be given when use_cuda_graph=True")
+            self._fixed_batch_size = len(paged_kv_last_page_len_buffer)
+            if len(paged_kv_indptr_buffer) != self._fixed_batch_size + 1:
+                raise ValueError(
+                    "paged_kv_indptr_buffer must hold batch_size + 1 entries, where batch_size "
+                    "is len(paged_kv_last_page_len_buffer)"
+                )
+        self._q_len_per_req = None
+
+    @property
+    def use_tensor_cores(self):
+        return self._use_tensor_cores
+
+    def plan(
+        self,
+        indptr,
+        indices,
+        last_page_len,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        page_size,
+        pos_encoding_mode="NONE",
+        window_left=-1,
+        logits_soft_cap=None,
+        q_data_type="float16",
+        kv_data_type=None,
+        o_data_type=None,
+        data_type=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+        non_blocking=True,
+        block_tables=None,
+        seq_lens=None,
+        fixed_split_size=None,
+        disable_split_kv=False,
+        q_len_per_req=1,
+        window_right=0,
+    ):
+        """Plan a decode step: the page table of every request (host or device int32)."""
+        if window_right not in (0, None):
+            raise NotImplementedError("window_right is not supported")
+        if q_len_per_req < 1:
+            raise ValueError(f"q_len_per_req must be >= 1, got {q_len_per_req}")
+        kv_indptr, kv_indices, last = _host.page_table(
+            indptr, indices, last_page_len, ("indptr", "indices", "last_page_len")
+        )
+        batch = kv_indptr.shape[0] - 1
+        if self._use_cuda_graph:
+            self._plan_graph_buffers(batch, q_len_per_req, kv_indptr, kv_indices, last)
+        if data_type is not None:
+            # The deprecated data_type sets q and kv unless they were given.
+            if q_data_type in (None, "float16"):
+                q_data_type = data_type
+            kv_data_type = kv_data_type if kv_data_type is not None else data_type
+        self._q_name = float_dtype(q_data_type if q_data_type is not None else "float16",
+                                   "q_data_type")
+        self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
+        self._o_name = float_dtype(o_data_type or self._q_name, "o_data_type")
+        spec = make_spec(
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim_qk=head_dim,
+            head_dim_vo=head_dim,
+            kv_format=S.KV_FORMAT_PAGED,
+            page_size=page_size,
+            kv_layout=self._kv_layout,
+            q_dtype=self._q_name,
+            kv_dtype=self._kv_name,
+            o_dtype=self._o_name,
+            causal=q_len_per_req > 1,  # draft tokens of a request see their past only
+            window_left=window_left,
+            logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale,
+            pos_encoding_mode=pos_encoding_mode,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+            disable_split_kv=disable_split_kv,
+            fixed_split_size=(fixed_split_size or 0) * page_size,
+        )
+        qo_indptr = np.arange(batch + 1, dtype=np.int32) * np.int32(q_len_per_req)
+        self._update(spec, qo_indptr, kv_indptr, kv_indices, last)
+        self._window_left = spec.window_left
+        self._batch_size = batch
+        self._q_len_per_req = q_len_per_req
+
+    begin_forward = plan
+
+    def _plan_graph_buffers(self, batch, q_len_per_req, kv_indptr, kv_indices, last):
+        if batch != self._fixed_batch_size:
+            raise ValueError(
+                f"the batch size is fixed at {self._fixed_batch_size} in CUDA-graph mode "
+                f"(the buffers' size), got {batch}"
+            )
+        if self._q_len_per_req not in (None, q_len_per_req):
+            raise ValueError("q_len_per_req is part of the fixed CUDA-graph shape")
+        if self._fixed is None:
+            self._fix_bounds(
+                batch, batch * q_len_per_req, len(self._paged_kv_indices_buf),
+                ("paged_kv_last_page_len_buffer", "the query rows", "paged_kv_indices_buffer"),
+            )
+        # As FlashInfer, the plan writes the batch into the caller's buffers.
+        _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, "paged_kv_indptr_buffer")
+        _host.copy_into(self._paged_kv_last_page_len_buf, last, "paged_kv_last_page_len_buffer")
+        _host.copy_into(self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]],
+                        "paged_kv_indices_buffer")
+
+    def run(
+        self,
+        q,
+        paged_kv_cache,
+        *args,
+        q_scale=None,
+        k_scale=None,
+        v_scale=None,
+        out=None,
+        lse=None,
+        return_lse=False,
+        enable_pdl=None,
+        window_left=None,
+        sinks=None,
+        q_len_per_req=None,
+        skip_softmax_threshold_scale_factor=None,
+        kv_cache_sf=None,
+    ):
+        """Decode attention: q [batch_size * q_len_per_req, num_qo_heads, head_dim]."""
+        refuse_extras(
+            f"{self._name}.run()", args, sinks=sinks,
+            skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor,
+            kv_cache_sf=kv_cache_sf,
+        )
+        self._require_plan()
+        if window_left is not None and window_left != self._window_left:
+            raise ValueError(
+                f"window_left={window_left} differs from plan()'s {self._window_left}; "
+                "pass it to plan() instead"
+            )
+        if q_len_per_req is not None and q_len_per_req != self._q_len_per_req:
+            raise ValueError(
+                f"q_len_per_req={q_len_per_req} differs from plan()'s {self._q_len_per_req}"
+            )
+        k, v, arrays = paged_kv_views(paged_kv_cache)
+        return self._run(q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse)
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)

@@ -1,0 +1,457 @@
+"""Prefill/append attention: single_prefill_with_kv_cache(_return_lse),
+BatchPrefillWithPagedKVCacheWrapper and BatchPrefillWithRaggedKVCacheWrapper."""
+import functools
+
+import numpy as np
+
+from . import _context, _host, _single
+from . import _structs as S
+from ._arrays import device_of, empty, name_of
+from ._attention import (
+    apply_v_scale,
+    batch_mask,
+    check_rank,
+    float_dtype,
+    make_spec,
+    paged_kv_views,
+)
+from ._wrapper import WrapperBase, refuse_extras
+from .utils import kv_layout_code
+
+
+def _refuse_tensor_scales(**scales):
+    for name, value in scales.items():
+        if value is not None:
+            raise NotImplementedError(
+                f"{name}: per-head FP8 scale tensors are not supported by flashinfer_c yet"
+            )
+
+
+def single_prefill_with_kv_cache(
+    q,
+    k,
+    v,
+    scale_q=None,
+    scale_k=None,
+    scale_v=None,
+    o_dtype=None,
+    custom_mask=None,
+    packed_custom_mask=None,
+    causal=False,
+    kv_layout="NHD",
+    pos_encoding_mode="NONE",
+    use_fp16_qk_reduction=False,
+    sm_scale=None,
+    window_left=-1,
+    logits_soft_cap=None,
+    rope_scale=None,
+    rope_theta=None,
+    backend="auto",
+    return_lse=False,
+):
+    """Prefill/append attention of one request.
+
+    q [qo_len, num_qo_heads, head_dim_qk]; k [kv_len, num_kv_heads, head_dim_qk]
+    and v [kv_len, num_kv_heads, head_dim_vo] (NHD) or [num_kv_heads, kv_len, D]
+    (HND). custom_mask: bool [qo_len, kv_len] (False = masked out), or
+    packed_custom_mask from packbits(mask.flatten(), bitorder="little").
+    Returns out [qo_len, num_qo_heads, head_dim_vo] and, with return_lse,
+    lse [qo_len, num_qo_heads] in base 2.
+    """
+    _refuse_tensor_scales(scale_q=scale_q, scale_k=scale_k, scale_v=scale_v)
+    check_rank(q, "q", 3, "[qo_len, num_qo_heads, head_dim]")
+    check_rank(k, "k", 3, f"({kv_layout} layout)")
+    check_rank(v, "v", 3, f"({kv_layout} layout)")
+    device = device_of(q)
+    _context.check_same_device(device, [("k", k), ("v", v)])
+    nhd = kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD
+    kv_len, num_kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
+    qo_len, num_qo_heads, head_dim = q.shape
+    q_name = float_dtype(name_of(q), "q.dtype")
+    o_name = float_dtype(o_dtype or q_name, "o_dtype")
+    mask = None
+    if custom_mask is not None or packed_custom_mask is not None:
+        mask, _ = batch_mask(custom_mask, packed_custom_mask, [qo_len], [kv_len], device)
+    spec = make_spec(
+        num_qo_heads=num_qo_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim_qk=head_dim,
+        head_dim_vo=v.shape[-1],
+        kv_format=S.KV_FORMAT_RAGGED,
+        page_size=1,
+        kv_layout=kv_layout,
+        q_dtype=q_name,
+        kv_dtype=float_dtype(name_of(k), "k.dtype", allow_fp8=True),
+        o_dtype=o_name,
+        causal=causal,
+        custom_mask=mask is not None,
+        window_left=window_left,
+        logits_soft_cap=logits_soft_cap,
+        sm_scale=sm_scale,
+        pos_encoding_mode=pos_encoding_mode,
+        rope_scale=rope_scale,
+        rope_theta=rope_theta,
+    )
+    out = empty(q, (qo_len, num_qo_heads, v.shape[-1]), o_name)
+    lse = empty(q, (qo_len, num_qo_heads), "float32") if return_lse else None
+    ctx = _context.get(device)
+    _single.run(device, spec, int(qo_len), int(kv_len), q, k, v, out, lse, mask,
+                ctx.stream(q))
+    return (out, lse) if return_lse else out
+
+
+single_prefill_with_kv_cache_return_lse = functools.partial(
+    single_prefill_with_kv_cache, return_lse=True
+)
+
+
+def _dtypes(q_data_type, kv_data_type, o_data_type):
+    q_name = float_dtype(q_data_type if q_data_type is not None else "float16", "q_data_type")
+    kv_name = float_dtype(kv_data_type or q_name, "kv_data_type", allow_fp8=True)
+    o_name = float_dtype(o_data_type or q_name, "o_data_type")
+    return q_name, kv_name, o_name
+
+
+def _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
+    for name, value in (
+        ("prefix_len_ptr", prefix_len_ptr),
+        ("token_pos_in_items_ptr", token_pos_in_items_ptr),
+        ("max_item_len_ptr", max_item_len_ptr),
+    ):
+        if value is not None:
+            raise NotImplementedError(f"{name} (multi-item scoring) is not supported yet")
+
+
+class _PrefillBase(WrapperBase):
+    """Shared by the paged and ragged prefill wrappers: graph buffers, masks."""
+
+    def _graph_bounds(self, batch, total_qo, kv_bound, kv_name):
+        if batch != self._fixed_batch_size:
+            raise ValueError(
+                f"the batch size is fixed at {self._fixed_batch_size} in CUDA-graph mode "
+                f"(len(qo_indptr_buf) - 1), got {batch}"
+            )
+        if self._fixed is None:
+            # As FlashInfer: the first plan's query rows bound the later ones.
+            self._fix_bounds(batch, max(total_qo, 1), kv_bound,
+                             ("qo_indptr_buf", "the query rows of the first plan()", kv_name))
+
+    def _graph_mask(self, mask, mask_indptr):
+        if mask is None:
+            return
+        if self._custom_mask_buf is None or self._mask_indptr_buf is None:
+            raise ValueError(
+                "custom_mask_buf and mask_indptr_buf must be given to the constructor in "
+                "CUDA-graph mode to plan with a custom mask"
+            )
+        _host.copy_into(self._custom_mask_buf, _host.to_numpy(mask), "custom_mask_buf")
+        if mask_indptr is not None:
+            _host.copy_into(self._mask_indptr_buf, mask_indptr, "mask_indptr_buf")
+
+
+class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
+    """Prefill/append attention for a batch of requests over a paged KV cache."""
+
+    _name = "BatchPrefillWithPagedKVCacheWrapper"
+
+    def __init__(
+        self,
+        float_workspace_buffer,
+        kv_layout="NHD",
+        use_cuda_graph=False,
+        qo_indptr_buf=None,
+        paged_kv_indptr_buf=None,
+        paged_kv_indices_buf=None,
+        paged_kv_last_page_len_buf=None,
+        custom_mask_buf=None,
+        mask_indptr_buf=None,
+        backend="auto",
+        jit_args=None,
+        jit_kwargs=None,
+    ):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
+        kv_layout_code(kv_layout)
+        self._qo_indptr_buf = qo_indptr_buf
+        self._paged_kv_indptr_buf = paged_kv_indptr_buf
+        self._paged_kv_indices_buf = paged_kv_indices_buf
+        self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buf
+        self._custom_mask_buf = custom_mask_buf
+        self._mask_indptr_buf = mask_indptr_buf
+        self._fixed_batch_size = 0
+        if use_cuda_graph:
+            for name, buf in (
+                ("qo_indptr_buf", qo_indptr_buf),
+                ("paged_kv_indptr_buf", paged_kv_indptr_buf),
+                ("paged_kv_indices_buf", paged_kv_indices_buf),
+                ("paged_kv_last_page_len_buf", paged_kv_last_page_len_buf),
+            ):
+                if buf is None:
+                    raise ValueError(f"{name} must be given when use_cuda_graph=True")
+            self._fixed_batch_size = len(qo_indptr_buf) - 1
+            if len(paged_kv_indptr_buf) != self._fixed_batch_size + 1:
+                raise ValueError("paged_kv_indptr_buf must hold batch_size + 1 entries")
+            if len(paged_kv_last_page_len_buf) != self._fixed_batch_size:
+                raise ValueError("paged_kv_last_page_len_buf must hold batch_size entries")
+        self._mask = None
+
+    def plan(
+        self,
+        qo_indptr,
+        paged_kv_indptr,
+        paged_kv_indices,
+        paged_kv_last_page_len,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim_qk,
+        page_size,
+        head_dim_vo=None,
+        custom_mask=None,
+        packed_custom_mask=None,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        sm_scale=None,
+        window_left=-1,
+        logits_soft_cap=None,
+        rope_scale=None,
+        rope_theta=None,
+        q_data_type="float16",
+        kv_data_type=None,
+        o_data_type=None,
+        non_blocking=True,
+        prefix_len_ptr=None,
+        token_pos_in_items_ptr=None,
+        token_pos_in_items_len=0,
+        max_item_len_ptr=None,
+        seq_lens=None,
+        seq_lens_q=None,
+        block_tables=None,
+        max_token_per_sequence=None,
+        max_sequence_kv=None,
+        fixed_split_size=None,
+        disable_split_kv=False,
+    ):
+        """Plan a batch: query indptr and the page table (host or device int32)."""
+        _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
+        qo = _host.indptr(qo_indptr, "qo_indptr")
+        batch = qo.shape[0] - 1
+        kv_indptr, kv_indices, last = _host.page_table(
+            paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+            ("paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len"), batch,
+        )
+        self._mask, mask_indptr = None, None
+        if custom_mask is not None or packed_custom_mask is not None:
+            self._mask, mask_indptr = batch_mask(
+                custom_mask, packed_custom_mask, np.diff(qo),
+                _host.kv_lengths(kv_indptr, last, page_size), self.device,
+            )
+        if self._use_cuda_graph:
+            self._graph_bounds(batch, int(qo[-1]), len(self._paged_kv_indices_buf),
+                               "paged_kv_indices_buf")
+            _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
+            _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, "paged_kv_indptr_buf")
+            _host.copy_into(self._paged_kv_last_page_len_buf, last, "paged_kv_last_page_len_buf")
+            _host.copy_into(self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]],
+                            "paged_kv_indices_buf")
+            self._graph_mask(self._mask, mask_indptr)
+        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type,
+                                                            o_data_type)
+        spec = make_spec(
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim_qk=head_dim_qk,
+            head_dim_vo=head_dim_vo or head_dim_qk,
+            kv_format=S.KV_FORMAT_PAGED,
+            page_size=page_size,
+            kv_layout=self._kv_layout,
+            q_dtype=self._q_name,
+            kv_dtype=self._kv_name,
+            o_dtype=self._o_name,
+            causal=causal,
+            custom_mask=self._mask is not None,
+            window_left=window_left,
+            logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale,
+            pos_encoding_mode=pos_encoding_mode,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+            disable_split_kv=disable_split_kv,
+            fixed_split_size=(fixed_split_size or 0) * page_size,
+        )
+        self._update(spec, qo, kv_indptr, kv_indices, last, mask_indptr)
+        self._window_left = spec.window_left
+        self._causal = causal
+
+    begin_forward = plan
+
+    def run(
+        self,
+        q,
+        paged_kv_cache,
+        *args,
+        q_scale=None,
+        k_scale=None,
+        v_scale=None,
+        out=None,
+        lse=None,
+        return_lse=False,
+        enable_pdl=None,
+        window_left=None,
+        sinks=None,
+    ):
+        """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk] over the paged cache."""
+        refuse_extras(f"{self._name}.run()", args, sinks=sinks)
+        self._require_plan()
+        if window_left is not None and window_left != self._window_left:
+            raise ValueError(
+                f"window_left={window_left} differs from plan()'s {self._window_left}; "
+                "pass it to plan() instead"
+            )
+        k, v, arrays = paged_kv_views(paged_kv_cache)
+        return self._run(q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse,
+                         self._mask)
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+
+class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
+    """Prefill/append attention for a batch whose K/V are ragged tensors."""
+
+    _name = "BatchPrefillWithRaggedKVCacheWrapper"
+
+    # In CUDA-graph mode the C plan needs a bound on the ragged KV tokens,
+    # which FlashInfer's constructor does not take: this many.
+    GRAPH_MAX_KV_TOKENS = 1 << 20
+
+    def __init__(
+        self,
+        float_workspace_buffer,
+        kv_layout="NHD",
+        use_cuda_graph=False,
+        qo_indptr_buf=None,
+        kv_indptr_buf=None,
+        custom_mask_buf=None,
+        mask_indptr_buf=None,
+        backend="auto",
+        jit_args=None,
+        jit_kwargs=None,
+    ):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
+        kv_layout_code(kv_layout)
+        self._qo_indptr_buf = qo_indptr_buf
+        self._kv_indptr_buf = kv_indptr_buf
+        self._custom_mask_buf = custom_mask_buf
+        self._mask_indptr_buf = mask_indptr_buf
+        self._fixed_batch_size = 0
+        if use_cuda_graph:
+            if qo_indptr_buf is None or kv_indptr_buf is None:
+                raise ValueError(
+                    "qo_indptr_buf and kv_indptr_buf must be given when use_cuda_graph=True"
+                )
+            self._fixed_batch_size = len(qo_indptr_buf) - 1
+            if len(kv_indptr_buf) != self._fixed_batch_size + 1:
+                raise ValueError("kv_indptr_buf must hold as many entries as qo_indptr_buf")
+        self._mask = None
+
+    def plan(
+        self,
+        qo_indptr,
+        kv_indptr,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim_qk,
+        head_dim_vo=None,
+        custom_mask=None,
+        packed_custom_mask=None,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+        q_data_type="float16",
+        kv_data_type=None,
+        o_data_type=None,
+        non_blocking=True,
+        prefix_len_ptr=None,
+        token_pos_in_items_ptr=None,
+        token_pos_in_items_len=0,
+        max_item_len_ptr=None,
+        fixed_split_size=None,
+        disable_split_kv=False,
+    ):
+        """Plan a batch: query and key/value indptrs (host or device int32)."""
+        _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
+        qo = _host.indptr(qo_indptr, "qo_indptr")
+        kv = _host.indptr(kv_indptr, "kv_indptr")
+        batch = qo.shape[0] - 1
+        if kv.shape[0] != qo.shape[0]:
+            raise ValueError(
+                f"kv_indptr has {kv.shape[0]} entries but qo_indptr has {qo.shape[0]}"
+            )
+        self._mask, mask_indptr = None, None
+        if custom_mask is not None or packed_custom_mask is not None:
+            self._mask, mask_indptr = batch_mask(
+                custom_mask, packed_custom_mask, np.diff(qo), np.diff(kv), self.device
+            )
+        if self._use_cuda_graph:
+            self._graph_bounds(batch, int(qo[-1]), self.GRAPH_MAX_KV_TOKENS,
+                               "GRAPH_MAX_KV_TOKENS")
+            _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
+            _host.copy_into(self._kv_indptr_buf, kv, "kv_indptr_buf")
+            self._graph_mask(self._mask, mask_indptr)
+        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type,
+                                                            o_data_type)
+        spec = make_spec(
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim_qk=head_dim_qk,
+            head_dim_vo=head_dim_vo or head_dim_qk,
+            kv_format=S.KV_FORMAT_RAGGED,
+            page_size=1,
+            kv_layout=self._kv_layout,
+            q_dtype=self._q_name,
+            kv_dtype=self._kv_name,
+            o_dtype=self._o_name,
+            causal=causal,
+            custom_mask=self._mask is not None,
+            window_left=window_left,
+            logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale,
+            pos_encoding_mode=pos_encoding_mode,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+            disable_split_kv=disable_split_kv,
+            fixed_split_size=fixed_split_size or 0,
+        )
+        self._update(spec, qo, kv, None, None, mask_indptr)
+        self._causal = causal
+
+    begin_forward = plan
+
+    def run(
+        self,
+        q,
+        k,
+        v,
+        *args,
+        q_scale=None,
+        k_scale=None,
+        v_scale=None,
+        o_scale=None,
+        out=None,
+        lse=None,
+        return_lse=False,
+        enable_pdl=None,
+    ):
+        """Attention of q [qo_indptr[-1], H_qo, D_qk] over k, v [kv_indptr[-1], H_kv, D]
+        (NHD) or [H_kv, kv_indptr[-1], D] (HND)."""
+        refuse_extras(f"{self._name}.run()", args, o_scale=o_scale)
+        self._require_plan()
+        arrays = [("k", k), ("v", v)]
+        return self._run(q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse,
+                         self._mask)
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)

@@ -1,0 +1,287 @@
+"""Block-sparse attention: BlockSparseAttentionWrapper (BSR, block size R x C)
+and VariableBlockSparseAttentionWrapper (per-KV-head blocks of any sizes).
+
+The C library has no block-sparse format yet, so both are lowered to what
+it has, the way FlashInfer itself lowers them: every block row becomes one
+request of a paged batch whose pages are single KV tokens (page_size 1),
+listing the tokens of the row's non-zero column blocks in order. Compute
+stays proportional to the non-zero blocks; an element mask inside the
+blocks (mask / packed_mask) becomes the per-request packed custom mask.
+Causal masking and RoPE positions therefore count along each row's
+gathered tokens, as in FlashInfer.
+"""
+import functools
+
+import numpy as np
+
+from . import _host
+from . import _structs as S
+from ._arrays import check_out, device_of, empty, name_of, view
+from ._attention import batch_mask, check_rank, float_dtype, make_spec
+from ._wrapper import WrapperBase, refuse_extras
+
+
+def _gather_tokens(entry_start, entry_width, entry_indptr):
+    """Token pages of each request: the tokens [start, start + width) of its
+    entries, in order. Returns (kv_indptr, kv_indices) as int32."""
+    widths = entry_width.astype(np.int64)
+    total = int(widths.sum())
+    first = np.cumsum(widths) - widths
+    tokens = np.repeat(entry_start.astype(np.int64) - first, widths) + np.arange(total)
+    per_entry = np.concatenate([[0], np.cumsum(widths)])
+    kv_indptr = per_entry[entry_indptr.astype(np.int64)]
+    return kv_indptr.astype(np.int32), tokens.astype(np.int32)
+
+
+def _token_pages_view(x, name, heads_first=False):
+    """[tokens, H, D] (or [H, tokens, D] with heads_first) as a paged NHD cache
+    [tokens, 1, H, D] of single-token pages, without a copy."""
+    t = view(x, name)
+    if heads_first:
+        (h, n, d), (sh, sn, sd) = t.shape[:3], t.stride[:3]
+    else:
+        (n, h, d), (sn, sh, sd) = t.shape[:3], t.stride[:3]
+    t.ndim = 4
+    t.shape[:4] = (n, 1, h, d)
+    t.stride[:4] = (sn, sn, sh, sd)
+    return t
+
+
+class _SparseBase(WrapperBase):
+    def __init__(self, float_workspace_buffer, backend):
+        super().__init__(float_workspace_buffer, "NHD", False, backend, None)
+        self._mask = None
+
+    def _plan_tokens(self, spec, qo_indptr, kv_indptr, kv_indices, mask_indptr):
+        batch = qo_indptr.shape[0] - 1
+        last = (np.diff(kv_indptr) > 0).astype(np.int32)  # pages are single tokens
+        self._update(spec, qo_indptr, kv_indptr, kv_indices, last, mask_indptr)
+
+
+class BlockSparseAttentionWrapper(_SparseBase):
+    """Attention with a block-sparse (BSR) mask: block row i of R query rows
+    reads the C-wide column blocks indices[indptr[i]:indptr[i+1]]."""
+
+    _name = "BlockSparseAttentionWrapper"
+
+    def __init__(self, float_workspace_buffer, backend="auto"):
+        super().__init__(float_workspace_buffer, backend)
+
+    def plan(
+        self,
+        indptr,
+        indices,
+        M,
+        N,
+        R,
+        C,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        mask=None,
+        packed_mask=None,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+        q_data_type="float16",
+        kv_data_type=None,
+        o_data_type="float16",
+        non_blocking=True,
+    ):
+        """Plan for a BSR matrix of M x N elements in R x C blocks.
+
+        mask: bool (nnz, R, C), the element mask of each non-zero block.
+        packed_mask: the same in FlashInfer's flattened packed layout.
+        """
+        for name, value in (("M", M), ("N", N), ("R", R), ("C", C)):
+            if int(value) <= 0:
+                raise ValueError(f"{name}={value}: must be positive")
+        M, N, R, C = int(M), int(N), int(R), int(C)
+        MB, NB = -(-M // R), -(-N // C)
+        ptr = _host.indptr(indptr, "indptr")
+        if ptr.shape[0] != MB + 1:
+            raise ValueError(f"indptr has {ptr.shape[0]} entries, expected ceil(M/R) + 1 = {MB + 1}")
+        idx = _host.i32(indices, "indices")
+        nnz = int(ptr[-1])
+        if idx.shape[0] < nnz:
+            raise ValueError(f"indices has {idx.shape[0]} entries but indptr[-1]={nnz}")
+        idx = idx[:nnz]
+        if nnz and (idx.min() < 0 or idx.max() >= NB):
+            raise ValueError(f"indices must lie in [0, ceil(N/C) = {NB}); got {idx.min()}..{idx.max()}")
+        starts = idx.astype(np.int64) * C
+        widths = np.minimum(C, N - starts)
+        kv_indptr, kv_indices = _gather_tokens(starts, widths, ptr)
+        qo_indptr = np.minimum(np.arange(MB + 1, dtype=np.int64) * R, M).astype(np.int32)
+        qo_lens, kv_lens = np.diff(qo_indptr), np.diff(kv_indptr)
+
+        self._mask, mask_indptr = None, None
+        if packed_mask is not None:
+            self._mask, mask_indptr = batch_mask(None, packed_mask, qo_lens, kv_lens, self.device)
+        elif mask is not None:
+            bits = self._mask_bits(_host.to_numpy(mask), ptr, widths, qo_lens, R, C)
+            self._mask, mask_indptr = batch_mask(bits, None, qo_lens, kv_lens, self.device)
+
+        q_name = float_dtype(q_data_type, "q_data_type")
+        self._q_name = q_name
+        self._kv_name = float_dtype(kv_data_type or q_name, "kv_data_type", allow_fp8=True)
+        self._o_name = float_dtype(o_data_type or q_name, "o_data_type")
+        spec = make_spec(
+            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim,
+            head_dim_vo=head_dim, kv_format=S.KV_FORMAT_PAGED, page_size=1, kv_layout="NHD",
+            q_dtype=self._q_name, kv_dtype=self._kv_name, o_dtype=self._o_name, causal=causal,
+            custom_mask=self._mask is not None, logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale, pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale,
+            rope_theta=rope_theta,
+        )
+        self._plan_tokens(spec, qo_indptr, kv_indptr, kv_indices, mask_indptr)
+        self.M, self.N, self.R, self.C = M, N, R, C
+
+    begin_forward = plan
+
+    @staticmethod
+    def _mask_bits(mask, ptr, widths, qo_lens, R, C):
+        """The element masks (nnz, R, C) as each block row's row-major
+        [rows, gathered tokens] bits, concatenated over rows."""
+        if mask.shape != (int(ptr[-1]), R, C):
+            raise ValueError(f"mask must have shape (nnz, R, C) = {(int(ptr[-1]), R, C)}, got {mask.shape}")
+        mask = mask.astype(bool, copy=False)
+        cols = np.arange(C)
+        parts = []
+        for i in range(ptr.shape[0] - 1):
+            s, e, rows = int(ptr[i]), int(ptr[i + 1]), int(qo_lens[i])
+            block = mask[s:e, :rows, :].transpose(1, 0, 2)  # (rows, blocks, C)
+            valid = cols[None, :] < widths[s:e, None]  # the last column block may be short
+            parts.append(block[:, valid].reshape(-1))
+        return np.concatenate(parts) if parts else np.zeros(0, bool)
+
+    def run(self, q, k, v, out=None, lse=None, return_lse=False, enable_pdl=None, *args,
+            **kwargs):
+        """q [M, num_qo_heads, head_dim]; k, v [N, num_kv_heads, head_dim]."""
+        refuse_extras(f"{self._name}.run()", args, **kwargs)
+        self._require_plan()
+        check_rank(k, "k", 3, "[N, num_kv_heads, head_dim]")
+        check_rank(v, "v", 3, "[N, num_kv_heads, head_dim]")
+        k_pages, v_pages = _token_pages_view(k, "k"), _token_pages_view(v, "v")
+        return self._run(q, k_pages, v_pages, [("k", k), ("v", v)], None, None, None, out, lse,
+                         return_lse, self._mask)
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+
+class VariableBlockSparseAttentionWrapper(_SparseBase):
+    """Block-sparse attention with blocks of any sizes and a pattern per KV head.
+
+    q [num_qo_heads, qo_len, head_dim], k/v [num_kv_heads, kv_len, head_dim];
+    the query heads of a KV head's group share its pattern.
+    """
+
+    _name = "VariableBlockSparseAttentionWrapper"
+
+    def __init__(self, float_workspace_buffer, backend="auto"):
+        super().__init__(float_workspace_buffer, backend)
+
+    def plan(
+        self,
+        block_mask_map,
+        block_row_sz,
+        block_col_sz,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+        non_blocking=True,
+        q_data_type="float16",
+        kv_data_type=None,
+    ):
+        """block_mask_map bool [num_kv_heads, MB, NB]; block_row_sz [num_kv_heads, MB];
+        block_col_sz [num_kv_heads, NB] (rows / columns of each block)."""
+        if num_qo_heads % num_kv_heads:
+            raise ValueError(f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+        blocks = _host.to_numpy(block_mask_map).astype(bool)
+        rows = _host.to_numpy(block_row_sz).astype(np.int64)
+        cols = _host.to_numpy(block_col_sz).astype(np.int64)
+        H = num_kv_heads
+        if blocks.ndim != 3 or blocks.shape[0] != H:
+            raise ValueError(f"block_mask_map must be [num_kv_heads={H}, MB, NB], got {blocks.shape}")
+        _, MB, NB = blocks.shape
+        if rows.shape != (H, MB) or cols.shape != (H, NB):
+            raise ValueError(
+                f"block_row_sz must be [{H}, {MB}] and block_col_sz [{H}, {NB}]; got "
+                f"{rows.shape} and {cols.shape}"
+            )
+        if (rows < 0).any() or (cols < 0).any():
+            raise ValueError("block sizes must not be negative")
+        qo_len, kv_len = rows.sum(1), cols.sum(1)
+        if (qo_len != qo_len[0]).any() or (kv_len != kv_len[0]).any():
+            raise ValueError("every KV head's block sizes must add up to the same qo_len / kv_len")
+        self._qo_len, self._kv_len = int(qo_len[0]), int(kv_len[0])
+        # Requests are (head, block row); KV token t of head h is page h * kv_len + t.
+        col_start = np.cumsum(cols, 1) - cols + np.arange(H)[:, None] * self._kv_len
+        h_idx, _, c_idx = np.nonzero(blocks)
+        entry_indptr = np.concatenate([[0], np.cumsum(blocks.sum(2).reshape(-1))])
+        kv_indptr, kv_indices = _gather_tokens(col_start[h_idx, c_idx], cols[h_idx, c_idx],
+                                               entry_indptr)
+        qo_indptr = np.concatenate([[0], np.cumsum(rows.reshape(-1))]).astype(np.int32)
+        self._q_name = float_dtype(q_data_type, "q_data_type")
+        self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
+        self._o_name = self._q_name
+        self._num_kv_heads, self._group = H, num_qo_heads // H
+        spec = make_spec(
+            num_qo_heads=self._group, num_kv_heads=1, head_dim_qk=head_dim, head_dim_vo=head_dim,
+            kv_format=S.KV_FORMAT_PAGED, page_size=1, kv_layout="NHD", q_dtype=self._q_name,
+            kv_dtype=self._kv_name, o_dtype=self._o_name, causal=causal,
+            logits_soft_cap=logits_soft_cap, sm_scale=sm_scale,
+            pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale, rope_theta=rope_theta,
+        )
+        self._plan_tokens(spec, qo_indptr, kv_indptr, kv_indices, None)
+
+    begin_forward = plan
+
+    def run(self, q, k, v, out=None, lse=None, return_lse=False, enable_pdl=None):
+        """Returns out [num_qo_heads, qo_len, head_dim] (and lse [num_qo_heads, qo_len])."""
+        self._require_plan()
+        check_rank(q, "q", 3, "[num_qo_heads, qo_len, head_dim]")
+        check_rank(k, "k", 3, "[num_kv_heads, kv_len, head_dim]")
+        check_rank(v, "v", 3, "[num_kv_heads, kv_len, head_dim]")
+        H, G, L = self._num_kv_heads, self._group, self._qo_len
+        if tuple(q.shape[:2]) != (H * G, L):
+            raise ValueError(f"q must be [{H * G}, {L}, head_dim], got {tuple(q.shape)}")
+        # Heads become part of the token axis: q rows (h, t) with the group's
+        # query heads side by side (a copy when a group has several heads).
+        packed_q = _swap01(q.reshape(H, G, L, q.shape[-1])).reshape(H * L, G, q.shape[-1])
+        k_pages = _token_pages_view(k.reshape(H * self._kv_len, 1, k.shape[-1]), "k")
+        v_pages = _token_pages_view(v.reshape(H * self._kv_len, 1, v.shape[-1]), "v")
+        o, s = self._run(packed_q, k_pages, v_pages, [("k", k), ("v", v)], None, None, None,
+                         None, None, True)
+        o = _swap01(o.reshape(H, L, G, o.shape[-1])).reshape(H * G, L, o.shape[-1])
+        s = _swap01(s.reshape(H, L, G)).reshape(H * G, L)
+        o, s = _into(out, o, "out", device_of(q)), _into(lse, s, "lse", device_of(q))
+        return (o, s) if return_lse else o
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+
+def _swap01(x):
+    """Swap the second and third axes of a 3/4-D array (torch or numpy)."""
+    if isinstance(x, np.ndarray):
+        return x.swapaxes(1, 2)
+    return x.transpose(1, 2)
+
+
+def _into(dest, value, name, device):
+    """value, written into the caller's array `dest` when one was given."""
+    if dest is None:
+        return value
+    check_out(dest, name, tuple(value.shape), name_of(value), device)
+    dest[...] = value
+    return dest
