@@ -1,5 +1,4 @@
 /* common.c — clock, medians, bandwidth and FMA probes, random paged batches. */
-#define _GNU_SOURCE
 #include "common.h"
 
 #include <math.h>

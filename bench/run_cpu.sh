@@ -13,7 +13,7 @@ threads=$(nproc)
 make -s build/bench_cpu
 if [[ ! -x .venv-bench/bin/python ]]; then
   python3 -m venv .venv-bench
-  .venv-bench/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
+  .venv-bench/bin/pip install -q torch numpy
 fi
 mkdir -p bench/results
 ours=$(mktemp)

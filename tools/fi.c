@@ -24,9 +24,9 @@ static int cmd_info(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     printf("CPU features seen: avx512f=%d avx512bf16=%d avx2=%d fma=%d f16c=%d\n",
-           __builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bf16"),
-           __builtin_cpu_supports("avx2"), __builtin_cpu_supports("fma"),
-           __builtin_cpu_supports("f16c"));
+           !!__builtin_cpu_supports("avx512f"), !!__builtin_cpu_supports("avx512bf16"),
+           !!__builtin_cpu_supports("avx2"), !!__builtin_cpu_supports("fma"),
+           !!__builtin_cpu_supports("f16c"));
 #endif
     return 0;
 }
