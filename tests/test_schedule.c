@@ -1,0 +1,852 @@
+/*
+ * test_schedule.c — the scheduler (src/core/schedule.c), two ways:
+ *  1. internal: thousands of random batches through fi_schedule_build, each
+ *     result checked for exact coverage, the reduction map, the bounds, the
+ *     LPT guarantee, determinism and fixed-split batch invariance;
+ *  2. public API on the CPU backend: split, unsplit and fixed-split runs
+ *     against the fp64 oracle, run-to-run bit equality, and batch
+ *     invariance of a request's output bits under fixed_split_size.
+ */
+#include "core/internal.h"
+#include "core/schedule.h"
+#include "oracle.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ batches */
+
+enum { MAX_B = 700 };
+
+typedef struct rbatch {
+    int32_t B;
+    int32_t qo_indptr[MAX_B + 1];
+    int32_t kv_len[MAX_B];
+} rbatch;
+
+/* Mixed lengths: empty requests, decodes, short and long prefills, no keys. */
+static void random_lengths(tu_rng *g, int32_t *qo, int32_t *kv) {
+    int32_t kind = tu_rng_int(g, 0, 9);
+    if (kind <= 4) *qo = 1;
+    else if (kind == 5) *qo = 0;
+    else if (kind <= 7) *qo = tu_rng_int(g, 2, 40);
+    else *qo = tu_rng_int(g, 41, 400);
+    int32_t k = tu_rng_int(g, 0, 9);
+    *kv = k == 0 ? tu_rng_int(g, 0, 8) : k <= 6 ? tu_rng_int(g, 0, 3000) : tu_rng_int(g, 3000, 40000);
+    if (tu_rng_int(g, 0, 3) > 0 && *kv < *qo) *kv = *qo + tu_rng_int(g, 0, 50); /* usual */
+}
+
+static void random_batch(tu_rng *g, rbatch *b) {
+    int32_t big = tu_rng_int(g, 0, 9);
+    b->B = big == 0 ? tu_rng_int(g, 100, MAX_B) : tu_rng_int(g, 0, 24);
+    b->qo_indptr[0] = 0;
+    for (int32_t r = 0; r < b->B; r++) {
+        int32_t qo, kv;
+        random_lengths(g, &qo, &kv);
+        b->qo_indptr[r + 1] = b->qo_indptr[r] + qo;
+        b->kv_len[r] = kv;
+    }
+}
+
+static const int32_t tile_sets[4][4] = {{1, 16, 64, 128}, {16, 64, 128, 0}, {4, 0, 0, 0}, {8, 32, 0, 0}};
+static const int32_t tile_counts[4] = {4, 3, 1, 2};
+
+typedef struct scenario {
+    rbatch b;
+    fi_schedule_input in;
+    int32_t max_kv;
+} scenario;
+
+static void random_scenario(tu_rng *g, scenario *sc) {
+    random_batch(g, &sc->b);
+    fi_schedule_input *in = &sc->in;
+    memset(in, 0, sizeof *in);
+    int32_t t = tu_rng_int(g, 0, 3);
+    static const int32_t groups[] = {1, 2, 4, 7, 8};
+    in->batch_size = sc->b.B;
+    in->qo_indptr = sc->b.qo_indptr;
+    in->kv_len = sc->b.kv_len;
+    in->group_size = groups[tu_rng_int(g, 0, 4)];
+    in->num_kv_heads = tu_rng_int(g, 1, 8);
+    in->causal = tu_rng_int(g, 0, 1);
+    in->window_left = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 0, 3000) : -1;
+    in->num_workers = tu_rng_int(g, 0, 2) == 0 ? tu_rng_int(g, 1, 4) : tu_rng_int(g, 1, 264);
+    in->q_tiles = tile_sets[t];
+    in->num_q_tiles = tile_counts[t];
+    in->cost_per_q_row = tu_rng_int(g, 0, 4) == 0 ? 0.0 : tu_rng_range(g, 0.0, 10.0);
+    in->cost_per_key = tu_rng_range(g, 0.1, 2.0);
+    int32_t mode = tu_rng_int(g, 0, 9);
+    static const int32_t splits[] = {64, 100, 256, 1024, 4096};
+    in->disable_split_kv = mode == 0;
+    in->fixed_split_size = mode == 1 ? splits[tu_rng_int(g, 0, 4)] : 0;
+    sc->max_kv = 0;
+    for (int32_t r = 0; r < sc->b.B; r++)
+        if (sc->b.kv_len[r] > sc->max_kv) sc->max_kv = sc->b.kv_len[r];
+}
+
+/* Limits for a scenario, the way a plan sizes them, with some slack. */
+static void scenario_limits(tu_rng *g, const scenario *sc, fi_schedule_limits *lim) {
+    int32_t B = sc->b.B + tu_rng_int(g, 0, 3) * tu_rng_int(g, 0, 50);
+    int32_t Q = sc->b.qo_indptr[sc->b.B] + tu_rng_int(g, 0, 3) * tu_rng_int(g, 0, 100);
+    int32_t N = sc->in.num_workers + tu_rng_int(g, 0, 1) * tu_rng_int(g, 0, 8);
+    if (sc->in.fixed_split_size > 0)
+        fi_schedule_limits_for_fixed_split(lim, B, Q, sc->max_kv, N, sc->in.fixed_split_size);
+    else
+        fi_schedule_limits_for(lim, B, Q, N);
+}
+
+/* ------------------------------------------------------------ checks */
+
+#define FAIL(...) do { tu_note(__VA_ARGS__); return 1; } while (0)
+
+/* Keys token t of a request (qo queries, kv keys) sees: [*lo, *hi). */
+static void visible(const fi_schedule_input *in, int32_t qo, int32_t kv, int32_t t,
+                    int32_t *lo, int32_t *hi) {
+    int64_t l = 0, h = kv;
+    if (in->causal) h = (int64_t)kv - qo + t + 1;
+    if (in->window_left >= 0) l = (int64_t)kv - qo + t - in->window_left;
+    if (l < 0) l = 0;
+    if (h > kv) h = kv;
+    if (h < l) h = l;
+    *lo = (int32_t)l;
+    *hi = (int32_t)h;
+}
+
+static double item_cost(const fi_schedule_input *in, const fi_work_item *it) {
+    return (double)in->num_kv_heads *
+           (in->cost_per_q_row * in->group_size * (it->q_end - it->q_start) +
+            in->cost_per_key * (it->kv_end - it->kv_start));
+}
+
+/* Items alone: shapes, ranges, tiles, chunk sizes. */
+static int check_items(const fi_schedule *s, const fi_schedule_input *in) {
+    const fi_schedule_limits *l = &s->limits;
+    int32_t N = in->num_workers, F = in->disable_split_kv ? 0 : in->fixed_split_size;
+    int32_t T = s->q_tile_rows / in->group_size > 1 ? s->q_tile_rows / in->group_size : 1;
+    bool tile_ok = false;
+    for (int32_t i = 0; i < in->num_q_tiles; i++) tile_ok |= in->q_tiles[i] == s->q_tile_rows;
+    if (!tile_ok) FAIL("q_tile_rows %d is not a supported tile", s->q_tile_rows);
+    if (s->num_workers != N || s->worker_indptr[0] != 0 || s->worker_indptr[N] != s->num_items)
+        FAIL("worker_indptr: [0]=%d [N]=%d items %d", s->worker_indptr[0],
+             s->worker_indptr[N], s->num_items);
+    if (s->num_items > l->max_items || s->num_partial_rows > l->max_partial_rows)
+        FAIL("items %d / partial rows %d over the limits %d / %d", s->num_items,
+             s->num_partial_rows, l->max_items, l->max_partial_rows);
+    for (int32_t w = 0; w < N; w++)
+        if (s->worker_indptr[w + 1] < s->worker_indptr[w]) FAIL("worker_indptr decreases");
+    for (int32_t i = 0; i < s->num_items; i++) {
+        const fi_work_item *it = &s->items[i];
+        if (it->request < 0 || it->request >= in->batch_size) FAIL("item %d: request %d", i, it->request);
+        int32_t qo = in->qo_indptr[it->request + 1] - in->qo_indptr[it->request];
+        int32_t kv = in->kv_len[it->request];
+        if (it->q_start < 0 || it->q_end > qo || it->q_end <= it->q_start ||
+            it->q_end - it->q_start > T || it->q_start % T != 0)
+            FAIL("item %d: tokens [%d,%d) of %d, tile %d tokens", i, it->q_start, it->q_end, qo, T);
+        if (it->kv_start < 0 || it->kv_end > kv || it->kv_end < it->kv_start)
+            FAIL("item %d: keys [%d,%d) of %d", i, it->kv_start, it->kv_end, kv);
+        if (it->partial_row < -1 ||
+            (it->partial_row >= 0 && it->partial_row + it->q_end - it->q_start > s->num_partial_rows))
+            FAIL("item %d: partial_row %d of %d", i, it->partial_row, s->num_partial_rows);
+        if (it->partial_row >= 0 && in->disable_split_kv) FAIL("split with split-KV disabled");
+        if (it->partial_row >= 0 && F == 0 && it->kv_end - it->kv_start > s->kv_chunk)
+            FAIL("item %d: %d keys > kv_chunk %d", i, it->kv_end - it->kv_start, s->kv_chunk);
+        if (it->partial_row >= 0 && F > 0 &&
+            (it->kv_start / F != (it->kv_end - 1) / F))
+            FAIL("item %d: keys [%d,%d) cross a %d-key boundary", i, it->kv_start, it->kv_end, F);
+    }
+    return 0;
+}
+
+/* Costs, loads, and LPT: queues longest first; the busiest worker's last
+ * item went to a worker that was then the least loaded, so its load minus
+ * that item is at most every other worker's final load. */
+static int check_loads(const fi_schedule *s, const fi_schedule_input *in, double *ratio) {
+    int32_t N = in->num_workers;
+    double total = 0, max_item = 0, max_load = 0;
+    int32_t busiest = 0;
+    for (int32_t w = 0; w < N; w++) {
+        double load = 0, prev = INFINITY;
+        for (int32_t i = s->worker_indptr[w]; i < s->worker_indptr[w + 1]; i++) {
+            double c = item_cost(in, &s->items[i]);
+            if (c > prev && N > 1) FAIL("worker %d: queue not longest first", w);
+            prev = c;
+            load += c;
+            if (c > max_item) max_item = c;
+        }
+        if (fabs(load - s->worker_cost[w]) > 1e-9 * (1 + load))
+            FAIL("worker %d: cost %g, items add to %g", w, s->worker_cost[w], load);
+        total += load;
+        if (load > max_load) { max_load = load; busiest = w; }
+    }
+    if (fabs(total - s->total_cost) > 1e-9 * (1 + total) ||
+        fabs(s->max_worker_cost - max_load) > 1e-9 * (1 + max_load))
+        FAIL("total %g / max %g, expected %g / %g", s->total_cost, s->max_worker_cost, total, max_load);
+    int32_t e = s->worker_indptr[busiest + 1];
+    if (e > s->worker_indptr[busiest]) {
+        double before = max_load - item_cost(in, &s->items[e - 1]);
+        for (int32_t w = 0; w < N; w++)
+            if (before > s->worker_cost[w] * (1 + 1e-12) + 1e-9)
+                FAIL("LPT: worker %d ends at %g below the busiest's start %g of its last item",
+                     w, s->worker_cost[w], before);
+    }
+    double lb = fmax(total / N, max_item);
+    *ratio = lb > 0 ? max_load / lb : 1.0;
+    return 0;
+}
+
+typedef struct cover {
+    int32_t *count, *first, *list; /* per token: items [first, first + count) of list */
+    int32_t *merge_of;             /* per token: its merge row or -1 */
+    int32_t *written;              /* per partial row: writes, then reads */
+} cover;
+
+static void cover_free(cover *c) {
+    free(c->count); free(c->first); free(c->list); free(c->merge_of); free(c->written);
+    memset(c, 0, sizeof *c);
+}
+
+/* Per token, the items that cover it (CSR). */
+static int cover_build(cover *c, const fi_schedule *s, const fi_schedule_input *in) {
+    int32_t Q = in->batch_size ? in->qo_indptr[in->batch_size] : 0;
+    int64_t inc = 0;
+    memset(c, 0, sizeof *c);
+    for (int32_t i = 0; i < s->num_items; i++) inc += s->items[i].q_end - s->items[i].q_start;
+    c->count = calloc((size_t)Q + 1, sizeof(int32_t));
+    c->first = calloc((size_t)Q + 1, sizeof(int32_t));
+    c->list = calloc((size_t)inc + 1, sizeof(int32_t));
+    c->merge_of = malloc(((size_t)Q + 1) * sizeof(int32_t));
+    c->written = calloc((size_t)s->num_partial_rows + 1, sizeof(int32_t));
+    if (!c->count || !c->first || !c->list || !c->merge_of || !c->written) return -1;
+    for (int32_t i = 0; i < s->num_items; i++) {
+        const fi_work_item *it = &s->items[i];
+        for (int32_t t = it->q_start; t < it->q_end; t++) c->count[in->qo_indptr[it->request] + t]++;
+    }
+    for (int32_t t = 1; t <= Q; t++) c->first[t] = c->first[t - 1] + c->count[t - 1];
+    int32_t *fill = calloc((size_t)Q + 1, sizeof(int32_t));
+    if (!fill) return -1;
+    for (int32_t i = 0; i < s->num_items; i++) {
+        const fi_work_item *it = &s->items[i];
+        for (int32_t t = it->q_start; t < it->q_end; t++) {
+            int32_t g = in->qo_indptr[it->request] + t;
+            c->list[c->first[g] + fill[g]++] = i;
+        }
+    }
+    free(fill);
+    for (int32_t t = 0; t < Q; t++) c->merge_of[t] = -1;
+    return 0;
+}
+
+/* The merge map: each output row once, each partial row read once. */
+static int check_merge_map(cover *c, const fi_schedule *s, const fi_schedule_input *in) {
+    int32_t Q = in->batch_size ? in->qo_indptr[in->batch_size] : 0;
+    if (s->merge_indptr[0] != 0 || s->merge_indptr[s->num_merge_rows] != s->num_partial_rows)
+        FAIL("merge_indptr ends at %d, partial rows %d", s->merge_indptr[s->num_merge_rows],
+             s->num_partial_rows);
+    for (int32_t m = 0; m < s->num_merge_rows; m++) {
+        int32_t o = s->merge_out_row[m];
+        if (o < 0 || o >= Q || c->merge_of[o] >= 0) FAIL("merge row %d: output %d (again?)", m, o);
+        c->merge_of[o] = m;
+        if (s->merge_indptr[m + 1] - s->merge_indptr[m] < 2) FAIL("merge row %d of < 2 parts", m);
+        for (int32_t j = s->merge_indptr[m]; j < s->merge_indptr[m + 1]; j++) {
+            int32_t p = s->merge_src[j];
+            if (p < 0 || p >= s->num_partial_rows || c->written[p]++)
+                FAIL("merge row %d: partial row %d out of range or read twice", m, p);
+        }
+    }
+    for (int32_t i = 0; i < s->num_items; i++) { /* every partial row written once */
+        const fi_work_item *it = &s->items[i];
+        if (it->partial_row < 0) continue;
+        for (int32_t t = it->q_start; t < it->q_end; t++)
+            if (c->written[it->partial_row + t - it->q_start]++ != 1)
+                FAIL("partial row %d: not read once, or written twice", it->partial_row);
+    }
+    for (int32_t p = 0; p < s->num_partial_rows; p++)
+        if (c->written[p] != 2) FAIL("partial row %d never written", p);
+    return 0;
+}
+
+static const fi_schedule *sort_sched; /* qsort has no context argument */
+
+static int by_kv(const void *x, const void *y) {
+    int32_t a = sort_sched->items[*(const int32_t *)x].kv_start;
+    int32_t b = sort_sched->items[*(const int32_t *)y].kv_start;
+    return (a > b) - (a < b);
+}
+
+static void sort_by_kv(const fi_schedule *s, int32_t *ids, int32_t n) {
+    sort_sched = s;
+    qsort(ids, (size_t)n, sizeof *ids, by_kv);
+}
+
+/* Per token: its visible keys covered exactly once; written once, either by
+ * one write-through item or by a merge row of its partials in key order. */
+static int check_tokens(cover *c, const fi_schedule *s, const fi_schedule_input *in) {
+    for (int32_t r = 0; r < in->batch_size; r++) {
+        int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r], kv = in->kv_len[r];
+        for (int32_t t = 0; t < qo; t++) {
+            int32_t g = in->qo_indptr[r] + t, n = c->count[g], *ids = c->list + c->first[g];
+            int32_t lo, hi;
+            visible(in, qo, kv, t, &lo, &hi);
+            if (n < 1) FAIL("request %d token %d: no item", r, t);
+            sort_by_kv(s, ids, n);
+            int64_t seen = 0;
+            for (int32_t k = 0; k < n; k++) {
+                const fi_work_item *it = &s->items[ids[k]];
+                if (k > 0 && it->kv_start < s->items[ids[k - 1]].kv_end)
+                    FAIL("request %d token %d: items overlap at key %d", r, t, it->kv_start);
+                int32_t a = it->kv_start > lo ? it->kv_start : lo;
+                int32_t b = it->kv_end < hi ? it->kv_end : hi;
+                seen += b > a ? b - a : 0;
+                if ((n == 1) != (it->partial_row < 0))
+                    FAIL("request %d token %d: %d items, partial_row %d", r, t, n, it->partial_row);
+            }
+            if (seen != hi - lo)
+                FAIL("request %d token %d: %lld of keys [%d,%d) covered", r, t, (long long)seen, lo, hi);
+            int32_t m = c->merge_of[g];
+            if (n == 1) {
+                if (m >= 0) FAIL("request %d token %d: write-through but merged", r, t);
+                continue;
+            }
+            if (m < 0 || s->merge_indptr[m + 1] - s->merge_indptr[m] != n)
+                FAIL("request %d token %d: split in %d but merge row %d", r, t, n, m);
+            for (int32_t k = 0; k < n; k++) {
+                const fi_work_item *it = &s->items[ids[k]];
+                if (s->merge_src[s->merge_indptr[m] + k] != it->partial_row + t - it->q_start)
+                    FAIL("request %d token %d: merge sources not in key order", r, t);
+            }
+        }
+    }
+    return 0;
+}
+
+static int check_schedule(const fi_schedule *s, const fi_schedule_input *in, double *ratio) {
+    if (check_items(s, in) || check_loads(s, in, ratio)) return 1;
+    cover c;
+    int bad = cover_build(&c, s, in) ? (tu_note("out of memory"), 1) : 0;
+    bad = bad || check_merge_map(&c, s, in) || check_tokens(&c, s, in);
+    cover_free(&c);
+    return bad;
+}
+
+static int same_schedule(const fi_schedule *a, const fi_schedule *b) {
+    int32_t N = a->num_workers;
+    return a->num_items == b->num_items && a->num_merge_rows == b->num_merge_rows &&
+           a->num_partial_rows == b->num_partial_rows && a->kv_chunk == b->kv_chunk &&
+           a->q_tile_rows == b->q_tile_rows && N == b->num_workers &&
+           !memcmp(a->items, b->items, sizeof *a->items * (size_t)a->num_items) &&
+           !memcmp(a->worker_indptr, b->worker_indptr, sizeof(int32_t) * (size_t)(N + 1)) &&
+           !memcmp(a->worker_cost, b->worker_cost, sizeof(double) * (size_t)N) &&
+           !memcmp(a->merge_out_row, b->merge_out_row, sizeof(int32_t) * (size_t)a->num_merge_rows) &&
+           !memcmp(a->merge_indptr, b->merge_indptr, sizeof(int32_t) * (size_t)(a->num_merge_rows + 1)) &&
+           !memcmp(a->merge_src, b->merge_src, sizeof(int32_t) * (size_t)a->num_partial_rows);
+}
+
+/* ------------------------------------------------------------ cases */
+
+/* The exact optimum of assigning the items' costs to N workers (tiny n). */
+static double brute_opt(const double *c, int32_t n, int32_t N, double *load, int32_t i) {
+    if (i == n) {
+        double m = 0;
+        for (int32_t w = 0; w < N; w++) m = fmax(m, load[w]);
+        return m;
+    }
+    double best = INFINITY;
+    for (int32_t w = 0; w < N; w++) {
+        load[w] += c[i];
+        best = fmin(best, brute_opt(c, n, N, load, i + 1));
+        load[w] -= c[i];
+        if (load[w] == 0) break; /* empty workers are interchangeable */
+    }
+    return best;
+}
+
+static int check_opt(const fi_schedule *s, const fi_schedule_input *in) {
+    double c[10], load[8] = {0};
+    int32_t n = s->num_items, N = in->num_workers;
+    if (n > 10 || N > 8) return 0;
+    for (int32_t i = 0; i < n; i++) c[i] = item_cost(in, &s->items[i]);
+    double opt = brute_opt(c, n, N, load, 0);
+    if (s->max_worker_cost > opt * 4.0 / 3.0 * (1 + 1e-12) + 1e-12)
+        FAIL("LPT makespan %g > 4/3 of the optimum %g", s->max_worker_cost, opt);
+    return 0;
+}
+
+static void case_properties(int32_t count, uint64_t seed0) {
+    char name[64];
+    double worst_ratio = 0;
+    int32_t splits = 0;
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "property/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, seed0 + tu_case_seed(name));
+        scenario sc;
+        random_scenario(&g, &sc);
+        fi_schedule_limits lim;
+        scenario_limits(&g, &sc, &lim);
+        fi_schedule a, b;
+        int bad = fi_schedule_init(&a, &lim) || fi_schedule_init(&b, &lim);
+        double ratio = 0;
+        fi_status st = bad ? FI_STATUS_OUT_OF_MEMORY : fi_schedule_build(&a, &sc.in);
+        if (st) tu_note("build: %s: %s", fi_status_string(st), fi_last_error());
+        bad = bad || st || check_schedule(&a, &sc.in, &ratio) || check_opt(&a, &sc.in);
+        if (!bad) { /* determinism: a fresh schedule, and a reused one after another batch */
+            fi_work_item *items = a.items;
+            scenario other;
+            random_scenario(&g, &other);
+            other.in.num_workers = sc.in.num_workers;
+            other.in.fixed_split_size = 0;
+            fi_schedule_build(&a, &other.in); /* may fail on bounds: fine */
+            bad = fi_schedule_build(&a, &sc.in) || fi_schedule_build(&b, &sc.in) ||
+                  !same_schedule(&a, &b) || a.items != items;
+            if (bad) tu_note("not deterministic, or arrays moved");
+        }
+        splits += a.num_partial_rows > 0;
+        if (ratio > worst_ratio) worst_ratio = ratio;
+        if (bad)
+            tu_note("B %d, workers %d, group %d, causal %d, window %d, disable %d, fixed %d",
+                    sc.in.batch_size, sc.in.num_workers, sc.in.group_size, sc.in.causal,
+                    sc.in.window_left, sc.in.disable_split_kv, sc.in.fixed_split_size);
+        tu_record("schedule properties", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&a);
+        fi_schedule_free(&b);
+    }
+    if (tu_opt.verbose)
+        printf("  %d batches, %d split; worst max-load / max(total/N, max item) = %.3f\n",
+               (int)count, (int)splits, worst_ratio);
+}
+
+/* Small batches, few items: the makespan against the brute-force optimum. */
+static void case_lpt_optimum(int32_t count) {
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "lpt-optimum/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        scenario sc;
+        random_scenario(&g, &sc);
+        sc.b.B = tu_rng_int(&g, 1, 9);
+        for (int32_t r = 0; r < sc.b.B; r++) {
+            sc.b.qo_indptr[r + 1] = sc.b.qo_indptr[r] + tu_rng_int(&g, 0, 1);
+            sc.b.kv_len[r] = tu_rng_int(&g, 0, 3) ? tu_rng_int(&g, 1, 5000) : 3000;
+        }
+        sc.in.batch_size = sc.b.B;
+        sc.in.num_workers = tu_rng_int(&g, 2, 4);
+        sc.in.disable_split_kv = tu_rng_int(&g, 0, 1);
+        sc.in.fixed_split_size = 0;
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, sc.b.B, sc.b.qo_indptr[sc.b.B], sc.in.num_workers);
+        fi_schedule s;
+        double ratio;
+        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &sc.in) ||
+                  check_schedule(&s, &sc.in, &ratio) || check_opt(&s, &sc.in);
+        tu_record("LPT within 4/3 of optimum", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&s);
+    }
+}
+
+static int by_row(const void *x, const void *y) { return memcmp(x, y, 5 * sizeof(int32_t)); }
+
+/* The items of request r, in (q_start, kv_start) order, as comparable rows
+ * (request index and partial row numbers removed). */
+static int32_t request_items(const fi_schedule *s, int32_t r, int32_t (*out)[5], int32_t cap) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->num_items && n < cap; i++) {
+        const fi_work_item *it = &s->items[i];
+        if (it->request != r) continue;
+        int32_t row[5] = {it->q_start, it->q_end, it->kv_start, it->kv_end, it->partial_row >= 0};
+        memcpy(out[n++], row, sizeof row);
+    }
+    qsort(out, (size_t)n, sizeof out[0], by_row);
+    return n;
+}
+
+/* fixed_split_size: a request's items do not depend on the rest of the batch. */
+static void case_fixed_split_invariance(int32_t count) {
+    enum { CAP = 1 << 17 };
+    static int32_t ia[CAP][5], ib[CAP][5];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "fixed-split-invariance/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        scenario sa, sb;
+        random_scenario(&g, &sa);
+        random_scenario(&g, &sb);
+        int32_t pq, pk, F = 64 << tu_rng_int(&g, 0, 6);
+        if (sa.b.B > 24) sa.b.B = 24;
+        if (sb.b.B > 24) sb.b.B = 24;
+        random_lengths(&g, &pq, &pk);
+        sb.in = sa.in; /* same model, another batch and worker count */
+        sb.in.qo_indptr = sb.b.qo_indptr;
+        sb.in.kv_len = sb.b.kv_len;
+        sb.in.num_workers = tu_rng_int(&g, 1, 264);
+        sa.in.fixed_split_size = sb.in.fixed_split_size = F;
+        sa.in.disable_split_kv = sb.in.disable_split_kv = false;
+        scenario *both[2] = {&sa, &sb};
+        int32_t at[2];
+        for (int32_t j = 0; j < 2; j++) { /* insert the probe request at a random place */
+            rbatch *b = &both[j]->b;
+            if (b->B == MAX_B) b->B--;
+            int32_t p = at[j] = tu_rng_int(&g, 0, b->B);
+            for (int32_t r = b->B; r > p; r--) {
+                b->kv_len[r] = b->kv_len[r - 1];
+                b->qo_indptr[r + 1] = b->qo_indptr[r] + pq;
+            }
+            b->kv_len[p] = pk;
+            b->qo_indptr[p + 1] = b->qo_indptr[p] + pq;
+            b->B++;
+            both[j]->in.batch_size = b->B;
+            both[j]->max_kv = pk > both[j]->max_kv ? pk : both[j]->max_kv;
+        }
+        fi_schedule x, y;
+        fi_schedule_limits la, lb;
+        scenario_limits(&g, &sa, &la);
+        scenario_limits(&g, &sb, &lb);
+        int bad = fi_schedule_init(&x, &la) || fi_schedule_init(&y, &lb) ||
+                  fi_schedule_build(&x, &sa.in) || fi_schedule_build(&y, &sb.in);
+        if (bad) tu_note("build: %s", fi_last_error());
+        int32_t na = bad ? 0 : request_items(&x, at[0], ia, CAP);
+        int32_t nb = bad ? 0 : request_items(&y, at[1], ib, CAP);
+        if (!bad && (na != nb || memcmp(ia, ib, sizeof ia[0] * (size_t)na) ||
+                     x.q_tile_rows != y.q_tile_rows)) {
+            tu_note("probe (%d queries, %d keys, F %d): %d vs %d items", pq, pk, F, na, nb);
+            bad = 1;
+        }
+        tu_record("fixed split batch-invariant", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&x);
+        fi_schedule_free(&y);
+    }
+}
+
+static int expect_bound(fi_schedule *s, const fi_schedule_input *in, const char *bound) {
+    fi_status st = fi_schedule_build(s, in);
+    if (st != FI_STATUS_BOUND_EXCEEDED || !strstr(fi_last_error(), bound))
+        FAIL("expected a bound error naming %s, got %s: %s", bound, fi_status_string(st),
+             fi_last_error());
+    return 0;
+}
+
+/* Over a bound: FI_STATUS_BOUND_EXCEEDED naming it, the last schedule kept. */
+static void case_bounds(void) {
+    if (!tu_selected("bounds")) return;
+    static int32_t qo[MAX_B + 1], kv[MAX_B];
+    static const int32_t tiles[] = {1, 16, 64, 128};
+    for (int32_t r = 0; r < MAX_B; r++) { qo[r + 1] = qo[r] + 1; kv[r] = 5000; }
+    fi_schedule_input in = {.batch_size = 8, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
+                            .num_kv_heads = 8, .causal = true, .window_left = -1,
+                            .num_workers = 4, .q_tiles = tiles, .num_q_tiles = 4,
+                            .cost_per_q_row = 1, .cost_per_key = 1};
+    fi_schedule_limits lim;
+    fi_schedule_limits_for(&lim, 8, 8, 4);
+    fi_schedule s, keep;
+    int bad = fi_schedule_init(&s, &lim) || fi_schedule_init(&keep, &lim) ||
+              fi_schedule_build(&s, &in) || fi_schedule_build(&keep, &in);
+    in.batch_size = 9;
+    bad = bad || expect_bound(&s, &in, "max_batch_size");
+    in.batch_size = 8;
+    qo[8] = 9;
+    bad = bad || expect_bound(&s, &in, "max_total_qo");
+    qo[8] = 8;
+    in.num_workers = 5;
+    bad = bad || expect_bound(&s, &in, "max_workers");
+    in.num_workers = 4;
+    in.fixed_split_size = 16; /* 5000 keys in 313 chunks: over the auto limits */
+    bad = bad || expect_bound(&s, &in, "max_items");
+    lim.max_items = 1 << 20;
+    fi_schedule big;
+    bad = bad || fi_schedule_init(&big, &lim) || expect_bound(&big, &in, "max_partial_rows");
+    fi_schedule_free(&big);
+    if (!bad && !same_schedule(&s, &keep)) {
+        tu_note("a failed build changed the schedule");
+        bad = 1;
+    }
+    tu_record("bounds named", "bounds", bad ? TU_FAIL : TU_PASS);
+    fi_schedule_free(&s);
+    fi_schedule_free(&keep);
+}
+
+/* Decode batches always get the full chunk bound: the partial-row budget of
+ * fi_schedule_limits_for never binds for them (the proof in schedule.c). */
+static void case_decode_budget(int32_t count) {
+    static const int32_t tiles[] = {1, 16, 64, 128};
+    static int32_t qo[MAX_B + 1], kv[MAX_B];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "decode-budget/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        int32_t B = tu_rng_int(&g, 1, k % 2 ? 8 : MAX_B), N = tu_rng_int(&g, 1, 264);
+        int64_t S = 0;
+        for (int32_t r = 0; r < B; r++) {
+            qo[r + 1] = qo[r] + 1;
+            kv[r] = tu_rng_int(&g, 0, 3) ? tu_rng_int(&g, 1, 2000) : tu_rng_int(&g, 1, 200000);
+            S += kv[r];
+        }
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
+                                .group_size = 4, .num_kv_heads = 8, .causal = true,
+                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
+                                .num_q_tiles = 4, .cost_per_q_row = 1, .cost_per_key = 1};
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, B, B, N);
+        fi_schedule s;
+        int64_t L = (S + N - 1) / N;
+        L = L < FI_SCHEDULE_MIN_CHUNK ? FI_SCHEDULE_MIN_CHUNK : (L + 15) / 16 * 16;
+        double ratio;
+        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
+                  check_schedule(&s, &in, &ratio);
+        if (!bad && s.kv_chunk != 0 && s.kv_chunk != L) {
+            tu_note("B %d, N %d: chunk %d, expected %lld", B, N, s.kv_chunk, (long long)L);
+            bad = 1;
+        }
+        tu_record("decode never hits the row budget", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&s);
+    }
+}
+
+/* ------------------------------------------------ through the public API */
+
+enum { A_HQO = 8, A_HKV = 2, A_D = 64, A_MAXB = 16 };
+
+/* A request's data is a function of its id, so the same request can be put
+ * in different batches with the same bits. */
+typedef struct areq {
+    int32_t qo, kv, id;
+} areq;
+
+typedef struct abatch {
+    int32_t B, total_q, total_kv;
+    int32_t qo_indptr[A_MAXB + 1], kv_indptr[A_MAXB + 1];
+    float *q, *k, *v, *o, *lse;
+} abatch;
+
+static void fill(float *p, int64_t n, uint64_t seed) {
+    tu_rng g;
+    tu_rng_seed(&g, seed);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)tu_rng_range(&g, -1.0, 1.0);
+}
+
+static int abatch_make(abatch *b, const areq *reqs, int32_t n) {
+    memset(b, 0, sizeof *b);
+    b->B = n;
+    for (int32_t r = 0; r < n; r++) {
+        b->qo_indptr[r + 1] = b->qo_indptr[r] + reqs[r].qo;
+        b->kv_indptr[r + 1] = b->kv_indptr[r] + reqs[r].kv;
+    }
+    b->total_q = b->qo_indptr[n];
+    b->total_kv = b->kv_indptr[n];
+    size_t qn = (size_t)b->total_q * A_HQO * A_D, kn = (size_t)b->total_kv * A_HKV * A_D;
+    b->q = malloc(qn * sizeof(float) + 4);
+    b->o = malloc(qn * sizeof(float) + 4);
+    b->k = malloc(kn * sizeof(float) + 4);
+    b->v = malloc(kn * sizeof(float) + 4);
+    b->lse = malloc((size_t)b->total_q * A_HQO * sizeof(float) + 4);
+    if (!b->q || !b->o || !b->k || !b->v || !b->lse) return -1;
+    for (int32_t r = 0; r < n; r++) {
+        uint64_t s = 1000003u * (uint64_t)reqs[r].id;
+        fill(b->q + (size_t)b->qo_indptr[r] * A_HQO * A_D, (int64_t)reqs[r].qo * A_HQO * A_D, s + 1);
+        fill(b->k + (size_t)b->kv_indptr[r] * A_HKV * A_D, (int64_t)reqs[r].kv * A_HKV * A_D, s + 2);
+        fill(b->v + (size_t)b->kv_indptr[r] * A_HKV * A_D, (int64_t)reqs[r].kv * A_HKV * A_D, s + 3);
+    }
+    return 0;
+}
+
+static void abatch_free(abatch *b) {
+    free(b->q); free(b->k); free(b->v); free(b->o); free(b->lse);
+}
+
+static fi_batch abatch_view(const abatch *b) {
+    fi_batch x = {b->B, b->qo_indptr, b->kv_indptr, NULL, NULL, NULL};
+    return x;
+}
+
+static fi_run_args abatch_args(abatch *b) {
+    fi_run_args a;
+    memset(&a, 0, sizeof a);
+    int64_t qs[3] = {b->total_q, A_HQO, A_D}, ks[3] = {b->total_kv, A_HKV, A_D};
+    int64_t ls[2] = {b->total_q, A_HQO};
+    a.q = fi_tensor_contiguous(b->q, FI_DTYPE_F32, 3, qs);
+    a.k = fi_tensor_contiguous(b->k, FI_DTYPE_F32, 3, ks);
+    a.v = fi_tensor_contiguous(b->v, FI_DTYPE_F32, 3, ks);
+    a.o = fi_tensor_contiguous(b->o, FI_DTYPE_F32, 3, qs);
+    a.lse = fi_tensor_contiguous(b->lse, FI_DTYPE_F32, 2, ls);
+    return a;
+}
+
+static void api_params(fi_attention_params *p, bool causal, int32_t window) {
+    fi_attention_params_init(p);
+    p->num_qo_heads = A_HQO;
+    p->num_kv_heads = A_HKV;
+    p->head_dim_qk = p->head_dim_vo = A_D;
+    p->kv_format = FI_KV_FORMAT_RAGGED;
+    p->kv_layout = FI_KV_LAYOUT_NHD;
+    p->q_dtype = p->kv_dtype = p->o_dtype = FI_DTYPE_F32;
+    p->mask_mode = causal ? FI_MASK_CAUSAL : FI_MASK_NONE;
+    p->window_left = window;
+}
+
+/* Plan and run one batch; O and LSE land in b->o, b->lse (poisoned first). */
+static fi_status api_run(fi_context *ctx, const fi_attention_params *p, int32_t disable,
+                         int32_t fixed, abatch *b, fi_plan_info *info) {
+    fi_plan_config cfg;
+    fi_plan_config_init(&cfg);
+    cfg.max_batch_size = A_MAXB;
+    cfg.max_total_qo = 512;
+    cfg.max_total_kv = 1 << 16;
+    cfg.disable_split_kv = disable;
+    cfg.fixed_split_size = fixed;
+    fi_plan *plan = NULL;
+    fi_batch batch = abatch_view(b);
+    fi_run_args a = abatch_args(b);
+    memset(b->o, 0xff, (size_t)b->total_q * A_HQO * A_D * sizeof(float));
+    memset(b->lse, 0xff, (size_t)b->total_q * A_HQO * sizeof(float));
+    fi_status st = fi_plan_create(ctx, p, &cfg, &plan);
+    if (!st) st = fi_plan_update(plan, &batch);
+    if (!st) st = fi_plan_run(plan, &a);
+    if (!st && info) {
+        memset(info, 0, sizeof *info);
+        info->struct_size = sizeof *info;
+        st = fi_plan_get_info(plan, info);
+    }
+    fi_plan_destroy(plan);
+    return st;
+}
+
+static int against_oracle(const fi_attention_params *p, abatch *b) {
+    int64_t n = (int64_t)b->total_q * A_HQO * A_D, nl = (int64_t)b->total_q * A_HQO;
+    double *ro = malloc(sizeof(double) * (size_t)(n + 1)), *rl = malloc(sizeof(double) * (size_t)(nl + 1));
+    double *go = malloc(sizeof(double) * (size_t)(n + 1)), *gl = malloc(sizeof(double) * (size_t)(nl + 1));
+    fi_batch batch = abatch_view(b);
+    fi_run_args a = abatch_args(b);
+    int bad = !ro || !rl || !go || !gl || oracle_attention(p, &batch, &a.q, &a.k, &a.v, NULL, ro, rl);
+    tu_cmp c1, c2;
+    if (!bad) {
+        for (int64_t i = 0; i < n; i++) go[i] = b->o[i];
+        for (int64_t i = 0; i < nl; i++) gl[i] = b->lse[i];
+        bad = tu_compare(go, ro, n, 2e-5, 2e-5, &c1) || tu_compare(gl, rl, nl, 2e-5, 2e-5, &c2);
+        if (bad)
+            tu_note("vs oracle: O worst %g (ref %g), LSE worst %g (ref %g)", c1.worst_got,
+                    c1.worst_ref, c2.worst_got, c2.worst_ref);
+    }
+    free(ro); free(rl); free(go); free(gl);
+    return bad;
+}
+
+static tu_result api_outcome(fi_status st, const char *what) {
+    if (st == FI_STATUS_UNSUPPORTED || st == FI_STATUS_NOT_PLANNED) {
+        tu_note("%s: %s: %s (backend not ready?)", what, fi_status_string(st), fi_last_error());
+        return TU_SKIP;
+    }
+    if (st) tu_note("%s: %s: %s", what, fi_status_string(st), fi_last_error());
+    return st ? TU_FAIL : TU_PASS;
+}
+
+/* Split, unsplit and fixed-split runs equal the oracle; split runs repeat
+ * bit for bit. */
+static void case_api_split(fi_context *ctx, bool causal, int32_t window) {
+    char name[64];
+    snprintf(name, sizeof name, "api/split/%s/w%d", causal ? "causal" : "full", (int)window);
+    if (!tu_selected(name)) return;
+    static const areq reqs[] = {{1, 9000, 1}, {37, 300, 2}, {1, 10, 3}, {0, 100, 4},
+                                {1, 0, 5},   {3, 2500, 6}, {1, 700, 7}};
+    fi_attention_params p;
+    api_params(&p, causal, window);
+    abatch b;
+    size_t on = 0;
+    float *o1 = NULL, *l1 = NULL;
+    fi_plan_info info;
+    int bad = abatch_make(&b, reqs, (int32_t)(sizeof reqs / sizeof reqs[0]));
+    fi_status st = bad ? FI_STATUS_OUT_OF_MEMORY : api_run(ctx, &p, 0, 0, &b, &info);
+    tu_result res = api_outcome(st, "split run");
+    if (res == TU_PASS) {
+        on = (size_t)b.total_q * A_HQO;
+        o1 = malloc(on * A_D * sizeof(float));
+        l1 = malloc(on * sizeof(float));
+        memcpy(o1, b.o, on * A_D * sizeof(float));
+        memcpy(l1, b.lse, on * sizeof(float));
+        if (info.num_split_items == 0 && window < 0) {
+            tu_note("nothing was split");
+            res = TU_FAIL;
+        }
+        if (against_oracle(&p, &b)) res = TU_FAIL;
+        st = api_run(ctx, &p, 0, 0, &b, NULL);
+        if (st || memcmp(o1, b.o, on * A_D * sizeof(float)) || memcmp(l1, b.lse, on * sizeof(float))) {
+            tu_note("second split run differs (%s)", fi_status_string(st));
+            res = TU_FAIL;
+        }
+        for (int32_t mode = 0; mode < 2 && res == TU_PASS; mode++) {
+            st = api_run(ctx, &p, mode == 0, mode == 1 ? 128 : 0, &b, NULL);
+            if (st || against_oracle(&p, &b)) {
+                tu_note("%s run: %s", mode ? "fixed-split" : "unsplit", fi_last_error());
+                res = TU_FAIL;
+            }
+        }
+    }
+    tu_record("api: split equals oracle, repeats bitwise", name, res);
+    free(o1); free(l1);
+    abatch_free(&b);
+}
+
+/* fixed_split_size: the probe request's O and LSE bits do not depend on the
+ * other requests of its batch, nor on its place in it. */
+static void case_api_invariance(fi_context *ctx) {
+    const char *name = "api/fixed-split-invariance";
+    if (!tu_selected(name)) return;
+    static const areq ra[] = {{1, 4000, 100}, {20, 900, 2}, {1, 50, 3}};
+    static const areq rb[] = {{1, 9000, 9}, {5, 3000, 8}, {1, 20, 7}, {1, 4000, 100}, {1, 6000, 6}};
+    fi_attention_params p;
+    api_params(&p, true, -1);
+    abatch a, b;
+    int bad = abatch_make(&a, ra, 3) | abatch_make(&b, rb, 5);
+    fi_status st = bad ? FI_STATUS_OUT_OF_MEMORY : api_run(ctx, &p, 0, 512, &a, NULL);
+    if (!st) st = api_run(ctx, &p, 0, 512, &b, NULL);
+    tu_result res = api_outcome(st, "fixed-split run");
+    size_t row = A_HQO * A_D, at = (size_t)b.qo_indptr[3]; /* the probe's token in b */
+    if (res == TU_PASS && (memcmp(a.o, b.o + at * row, row * sizeof(float)) ||
+                           memcmp(a.lse, b.lse + at * A_HQO, A_HQO * sizeof(float)))) {
+        double worst = 0;
+        for (size_t i = 0; i < row; i++) worst = fmax(worst, fabs(a.o[i] - b.o[at * row + i]));
+        tu_note("the probe's output bits depend on the batch (max |diff| %g)", worst);
+        res = TU_FAIL;
+    }
+    tu_record("api: fixed split batch-invariant bitwise", name, res);
+    abatch_free(&a);
+    abatch_free(&b);
+}
+
+static void api_cases(void) {
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.num_threads = 2;
+    fi_context *ctx = NULL;
+    if (fi_context_create(&opt, &ctx)) {
+        tu_note("fi_context_create: %s", fi_last_error());
+        tu_record("api", "api/context", TU_FAIL);
+        return;
+    }
+    case_api_split(ctx, true, -1);
+    case_api_split(ctx, false, -1);
+    case_api_split(ctx, true, 700);
+    case_api_invariance(ctx);
+    fi_context_destroy(ctx);
+}
+
+int main(int argc, char **argv) {
+    if (tu_parse_args(argc, argv, "the scheduler: properties of random schedules, and "
+                                  "split runs through the public API"))
+        return 2;
+    int32_t n = tu_opt.quick ? 300 : 4000;
+    case_properties(n, tu_opt.has_seed ? tu_opt.seed : 0);
+    case_lpt_optimum(n / 2);
+    case_fixed_split_invariance(n / 4);
+    case_bounds();
+    case_decode_budget(n / 10);
+    api_cases();
+    return tu_summary("test_schedule");
+}
