@@ -22,7 +22,7 @@ typedef struct append_job {
 /* Copy the H rows of token n of `src` into (page, slot) of `cache`. */
 static void append_token(const append_job *j, const fi_tensor *src, const fi_tensor *cache,
                          int64_t n, int64_t page, int64_t slot) {
-    size_t elem = fi_dtype_size(cache->dtype);
+    size_t elem = (size_t)fi_ops_elem(cache->dtype);
     const int64_t *cs = cache->stride;
     int64_t slot_off = j->layout == FI_KV_LAYOUT_NHD ? slot * cs[1] : slot * cs[2];
     int64_t head_stride = j->layout == FI_KV_LAYOUT_NHD ? cs[2] : cs[1];
@@ -64,8 +64,8 @@ fi_status fi_cpu_append_paged_kv_cache(
     };
     int64_t nnz = append_k->shape[0];
     int64_t bytes = 2 * nnz * j.heads *
-                    (append_k->shape[2] * (int64_t)fi_dtype_size(append_k->dtype) +
-                     append_v->shape[2] * (int64_t)fi_dtype_size(append_v->dtype));
+                    (append_k->shape[2] * fi_ops_elem(append_k->dtype) +
+                     append_v->shape[2] * fi_ops_elem(append_v->dtype));
     fi_ops_parallel_for(ctx, nnz, bytes, append_tokens, &j);
     return FI_OK;
 }

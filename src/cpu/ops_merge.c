@@ -101,8 +101,8 @@ static fi_status merge2_run(fi_context *ctx, merge2_job *j) {
     j->isa = fi_ops_isa_for(ctx);
     int64_t rows = j->va->shape[0] * j->heads;
     int64_t bytes = rows * j->dim *
-                    (int64_t)(fi_dtype_size(j->va->dtype) + fi_dtype_size(j->vb->dtype) +
-                              fi_dtype_size(j->vo->dtype));
+                    (fi_ops_elem(j->va->dtype) + fi_ops_elem(j->vb->dtype) +
+                     fi_ops_elem(j->vo->dtype));
     fi_ops_parallel_for(ctx, rows, bytes, merge2_rows, j);
     return FI_OK;
 }
@@ -185,8 +185,8 @@ fi_status fi_cpu_merge_states(fi_context *ctx, const fi_tensor *v,
     j.isa = fi_ops_isa_for(ctx);
     int64_t rows = v->shape[0] * j.heads;
     int64_t bytes = rows * j.dim *
-                    (j.states * (int64_t)fi_dtype_size(v->dtype) +
-                     (int64_t)fi_dtype_size(v_out->dtype));
+                    (j.states * fi_ops_elem(v->dtype) +
+                     fi_ops_elem(v_out->dtype));
     fi_ops_parallel_for(ctx, rows, bytes, merge_n_rows, &j);
     return FI_OK;
 }

@@ -8,8 +8,8 @@
  *   f_i <- (1 - smooth) * f_i / rope_scale + smooth * f_i
  * (FlashInfer's formula: without llama31, positions are divided by
  * rope_scale; with it, only low frequencies are). Dimensions past
- * rotary_dim are copied. Angles are taken in double so large positions stay
- * exact; the rotation itself is f32. Tokens are split across the pool; for
+ * rotary_dim are copied. Angles and their cos/sin are computed in double so
+ * large positions stay exact; the rotation itself is f32. Tokens are split across the pool; for
  * each block of pairs a worker computes the frequencies once, then per
  * token the cos/sin shared by every head.
  */
@@ -46,6 +46,47 @@ static double rope_freq(const fi_rope_params *p, int32_t i) {
         smooth = smooth < 0.0 ? 0.0 : smooth > 1.0 ? 1.0 : smooth;
     }
     return (1.0 - smooth) * f / p->rope_scale + smooth * f;
+}
+
+/* Angles below this reduce exactly enough in double (and their quadrant
+ * count fits the rounding trick); larger ones, only reachable with a tiny
+ * rope_scale, go through libm. */
+#define ROPE_POLY_MAX_ANGLE 0x1p40
+
+/* cos and sin of n angles, branch-free so the loop vectorises: the angle is
+ * reduced in double to r in [-pi/4, pi/4] plus a quadrant, where Taylor
+ * polynomials are within 2e-9 of sin r and cos r. */
+static void cos_sin_poly(const double *angle, int32_t n, float *c, float *s) {
+    const double two_over_pi = 0.636619772367581343076;
+    const double pio2_hi = 1.57079632679489655800, pio2_lo = 6.12323399573676603587e-17;
+    const double round = 0x1.8p52; /* x + round - round: x to the nearest integer */
+    for (int32_t i = 0; i < n; i++) {
+        double a = angle[i];
+        double k = (a * two_over_pi + round) - round;
+        double r = (a - k * pio2_hi) - k * pio2_lo;
+        double k4 = (k * 0.25 + round) - round;
+        int32_t q = (int32_t)(k - 4.0 * k4) & 3; /* angle = r + q pi/2 (mod 2 pi) */
+        double r2 = r * r;
+        double sr = r * (1.0 + r2 * (-1.0 / 6 + r2 * (1.0 / 120 + r2 * (-1.0 / 5040 +
+                                                                  r2 * (1.0 / 362880)))));
+        double cr = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24 + r2 * (-1.0 / 720 + r2 * (1.0 / 40320 +
+                                                                  r2 * (-1.0 / 3628800)))));
+        double odd = (double)(q & 1);
+        double sin_sign = (double)(1 - (q & 2)), cos_sign = (double)(1 - ((q + 1) & 2));
+        s[i] = (float)(sin_sign * (sr + (cr - sr) * odd));
+        c[i] = (float)(cos_sign * (cr + (sr - cr) * odd));
+    }
+}
+
+static void cos_sin(const double *angle, int32_t n, double max_angle, float *c, float *s) {
+    if (max_angle < ROPE_POLY_MAX_ANGLE) {
+        cos_sin_poly(angle, n, c, s);
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        c[i] = (float)cos(angle[i]);
+        s[i] = (float)sin(angle[i]);
+    }
 }
 
 static inline fi_row head_row(const fi_tensor *t, int64_t n, int64_t h, int32_t d) {
@@ -88,7 +129,7 @@ static void copy_tail(const fi_tensor *in, const fi_tensor *out, int64_t t, int3
     for (int64_t h = 0; h < in->shape[1]; h++) {
         fi_row src = head_row(in, t, h, from), dst = head_row(out, t, h, from);
         fi_ops_copy((void *)dst.p, dst.stride, src.p, src.stride, dim - from,
-                    fi_dtype_size(in->dtype));
+                    (size_t)fi_ops_elem(in->dtype));
     }
 }
 
@@ -110,18 +151,19 @@ static void rope_tokens(void *arg, int64_t begin, int64_t end) {
     int32_t half = j->p.rotary_dim / 2;
     for (int32_t p0 = 0; p0 < half; p0 += ROPE_PAIRS) {
         int32_t n = half - p0 < ROPE_PAIRS ? half - p0 : ROPE_PAIRS;
-        double freq[ROPE_PAIRS];
-        for (int32_t i = 0; i < n; i++) freq[i] = rope_freq(&j->p, p0 + i);
+        double freq[ROPE_PAIRS], max_freq = 0.0;
+        for (int32_t i = 0; i < n; i++) {
+            freq[i] = rope_freq(&j->p, p0 + i);
+            max_freq = freq[i] > max_freq ? freq[i] : max_freq;
+        }
         int32_t req = 0;
         for (int64_t t = begin; t < end; t++) {
             int64_t pos;
             if (!token_position(j, t, &req, &pos)) break;
+            double angle[ROPE_PAIRS];
             float c[ROPE_PAIRS], s[ROPE_PAIRS];
-            for (int32_t i = 0; i < n; i++) {
-                double angle = (double)pos * freq[i];
-                c[i] = (float)cos(angle);
-                s[i] = (float)sin(angle);
-            }
+            for (int32_t i = 0; i < n; i++) angle[i] = (double)pos * freq[i];
+            cos_sin(angle, n, (double)pos * max_freq, c, s);
             for (int64_t h = 0; h < j->q->shape[1]; h++)
                 rotate_block(j, j->q, j->qo, t, h, p0, n, c, s);
             for (int64_t h = 0; h < j->k->shape[1]; h++)
@@ -152,8 +194,8 @@ fi_status fi_cpu_rope(fi_context *ctx, const fi_rope_params *params,
     j.isa = fi_ops_isa_for(ctx);
     int64_t nnz = q->shape[0];
     int64_t bytes = 2 * nnz * q->shape[2] *
-                    (q->shape[1] * (int64_t)fi_dtype_size(q->dtype) +
-                     k->shape[1] * (int64_t)fi_dtype_size(k->dtype));
+                    (q->shape[1] * fi_ops_elem(q->dtype) +
+                     k->shape[1] * fi_ops_elem(k->dtype));
     fi_ops_parallel_for(ctx, nnz, bytes, rope_tokens, &j);
     return FI_OK;
 }

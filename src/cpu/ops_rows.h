@@ -41,9 +41,18 @@ void fi_ops_axpy(fi_ops_isa isa, float *acc, float w, fi_row row, int32_t n);
 void fi_ops_copy(void *dst, int64_t dst_stride, const void *src, int64_t src_stride,
                  int64_t n, size_t elem);
 
+/* Bytes per element, inline: it is needed per row. */
+static inline int64_t fi_ops_elem(fi_dtype dtype) {
+    switch (dtype) {
+    case FI_DTYPE_F32: case FI_DTYPE_I32: return 4;
+    case FI_DTYPE_F16: case FI_DTYPE_BF16: return 2;
+    default: return 1;
+    }
+}
+
 /* Address of element `offset` (in elements) of a buffer of `dtype`. */
 static inline const void *fi_ops_at(const void *base, fi_dtype dtype, int64_t offset) {
-    return (const char *)base + offset * (int64_t)fi_dtype_size(dtype);
+    return (const char *)base + offset * fi_ops_elem(dtype);
 }
 
 /* fn(arg, begin, end) over [0, n), split evenly across the context's pool
