@@ -5,7 +5,9 @@
  * it lands in page kv_indices[kv_indptr[b] + p / page_size], slot
  * p % page_size. Values are copied bit for bit (the cache and the appended
  * rows share a dtype, FP8 included). The core has checked every index.
- * Tokens are split across the thread pool; each writes its own slots.
+ * Tokens are split across the thread pool; each writes its own slots, so
+ * two tokens naming the same (request, position) are a caller error (which
+ * one lands is then unspecified, as in FlashInfer).
  */
 #include "cpu/cpu.h"
 #include "cpu/ops_rows.h"
