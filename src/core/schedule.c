@@ -36,6 +36,7 @@
  */
 #include "core/schedule.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,11 +75,14 @@ void fi_schedule_limits_for_fixed_split(fi_schedule_limits *lim,
 typedef struct scratch {
     fi_work_item *gen; /* [max_items] items in generation order */
     double *cost;      /* [max_items] */
-    uint64_t *key;     /* [max_items] radix keys */
+    uint32_t *key;     /* [max_items] radix keys: the top 32 bits of ~cost */
     int32_t *order;    /* [max_items] item indices, longest first */
     int32_t *tmp;      /* [max_items] radix ping-pong */
     int32_t *worker;   /* [max_items] assigned worker */
-    int32_t *heap;     /* [max_workers] min-heap of workers by (load, id) */
+    int32_t leaves;    /* power of two >= max_workers */
+    int32_t *tree;     /* [2 * leaves] tournament tree: winners' worker ids */
+    uint64_t *val;     /* [2 * leaves] winners' loads (bits of doubles >= 0,
+                        * which order as integers); leaf P + w is worker w */
     int32_t *cursor;   /* [max_workers] emission cursors */
     int32_t *cand_len; /* [max_workers] tiles longer than the chunk bound */
     int32_t *cand_tok; /* [max_workers] their token counts */
@@ -87,7 +91,8 @@ typedef struct scratch {
 
 typedef struct layout {
     size_t items, indptr, wcost, mout, mindptr, msrc;
-    size_t sc, gen, cost, key, order, tmp, worker, heap, cursor, cand_len, cand_tok;
+    size_t sc, gen, cost, key, order, tmp, worker, tree, val, cursor, cand_len, cand_tok;
+    int32_t leaves;
     size_t total;
 } layout;
 
@@ -109,11 +114,14 @@ static void make_layout(const fi_schedule_limits *l, layout *o) {
     o->sc = take(&at, sizeof(scratch));
     o->gen = take(&at, ni * sizeof(fi_work_item));
     o->cost = take(&at, ni * sizeof(double));
-    o->key = take(&at, ni * sizeof(uint64_t));
+    o->key = take(&at, ni * sizeof(uint32_t));
     o->order = take(&at, ni * sizeof(int32_t));
     o->tmp = take(&at, ni * sizeof(int32_t));
     o->worker = take(&at, ni * sizeof(int32_t));
-    o->heap = take(&at, nw * sizeof(int32_t));
+    o->leaves = 1;
+    while (o->leaves < l->max_workers) o->leaves *= 2;
+    o->tree = take(&at, 2 * (size_t)o->leaves * sizeof(int32_t));
+    o->val = take(&at, 2 * (size_t)o->leaves * sizeof(uint64_t));
     o->cursor = take(&at, nw * sizeof(int32_t));
     o->cand_len = take(&at, nw * sizeof(int32_t));
     o->cand_tok = take(&at, nw * sizeof(int32_t));
@@ -153,11 +161,13 @@ fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits) {
     scratch *sc = (scratch *)(base + o.sc);
     sc->gen = (fi_work_item *)(base + o.gen);
     sc->cost = (double *)(base + o.cost);
-    sc->key = (uint64_t *)(base + o.key);
+    sc->key = (uint32_t *)(base + o.key);
     sc->order = (int32_t *)(base + o.order);
     sc->tmp = (int32_t *)(base + o.tmp);
     sc->worker = (int32_t *)(base + o.worker);
-    sc->heap = (int32_t *)(base + o.heap);
+    sc->leaves = o.leaves;
+    sc->tree = (int32_t *)(base + o.tree);
+    sc->val = (uint64_t *)(base + o.val);
     sc->cursor = (int32_t *)(base + o.cursor);
     sc->cand_len = (int32_t *)(base + o.cand_len);
     sc->cand_tok = (int32_t *)(base + o.cand_tok);
@@ -207,6 +217,26 @@ static inline int32_t fixed_chunks(int32_t a, int32_t b, int32_t F) {
     return (int32_t)(((int64_t)b + F - 1) / F - a / F);
 }
 
+typedef struct gen_state {
+    fi_schedule *s;
+    scratch *sc;
+    int32_t n;        /* items so far */
+    double row_cost;  /* cost of one token's packed rows, all KV heads */
+    double key_cost;  /* cost of one key, all KV heads */
+} gen_state;
+
+static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t a,
+                        int32_t b, int32_t partial_row) {
+    fi_work_item *it = &g->sc->gen[g->n];
+    it->request = r;
+    it->q_start = q0;
+    it->q_end = q1;
+    it->kv_start = a;
+    it->kv_end = b;
+    it->partial_row = partial_row;
+    g->sc->cost[g->n++] = g->row_cost * (q1 - q0) + g->key_cost * (b - a);
+}
+
 /* Per-batch facts gathered in one pass over the tiles. */
 typedef struct survey {
     int64_t tiles, span_sum;
@@ -214,13 +244,17 @@ typedef struct survey {
     int64_t fixed_items, fixed_rows; /* fixed split only */
 } survey;
 
-static void survey_batch(const fi_schedule_input *in, int32_t T, int32_t F, survey *sv) {
+/* With g (automatic split or none), also emit every tile as a write-through
+ * item, the final items when nothing turns out to need splitting. */
+static void survey_batch(const fi_schedule_input *in, int32_t T, int32_t F, survey *sv,
+                         gen_state *g, int32_t cap) {
     memset(sv, 0, sizeof *sv);
     for (int32_t r = 0; r < in->batch_size; r++) {
         int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r], kv = in->kv_len[r];
         for (int32_t q0 = 0; q0 < qo; q0 += T) {
             int32_t q1 = qo - q0 > T ? q0 + T : qo, a, b;
             tile_span(in, qo, kv, q0, q1, &a, &b);
+            if (g && g->n < cap) emit(g, r, q0, q1, a, b, -1);
             sv->tiles++;
             sv->span_sum += b - a;
             if (b - a > sv->max_span) sv->max_span = b - a;
@@ -293,26 +327,6 @@ static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey
 
 /* ------------------------------------------------------------- items */
 
-typedef struct gen_state {
-    fi_schedule *s;
-    scratch *sc;
-    int32_t n;        /* items so far */
-    double row_cost;  /* cost of one token's packed rows, all KV heads */
-    double key_cost;  /* cost of one key, all KV heads */
-} gen_state;
-
-static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t a,
-                        int32_t b, int32_t partial_row) {
-    fi_work_item *it = &g->sc->gen[g->n];
-    it->request = r;
-    it->q_start = q0;
-    it->q_end = q1;
-    it->kv_start = a;
-    it->kv_end = b;
-    it->partial_row = partial_row;
-    g->sc->cost[g->n++] = g->row_cost * (q1 - q0) + g->key_cost * (b - a);
-}
-
 /* Tokens [q0, q1) of request r were cut into k chunks whose partial rows
  * start at `base`, chunk c at base + c * t: one merge row per token. */
 static void merge_rows(fi_schedule *s, int32_t out0, int32_t t, int32_t k, int32_t base) {
@@ -362,22 +376,26 @@ static void generate(gen_state *g, const fi_schedule_input *in, int32_t T, int32
 /* ------------------------------------------------------------- LPT */
 
 /* order[] = item indices by cost, longest first; ties keep generation order
- * (request, token, key). Stable LSD radix sort on the bits of the doubles
- * (non-negative doubles order as their bit patterns), skipping the byte
- * positions where every key agrees. */
+ * (request, token, key). Non-negative doubles order as their bit patterns:
+ * a stable LSD radix sort on the top 32 bits (skipping the bytes where every
+ * key agrees), then the runs of equal top bits, whose costs differ by less
+ * than 2^-20 relative, are put in exact order by a stable insertion sort. */
 static void sort_longest_first(scratch *sc, int32_t n) {
-    uint32_t hist[8][256];
+    uint32_t hist[4][256];
     memset(hist, 0, sizeof hist);
     for (int32_t i = 0; i < n; i++) {
-        uint64_t k;
-        memcpy(&k, &sc->cost[i], sizeof k);
-        k = ~k;
+        uint64_t bits;
+        memcpy(&bits, &sc->cost[i], sizeof bits);
+        uint32_t k = ~(uint32_t)(bits >> 32);
         sc->key[i] = k;
         sc->order[i] = i;
-        for (int d = 0; d < 8; d++) hist[d][(k >> (8 * d)) & 255]++;
+        hist[0][k & 255]++;
+        hist[1][(k >> 8) & 255]++;
+        hist[2][(k >> 16) & 255]++;
+        hist[3][k >> 24]++;
     }
     int32_t *src = sc->order, *dst = sc->tmp;
-    for (int d = 0; d < 8 && n > 1; d++) {
+    for (int d = 0; d < 4 && n > 1; d++) {
         if (hist[d][(sc->key[0] >> (8 * d)) & 255] == (uint32_t)n) continue;
         uint32_t pos[256], sum = 0;
         for (int v = 0; v < 256; v++) {
@@ -392,43 +410,85 @@ static void sort_longest_first(scratch *sc, int32_t n) {
         src = dst;
         dst = x;
     }
+    for (int32_t i = 1; i < n; i++) { /* exact order within equal top bits */
+        int32_t j = src[i], p = i;
+        while (p > 0 && sc->key[src[p - 1]] == sc->key[j] && sc->cost[src[p - 1]] < sc->cost[j]) {
+            src[p] = src[p - 1];
+            p--;
+        }
+        src[p] = j;
+    }
     if (src != sc->order) memcpy(sc->order, src, (size_t)n * sizeof *src);
 }
 
-static inline bool lighter(const double *load, int32_t a, int32_t b) {
-    return load[a] < load[b] || (load[a] == load[b] && a < b);
+static inline uint64_t dbits(double x) {
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+static inline double bitsd(uint64_t b) {
+    double x;
+    memcpy(&x, &b, sizeof x);
+    return x;
 }
 
-/* Each item, longest first, to the least-loaded worker (lowest id on ties). */
-static void assign_lpt(scratch *sc, double *load, int32_t n, int32_t N) {
-    int32_t *h = sc->heap;
-    for (int32_t w = 0; w < N; w++) {
-        h[w] = w;
-        load[w] = 0.0;
+/* Each item, longest first, to the least-loaded worker, the lowest id on
+ * ties. A tournament tree over P >= N leaves (padding leaves load +inf):
+ * node v holds the winner of its subtree, and a left subtree's ids are all
+ * below the right one's, so "left wins ties" is "lowest id wins". After a
+ * worker's load grows, only its path is replayed, carrying the winner in
+ * registers: each step reads a sibling that did not change, and selects
+ * with masks, as a branch there would be mispredicted half the time. */
+static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
+    int32_t P = sc->leaves, *id = sc->tree;
+    uint64_t *val = sc->val;
+    if (n <= N && (n == 0 || sc->cost[sc->order[n - 1]] > 0)) {
+        /* every worker is idle when its item comes: item i goes to worker i */
+        for (int32_t w = 0; w < N; w++) {
+            val[P + w] = 0;
+            sc->cursor[w] = w < n;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            sc->worker[sc->order[i]] = i;
+            val[P + i] = dbits(sc->cost[sc->order[i]]);
+        }
+        return;
+    }
+    for (int32_t w = 0; w < P; w++) {
+        val[P + w] = w < N ? 0 : dbits(INFINITY);
+        id[P + w] = w;
+    }
+    for (int32_t w = 0; w < N; w++) sc->cursor[w] = 0;
+    for (int32_t v = P - 1; v >= 1; v--) {
+        int32_t c = val[2 * v + 1] < val[2 * v] ? 2 * v + 1 : 2 * v;
+        val[v] = val[c];
+        id[v] = id[c];
     }
     for (int32_t i = 0; i < n; i++) {
-        int32_t j = sc->order[i], w = h[0];
+        int32_t j = sc->order[i], w = id[1], win = w;
         sc->worker[j] = w;
-        load[w] += sc->cost[j];
-        for (int32_t p = 0;;) { /* sift the grown root down */
-            int32_t c = 2 * p + 1;
-            if (c >= N) break;
-            if (c + 1 < N && lighter(load, h[c + 1], h[c])) c++;
-            if (!lighter(load, h[c], w)) break;
-            h[p] = h[c];
-            h[c] = w;
-            p = c;
+        sc->cursor[w]++;
+        uint64_t x = dbits(bitsd(val[P + w]) + sc->cost[j]);
+        val[P + w] = x;
+        for (int32_t v = P + w; v > 1; v >>= 1) {
+            uint64_t y = val[v ^ 1];
+            /* the sibling wins if lighter; a left sibling (v odd) also on ties */
+            uint64_t m = (uint64_t)0 - (uint64_t)(y < x + (uint64_t)(v & 1));
+            x = (y & m) | (x & ~m);
+            win = (int32_t)(((uint32_t)id[v ^ 1] & (uint32_t)m) | ((uint32_t)win & ~(uint32_t)m));
+            val[v >> 1] = x;
+            id[v >> 1] = win;
         }
     }
 }
 
-/* Items grouped by worker, each queue longest first. */
+/* Items grouped by worker, each queue longest first; cursor[w] arrives as
+ * worker w's item count. */
 static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N) {
     int32_t *ptr = s->worker_indptr;
-    memset(ptr, 0, (size_t)(N + 1) * sizeof *ptr);
-    for (int32_t i = 0; i < n; i++) ptr[sc->worker[i] + 1]++;
+    ptr[0] = 0;
     for (int32_t w = 0; w < N; w++) {
-        ptr[w + 1] += ptr[w];
+        ptr[w + 1] = ptr[w] + sc->cursor[w];
         sc->cursor[w] = ptr[w];
     }
     for (int32_t i = 0; i < n; i++) {
@@ -477,19 +537,15 @@ static fi_status check_input(const fi_schedule *s, const fi_schedule_input *in) 
 }
 
 /* Packed query rows per tile: the smallest supported tile holding the
- * average request's packed rows, else the largest. Fixed split uses the
+ * batch's average packed rows per request (empty requests count, so no
+ * pass over the batch is needed), else the largest. Fixed split uses the
  * largest always, so that a request's items do not depend on the batch. */
 static int32_t choose_q_tile(const fi_schedule_input *in, bool fixed) {
-    int32_t last = in->q_tiles[in->num_q_tiles - 1];
-    if (fixed) return last;
-    int64_t busy = 0, rows = 0;
-    for (int32_t r = 0; r < in->batch_size; r++) {
-        int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r];
-        busy += qo > 0;
-        rows += (int64_t)qo * in->group_size;
-    }
+    int32_t last = in->q_tiles[in->num_q_tiles - 1], B = in->batch_size;
+    if (fixed || B == 0) return last;
+    int64_t rows = (int64_t)(in->qo_indptr[B] - in->qo_indptr[0]) * in->group_size;
     for (int32_t i = 0; i < in->num_q_tiles; i++)
-        if ((int64_t)in->q_tiles[i] * busy >= rows) return in->q_tiles[i];
+        if ((int64_t)in->q_tiles[i] * B >= rows) return in->q_tiles[i];
     return last;
 }
 
@@ -507,8 +563,11 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     int32_t N = in->num_workers, F = in->disable_split_kv ? 0 : in->fixed_split_size;
     int32_t tile = choose_q_tile(in, F > 0);
     int32_t T = tile / in->group_size > 1 ? tile / in->group_size : 1;
+    double heads = in->num_kv_heads;
+    gen_state g = {s, sc, 0, heads * in->cost_per_q_row * in->group_size,
+                   heads * in->cost_per_key};
     survey sv;
-    survey_batch(in, T, F, &sv);
+    survey_batch(in, T, F, &sv, F > 0 ? NULL : &g, l->max_items);
 
     int64_t items = sv.tiles, rows = 0, extra = 0;
     int32_t L = 0;
@@ -528,20 +587,21 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     s->num_partial_rows = 0;
     s->num_merge_rows = 0;
     s->merge_indptr[0] = 0;
-    double heads = in->num_kv_heads;
-    gen_state g = {s, sc, 0, heads * in->cost_per_q_row * in->group_size,
-                   heads * in->cost_per_key};
-    generate(&g, in, T, L, F);
+    if (F > 0 || L > 0) { /* else the survey's write-through items stand */
+        g.n = 0;
+        generate(&g, in, T, L, F);
+    }
     s->num_items = g.n;
     s->kv_chunk = s->num_partial_rows > 0 ? (F > 0 ? F : L) : 0;
 
     if (N > 1) sort_longest_first(sc, g.n);
     else for (int32_t i = 0; i < g.n; i++) sc->order[i] = i;
-    assign_lpt(sc, s->worker_cost, g.n, N);
+    assign_lpt(sc, g.n, N);
     emit_queues(s, sc, g.n, N);
     s->total_cost = 0.0;
     s->max_worker_cost = 0.0;
     for (int32_t w = 0; w < N; w++) {
+        s->worker_cost[w] = bitsd(sc->val[sc->leaves + w]);
         s->total_cost += s->worker_cost[w];
         if (s->worker_cost[w] > s->max_worker_cost) s->max_worker_cost = s->worker_cost[w];
     }
