@@ -76,6 +76,9 @@ typedef struct fi_backend {
 } fi_backend;
 
 extern const fi_backend fi_cpu_backend;
+extern const fi_backend fi_cuda_backend;
+/* Non-zero when the CUDA driver loads at run time and sees a GPU (src/cuda). */
+int32_t fi_cuda_device_available(void);
 
 struct fi_context {
     fi_device_type device;
@@ -195,7 +198,8 @@ struct fi_plan {
 
 /* ------------------------------------------------------------ validation */
 
-/* Check a tensor: non-NULL data, dtype, rank, exact shape (-1 = any),
+/* Check a tensor: non-NULL data, dtype, rank, exact shape (-1 = any), an
+ * extent whose byte offsets fit in int64,
  * element alignment, non-negative strides; `name` is used in messages. */
 fi_status fi_check_tensor(const fi_tensor *t, const char *name, fi_dtype dtype,
                           int32_t ndim, const int64_t *shape);

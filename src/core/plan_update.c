@@ -27,9 +27,9 @@ static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
         if (pages > 0 && (last < 1 || last > ps))
             return INVALID("kv_last_page_len[%d]=%d: must be in [1, page_size=%d] for a request "
                            "with %d pages", (int)i, (int)last, (int)ps, (int)pages);
-        if (pages == 0 && last != 0)
-            return INVALID("kv_last_page_len[%d]=%d: must be 0 for a request with no pages",
-                           (int)i, (int)last);
+        if (pages == 0 && (last < 0 || last > ps)) /* ignored, as many engines pass page_size */
+            return INVALID("kv_last_page_len[%d]=%d: must be in [0, page_size=%d]", (int)i,
+                           (int)last, (int)ps);
         int64_t len = pages ? (int64_t)ps * (pages - 1) + last : 0;
         if (len > INT32_MAX)
             return INVALID("request %d has %lld keys: at most %d are supported", (int)i,

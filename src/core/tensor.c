@@ -82,7 +82,18 @@ fi_status fi_check_tensor(const fi_tensor *t, const char *name, fi_dtype dtype,
         return fi_error(FI_STATUS_INVALID_ARGUMENT,
                         "%s.data=%p is not aligned to its element size %zu", name,
                         t->data, elem);
+    /* The farthest element's byte offset must be representable, so that no
+     * index computation in a backend can overflow. */
+    const int64_t limit = INT64_MAX / 4;
+    int64_t last = 0;
     for (int32_t d = 0; d < ndim; d++) {
+        if (t->shape[d] > 0 && t->stride[d] > 0 &&
+            (t->shape[d] - 1 > limit / t->stride[d] ||
+             last > limit - (t->shape[d] - 1) * t->stride[d]))
+            return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                            "%s: shape[%d]=%lld with stride %lld overflows the address range",
+                            name, (int)d, (long long)t->shape[d], (long long)t->stride[d]);
+        if (t->shape[d] > 0 && t->stride[d] > 0) last += (t->shape[d] - 1) * t->stride[d];
         if (t->shape[d] < 0)
             return fi_error(FI_STATUS_INVALID_ARGUMENT, "%s.shape[%d]=%lld is negative",
                             name, (int)d, (long long)t->shape[d]);
@@ -94,6 +105,9 @@ fi_status fi_check_tensor(const fi_tensor *t, const char *name, fi_dtype dtype,
                             "%s.stride[%d]=%lld: negative strides are not supported",
                             name, (int)d, (long long)t->stride[d]);
     }
+    if (last > limit / (int64_t)elem)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "%s: its extent overflows the address range",
+                        name);
     return FI_OK;
 }
 
