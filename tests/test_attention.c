@@ -35,7 +35,7 @@
 /* ================================================================ backends */
 
 /* A backend is a dimension of every case: the CPU at each SIMD level, and
- * CUDA (memory moved through libcudart loaded at run time, so this file
+ * CUDA (memory moved through the driver, loaded at run time, so this file
  * builds without CUDA). A backend that cannot be used is skipped. */
 typedef struct backend {
     const char *name;        /* in case names: "cpu-avx2", "cuda" */
@@ -55,27 +55,47 @@ static backend backends[] = {
 };
 #define NUM_BACKENDS ((int)(sizeof backends / sizeof backends[0]))
 
-/* The few CUDA runtime calls the harness needs, looked up with dlsym. */
+/* The few CUDA driver calls the harness needs to move test data, looked up
+ * with dlsym in libcuda (the driver, present wherever a GPU is). Memory is
+ * allocated in device 0's primary context, the one the library uses. */
+typedef unsigned long long cu_ptr;
 static struct {
     int tried, ok;
-    int (*malloc_)(void **, size_t);
-    int (*free_)(void *);
-    int (*memcpy_)(void *, const void *, size_t, int); /* 1 = H2D, 2 = D2H */
-    int (*sync_)(void);
-} cudart;
+    int (*init)(unsigned);
+    int (*device_get)(int *, int);
+    int (*primary_retain)(void **, int);
+    int (*set_current)(void *);
+    int (*mem_alloc)(cu_ptr *, size_t);
+    int (*mem_free)(cu_ptr);
+    int (*htod)(cu_ptr, const void *, size_t);
+    int (*dtoh)(void *, cu_ptr, size_t);
+    int (*sync)(void);
+} cu;
 
-static int cudart_load(void) {
-    if (cudart.tried) return cudart.ok;
-    cudart.tried = 1;
-    void *h = dlopen("libcudart.so", RTLD_NOW);
-    if (!h) h = dlopen("libcudart.so.12", RTLD_NOW);
+static int cuda_load(void) {
+    if (cu.tried) return cu.ok;
+    cu.tried = 1;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) h = dlopen("libcuda.so", RTLD_NOW);
     if (!h) return 0;
-    *(void **)&cudart.malloc_ = dlsym(h, "cudaMalloc");
-    *(void **)&cudart.free_ = dlsym(h, "cudaFree");
-    *(void **)&cudart.memcpy_ = dlsym(h, "cudaMemcpy");
-    *(void **)&cudart.sync_ = dlsym(h, "cudaDeviceSynchronize");
-    cudart.ok = cudart.malloc_ && cudart.free_ && cudart.memcpy_ && cudart.sync_;
-    return cudart.ok;
+    *(void **)&cu.init = dlsym(h, "cuInit");
+    *(void **)&cu.device_get = dlsym(h, "cuDeviceGet");
+    *(void **)&cu.primary_retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+    *(void **)&cu.set_current = dlsym(h, "cuCtxSetCurrent");
+    *(void **)&cu.mem_alloc = dlsym(h, "cuMemAlloc_v2");
+    *(void **)&cu.mem_free = dlsym(h, "cuMemFree_v2");
+    *(void **)&cu.htod = dlsym(h, "cuMemcpyHtoD_v2");
+    *(void **)&cu.dtoh = dlsym(h, "cuMemcpyDtoH_v2");
+    *(void **)&cu.sync = dlsym(h, "cuCtxSynchronize");
+    if (!cu.init || !cu.device_get || !cu.primary_retain || !cu.set_current || !cu.mem_alloc ||
+        !cu.mem_free || !cu.htod || !cu.dtoh || !cu.sync)
+        return 0;
+    int dev = 0;
+    void *ctx = NULL;
+    if (cu.init(0) || cu.device_get(&dev, 0) || cu.primary_retain(&ctx, dev) || cu.set_current(ctx))
+        return 0;
+    cu.ok = 1;
+    return 1;
 }
 
 /* The backend's context, created on first use; NULL (with why_not) if the
@@ -86,10 +106,12 @@ static fi_context *backend_context(backend *be) {
     if (!fi_device_available(be->device)) {
         snprintf(be->why_not, sizeof be->why_not, "fi_device_available(%s) = 0",
                  be->device_name);
+        printf("backend %s: skipped: %s\n", be->name, be->why_not);
         return NULL;
     }
-    if (be->device == FI_DEVICE_CUDA && !cudart_load()) {
-        snprintf(be->why_not, sizeof be->why_not, "libcudart not found (needed to move test data)");
+    if (be->device == FI_DEVICE_CUDA && !cuda_load()) {
+        snprintf(be->why_not, sizeof be->why_not, "the CUDA driver (libcuda) could not be loaded");
+        printf("backend %s: skipped: %s\n", be->name, be->why_not);
         return NULL;
     }
     fi_context_options opt;
@@ -101,9 +123,10 @@ static fi_context *backend_context(backend *be) {
         snprintf(be->why_not, sizeof be->why_not, "fi_context_create: %s: %s",
                  fi_status_string(st), fi_last_error());
         be->ctx = NULL;
+        printf("backend %s: skipped: %s\n", be->name, be->why_not);
         return NULL;
     }
-    if (tu_opt.verbose) printf("backend %s: %s\n", be->name, fi_context_describe(be->ctx));
+    printf("backend %s: %s\n", be->name, fi_context_describe(be->ctx));
     return be->ctx;
 }
 
@@ -127,7 +150,9 @@ static int dbuf_alloc(const backend *be, dbuf *d, fi_dtype dt, int32_t ndim,
     d->dev = d->h.t;
     d->dev_base = d->h.base;
     if (be->device == FI_DEVICE_CUDA) {
-        if (cudart.malloc_(&d->dev_base, d->h.bytes ? d->h.bytes : 1)) return -1;
+        cu_ptr p = 0;
+        if (cu.mem_alloc(&p, d->h.bytes ? d->h.bytes : 1)) return -1;
+        d->dev_base = (void *)(uintptr_t)p;
         d->dev.data = d->dev_base;
     }
     return 0;
@@ -143,17 +168,17 @@ static fi_tensor dbuf_dev_view(const dbuf *d, const fi_tensor *host_view) {
 
 static int dbuf_upload(const backend *be, dbuf *d) {
     if (be->device != FI_DEVICE_CUDA) return 0;
-    return cudart.memcpy_(d->dev_base, d->h.base, d->h.bytes, 1);
+    return cu.htod((cu_ptr)(uintptr_t)d->dev_base, d->h.base, d->h.bytes);
 }
 
 static int dbuf_download(const backend *be, dbuf *d) {
     if (be->device != FI_DEVICE_CUDA) return 0;
-    cudart.sync_();
-    return cudart.memcpy_(d->h.base, d->dev_base, d->h.bytes, 2);
+    cu.sync();
+    return cu.dtoh(d->h.base, (cu_ptr)(uintptr_t)d->dev_base, d->h.bytes);
 }
 
 static void dbuf_free(const backend *be, dbuf *d) {
-    if (be->device == FI_DEVICE_CUDA && d->dev_base) cudart.free_(d->dev_base);
+    if (be->device == FI_DEVICE_CUDA && d->dev_base) cu.mem_free((cu_ptr)(uintptr_t)d->dev_base);
     tu_buf_free(&d->h);
     memset(d, 0, sizeof *d);
 }
