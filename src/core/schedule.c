@@ -20,8 +20,8 @@
  * Bounds (why fi_schedule_limits_for's figures always suffice):
  *  - tiles: a tile holds >= 1 token of one request, so tiles <= total_qo.
  *  - auto split: with S the sum of the tiles' spans and L >= S / N the chunk
- *    bound, a tile of span s becomes k = ceil(s / L) chunks (fewer after
- *    rounding), and k - 1 < s / L; summed, extra chunks < S / L <= N. So
+ *    bound, a tile of span s becomes k = ceil(s / L) chunks, and
+ *    k - 1 < s / L; summed, extra chunks < S / L <= N. So
  *    items <= total_qo + N - 1. Tiles with s > L number fewer than N too.
  *  - partial rows (auto): a split tile of t tokens in k chunks uses k * t
  *    rows. With t = 1 (decode) a split tile has k <= 2 (k - 1), so rows
@@ -201,14 +201,13 @@ static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv
     *b = (int32_t)hi;
 }
 
-/* A span of len > L keys cut into near-equal chunks of *piece keys (a
- * multiple of FI_SCHEDULE_CHUNK_ALIGN, at most L); returns the chunk count. */
+/* A span of len > L keys cut into chunks of L keys from its start, the
+ * remainder last. (Near-equal pieces would look tidier but balance worse:
+ * L is the ideal load per worker, S / N, so a full chunk fills a worker and
+ * the remainders are the small items LPT fills the gaps with.) */
 static inline int32_t auto_chunks(int32_t len, int32_t L, int32_t *piece) {
-    int64_t k = ((int64_t)len + L - 1) / L;
-    int64_t p = ((int64_t)len + k - 1) / k;
-    p = (p + FI_SCHEDULE_CHUNK_ALIGN - 1) / FI_SCHEDULE_CHUNK_ALIGN * FI_SCHEDULE_CHUNK_ALIGN;
-    *piece = (int32_t)p;
-    return (int32_t)(((int64_t)len + p - 1) / p);
+    *piece = L;
+    return (int32_t)(((int64_t)len + L - 1) / L);
 }
 
 /* Aligned blocks of F keys that [a, b) touches (1 for an empty span). */
