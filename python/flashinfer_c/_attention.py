@@ -17,6 +17,7 @@ from ._arrays import (
     dtype_name,
     empty,
     fi_code,
+    is_array,
     is_torch,
     name_of,
     view,
@@ -159,6 +160,8 @@ def check_dtype(x, name, expected, planned_as):
 
 
 def check_rank(x, name, ndim, layout_hint):
+    if not is_array(x):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
     if len(x.shape) != ndim:
         raise ValueError(f"{name} must be {ndim}-D {layout_hint}, got shape {tuple(x.shape)}")
 

@@ -35,12 +35,14 @@ def append_paged_kv_cache(
              ("kv_last_page_len", kv_last_page_len)] + cache_arrays
     _context.check_same_device(device, named)
     ctx = _context.get(device)
-    index = [
-        view(int32_index(x, name), name)
+    # The converted arrays must outlive the call: the views only hold pointers.
+    converted = [
+        (int32_index(x, name), name)
         for x, name in ((batch_indices, "batch_indices"), (positions, "positions"),
                         (kv_indices, "kv_indices"), (kv_indptr, "kv_indptr"),
                         (kv_last_page_len, "kv_last_page_len"))
     ]
+    index = [view(x, name) for x, name in converted]
     k_rows, v_rows = view(append_key, "append_key"), view(append_value, "append_value")
     r = ctypes.byref
     check(

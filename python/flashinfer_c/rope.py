@@ -42,13 +42,16 @@ def _rope(q, k, params, inplace, pos_ids=None, indptr=None, offsets=None):
     qv, kv = view(q, "q"), view(k, "k")
     qo, ko = (qv, kv) if inplace else (view(q_out, "q_rope"), view(k_out, "k_rope"))
     r = ctypes.byref
+    # Converted index arrays stay referenced until the call returns.
     if pos_ids is not None:
-        pos = view(int32_index(pos_ids, "pos_ids"), "pos_ids")
+        pos_ids = int32_index(pos_ids, "pos_ids")
+        pos = view(pos_ids, "pos_ids")
         status = fn.rope_apply_pos_ids(ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(pos),
                                        ctx.stream(q))
     else:
-        ptr = view(int32_index(indptr, "indptr"), "indptr")
-        off = view(int32_index(offsets, "offsets"), "offsets")
+        indptr, offsets = int32_index(indptr, "indptr"), int32_index(offsets, "offsets")
+        ptr = view(indptr, "indptr")
+        off = view(offsets, "offsets")
         status = fn.rope_apply(ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(ptr), r(off),
                                ctx.stream(q))
     check(status, "rope")

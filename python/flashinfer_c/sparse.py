@@ -33,14 +33,11 @@ def _gather_tokens(entry_start, entry_width, entry_indptr):
     return kv_indptr.astype(np.int32), tokens.astype(np.int32)
 
 
-def _token_pages_view(x, name, heads_first=False):
-    """[tokens, H, D] (or [H, tokens, D] with heads_first) as a paged NHD cache
-    [tokens, 1, H, D] of single-token pages, without a copy."""
+def _token_pages_view(x, name):
+    """[tokens, H, D] as a paged NHD cache [tokens, 1, H, D] of single-token
+    pages, without a copy."""
     t = view(x, name)
-    if heads_first:
-        (h, n, d), (sh, sn, sd) = t.shape[:3], t.stride[:3]
-    else:
-        (n, h, d), (sn, sh, sd) = t.shape[:3], t.stride[:3]
+    (n, h, d), (sn, sh, sd) = t.shape[:3], t.stride[:3]
     t.ndim = 4
     t.shape[:4] = (n, 1, h, d)
     t.stride[:4] = (sn, sn, sh, sd)
@@ -53,7 +50,6 @@ class _SparseBase(WrapperBase):
         self._mask = None
 
     def _plan_tokens(self, spec, qo_indptr, kv_indptr, kv_indices, mask_indptr):
-        batch = qo_indptr.shape[0] - 1
         last = (np.diff(kv_indptr) > 0).astype(np.int32)  # pages are single tokens
         self._update(spec, qo_indptr, kv_indptr, kv_indices, last, mask_indptr)
 
@@ -259,8 +255,11 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
         # Heads become part of the token axis: q rows (h, t) with the group's
         # query heads side by side (a copy when a group has several heads).
         packed_q = _swap01(q.reshape(H, G, L, q.shape[-1])).reshape(H * L, G, q.shape[-1])
-        k_pages = _token_pages_view(k.reshape(H * self._kv_len, 1, k.shape[-1]), "k")
-        v_pages = _token_pages_view(v.reshape(H * self._kv_len, 1, v.shape[-1]), "v")
+        # Heads-major K/V rows are the token pages (reshape copies only when
+        # k is not row-contiguous; the names keep any copy alive for the run).
+        k_rows = k.reshape(H * self._kv_len, 1, k.shape[-1])
+        v_rows = v.reshape(H * self._kv_len, 1, v.shape[-1])
+        k_pages, v_pages = _token_pages_view(k_rows, "k"), _token_pages_view(v_rows, "v")
         o, s = self._run(packed_q, k_pages, v_pages, [("k", k), ("v", v)], None, None, None,
                          None, None, True)
         o = _swap01(o.reshape(H, L, G, o.shape[-1])).reshape(H * G, L, o.shape[-1])
