@@ -23,9 +23,9 @@
 fi_status fi_cpu_scratch_init(fi_cpu_scratch *s) {
     const size_t qd = (size_t)FI_CPU_BM * FI_CPU_MAX_D, kd = (size_t)FI_CPU_BN * FI_CPU_MAX_D;
     const size_t sizes[] = {
-        qd * 4, qd * 2, qd * 4, (size_t)FI_CPU_BM * FI_CPU_BN * 4, FI_CPU_BM * 4,
-        FI_CPU_BM * 4, FI_CPU_BM * 4, kd * 4, kd * 4, FI_CPU_BN * sizeof(void *),
-        FI_CPU_BN * sizeof(void *), FI_CPU_WORK_BYTES,
+        qd * 4, qd * 4, qd * 4, (size_t)FI_CPU_BM * FI_CPU_BN * 4, FI_CPU_BM * 4,
+        FI_CPU_BM * 4, FI_CPU_BM * 4, kd * 4, kd * 4, 2 * FI_CPU_BN * sizeof(void *),
+        2 * FI_CPU_BN * sizeof(void *), FI_CPU_WORK_BYTES,
     };
     size_t n = sizeof sizes / sizeof sizes[0], total = 0;
     for (size_t i = 0; i < n; i++) total += (sizes[i] + 63) & ~(size_t)63;
@@ -58,6 +58,7 @@ typedef struct rowblock {
     int32_t q_start, kv_start, kv_end; /* the item's ranges, within the request */
     int32_t hkv, row0, rows;
     int32_t t_first, t_last;           /* tokens of rows 0 and rows - 1 */
+    bool single;                       /* the head's only row block */
     int64_t qo_base;                   /* qo_indptr[req] */
 } rowblock;
 
@@ -101,10 +102,10 @@ static void stage_q(const fi_cpu_job *j, const rowblock *b, fi_cpu_scratch *sc) 
 }
 
 /* Row pointers of keys [j0, j0 + n) of KV head hkv. */
-static void kv_rows(const fi_cpu_job *j, const fi_cpu_kv *kv, const rowblock *b, int32_t j0,
-                    int32_t n, const uint8_t **out) {
+static void kv_rows(const fi_cpu_job *j, const fi_cpu_kv *kv, const rowblock *b, int32_t hkv,
+                    int32_t j0, int32_t n, const uint8_t **out) {
     const fi_plan *plan = j->plan;
-    const uint8_t *base = kv->base + b->hkv * kv->head_stride;
+    const uint8_t *base = kv->base + hkv * kv->head_stride;
     if (!j->paged) {
         const uint8_t *p = base + ((int64_t)plan->kv_indptr[b->req] + j0) * kv->slot_stride;
         for (int32_t i = 0; i < n; i++) out[i] = p + i * kv->slot_stride;
@@ -203,25 +204,17 @@ static void write_rows(const fi_cpu_job *j, const rowblock *b, const fi_work_ite
     }
 }
 
-/* One key block of one row block. */
+/* One key block of one row block; its row pointers are in tl->k / tl->v,
+ * the next block's (to prefetch) in tl->k_next / tl->v_next. */
 static void key_block(const fi_cpu_job *j, const rowblock *b, fi_cpu_tile *tl,
                       fi_cpu_scratch *sc, int32_t j0, int32_t n) {
     bool any, all;
     block_visibility(j, b, j0, n, &any, &all);
     if (!any) return;
     tl->keys = n;
-    tl->k_dtype = j->k.dtype, tl->v_dtype = j->v.dtype;
-    tl->k_scale = j->k_scale, tl->v_scale = j->v_scale;
-    kv_rows(j, &j->k, b, j0, n, sc->kp);
-    kv_rows(j, &j->v, b, j0, n, sc->vp);
-    if (j->rope || !j->k.contiguous) {
-        stage_rows(j, &j->k, sc->kp, n, j->dqk, j->k_scale, sc->kst, j->rope ? j0 : -1);
-        tl->k_dtype = FI_DTYPE_F32, tl->k_scale = 1.0f;
-    }
-    if (!j->v.contiguous) {
-        stage_rows(j, &j->v, sc->vp, n, j->dvo, j->v_scale, sc->vst, -1);
-        tl->v_dtype = FI_DTYPE_F32, tl->v_scale = 1.0f;
-    }
+    const uint8_t **kp = (const uint8_t **)tl->k, **vp = (const uint8_t **)tl->v;
+    if (j->stage_k) stage_rows(j, &j->k, kp, n, j->dqk, j->k_scale, sc->kst, j->rope ? j0 : -1);
+    if (j->stage_v) stage_rows(j, &j->v, vp, n, j->dvo, j->v_scale, sc->vst, -1);
     j->simd->qk(tl);
     bool transform = j->alibi || j->softcap;
     if (!all || transform || j->mask) mask_block(j, b, tl, j0, transform);
@@ -241,13 +234,32 @@ static void row_block(const fi_cpu_job *j, const fi_work_item *it, rowblock *b,
     if (kbeg < kend) {
         stage_q(j, b, sc);
         fi_cpu_tile tl = {
-            .rows = b->rows, .dqk = j->dqk, .dvo = j->dvo, .k = sc->kp, .v = sc->vp,
+            .rows = b->rows, .dqk = j->dqk, .dvo = j->dvo,
             .q = sc->q, .s = sc->s, .o = sc->o, .m = sc->m, .l = sc->l, .alpha = sc->alpha,
-            .qx = sc->qx, .work = sc->work,
+            .qx = sc->qx, .work = sc->work, .k_dtype = j->k_dtype, .v_dtype = j->v_dtype,
+            .k_scale = j->stage_k ? 1.0f : j->k_scale, .v_scale = j->stage_v ? 1.0f : j->v_scale,
         };
         if (j->simd->prepare_q) j->simd->prepare_q(&tl);
-        for (int32_t j0 = kbeg; j0 < kend; j0 += FI_CPU_BN)
-            key_block(j, b, &tl, sc, j0, kend - j0 < FI_CPU_BN ? kend - j0 : FI_CPU_BN);
+        int32_t cur = 0, n = kend - kbeg < FI_CPU_BN ? kend - kbeg : FI_CPU_BN;
+        kv_rows(j, &j->k, b, b->hkv, kbeg, n, sc->kp);
+        kv_rows(j, &j->v, b, b->hkv, kbeg, n, sc->vp);
+        for (int32_t j0 = kbeg; j0 < kend; j0 += FI_CPU_BN, cur ^= 1) {
+            n = kend - j0 < FI_CPU_BN ? kend - j0 : FI_CPU_BN;
+            /* The next block: of this head, else (one row block per head)
+             * the next head's first, so the stream never stalls. */
+            int32_t nj = j0 + FI_CPU_BN, nh = b->hkv;
+            if (nj >= kend && b->single && b->hkv + 1 < j->h_kv) nj = kbeg, nh = b->hkv + 1;
+            int32_t nn = nj < kend ? (kend - nj < FI_CPU_BN ? kend - nj : FI_CPU_BN) : 0;
+            const uint8_t **kn = sc->kp + (cur ^ 1) * FI_CPU_BN, **vn = sc->vp + (cur ^ 1) * FI_CPU_BN;
+            if (nn > 0) {
+                kv_rows(j, &j->k, b, nh, nj, nn, kn);
+                kv_rows(j, &j->v, b, nh, nj, nn, vn);
+            }
+            tl.k = sc->kp + cur * FI_CPU_BN, tl.v = sc->vp + cur * FI_CPU_BN;
+            tl.k_next = kn, tl.v_next = vn, tl.keys_next = nn;
+            key_block(j, b, &tl, sc, j0, n);
+        }
+        if (j->simd->finish_o) j->simd->finish_o(&tl);
     }
     write_rows(j, b, it, sc);
 }
@@ -262,6 +274,7 @@ void fi_cpu_attend_item(const fi_cpu_job *j, const fi_work_item *it, fi_cpu_scra
         .qo_base = plan->qo_indptr[it->request],
     };
     int32_t rows = (it->q_end - it->q_start) * j->group;
+    b.single = rows <= FI_CPU_BM;
     for (b.hkv = 0; b.hkv < j->h_kv; b.hkv++) {
         for (b.row0 = 0; b.row0 < rows; b.row0 += FI_CPU_BM) {
             b.rows = rows - b.row0 < FI_CPU_BM ? rows - b.row0 : FI_CPU_BM;

@@ -13,7 +13,7 @@
  * (FI_CPU_BM rows, FI_CPU_BN keys, head dim FI_CPU_MAX_D). */
 typedef struct fi_cpu_scratch {
     float *q;              /* [BM][MAX_D] staged queries */
-    uint16_t *qx;          /* [BM][MAX_D] the SIMD table's copy of q */
+    float *qx;             /* [BM][MAX_D] the SIMD table's copy of q */
     float *o;              /* [BM][MAX_D] output accumulator */
     float *s;              /* [BM][BN] logits / probabilities */
     float *m, *l, *alpha;  /* [BM] */
@@ -63,6 +63,10 @@ typedef struct fi_cpu_job {
     float rope_theta;
     double rope_freq[FI_CPU_MAX_D / 2]; /* rcp_scale * theta^(-2i/D_qk) */
     float k_scale, v_scale;
+    /* What the SIMD table reads: the cache itself, or f32 rows staged in
+     * scratch (RoPE on K, a cache not contiguous along D). */
+    bool stage_k, stage_v;
+    fi_dtype k_dtype, v_dtype;
 } fi_cpu_job;
 
 /* Run one work item (all KV heads) with worker scratch `s`. */

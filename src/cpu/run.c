@@ -81,6 +81,10 @@ static void job_init(fi_cpu_job *j, const fi_plan *plan, const fi_run_args *a) {
     bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
     j->k_scale = fp8 ? p->k_scale : 1.0f;
     j->v_scale = fp8 ? p->v_scale : 1.0f;
+    j->stage_k = j->rope || !j->k.contiguous;
+    j->stage_v = !j->v.contiguous;
+    j->k_dtype = j->stage_k ? FI_DTYPE_F32 : j->k.dtype;
+    j->v_dtype = j->stage_v ? FI_DTYPE_F32 : j->v.dtype;
 }
 
 static void phase_items(void *arg, int32_t t, int32_t nt) {

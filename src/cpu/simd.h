@@ -37,17 +37,20 @@ typedef struct fi_cpu_tile {
     float k_scale, v_scale;  /* FP8 dequantisation (1 otherwise) */
     const uint8_t *const *k; /* [keys] K row pointers, dqk contiguous elements */
     const uint8_t *const *v; /* [keys] V row pointers, dvo contiguous elements */
+    const uint8_t *const *k_next, *const *v_next; /* the next block's rows ... */
+    int32_t keys_next;       /* ... to prefetch while this one computes (0: none) */
     const float *q;          /* [FI_CPU_BM][dqk] staged, scaled queries */
     float *s;                /* [FI_CPU_BM][FI_CPU_BN] logits, then P */
     float *o;                /* [FI_CPU_BM][dvo] unnormalised output */
     float *m, *l, *alpha;    /* [FI_CPU_BM] running max, sum (log2 domain) */
-    void *qx;                /* [FI_CPU_BM][FI_CPU_MAX_D] u16: the table's copy of q */
+    float *qx;               /* [FI_CPU_BM][FI_CPU_MAX_D]: the table's own copy of q */
     void *work;              /* FI_CPU_WORK_BYTES of table scratch, 64-byte aligned */
 } fi_cpu_tile;
 
 typedef struct fi_cpu_simd {
     const char *name;
-    /* Called once per row block after q is staged (e.g. q -> bf16). May be NULL. */
+    /* Called once per row block after q is staged, with k_dtype / v_dtype
+     * set (e.g. q reordered into qx). May be NULL. */
     void (*prepare_q)(fi_cpu_tile *t);
     /* s[r][j] = q[r] . k[j] for r < rows, j < keys. */
     void (*qk)(fi_cpu_tile *t);
@@ -55,8 +58,11 @@ typedef struct fi_cpu_simd {
      * 2^(s[j] - m'), l = alpha l + sum_j s[j]. A row whose m' is -inf gets
      * alpha 1 and P 0. Values of s are log2-domain logits, -inf = masked. */
     void (*softmax)(fi_cpu_tile *t);
-    /* o[r] = alpha[r] o[r] + sum_j s[r][j] v[j] for r < rows. */
+    /* o[r] = alpha[r] o[r] + sum_j s[r][j] v[j] for r < rows. The table may
+     * keep o in its own element order ... */
     void (*pv)(fi_cpu_tile *t);
+    /* ... which this puts back in natural order before o is written. May be NULL. */
+    void (*finish_o)(fi_cpu_tile *t);
 } fi_cpu_simd;
 
 extern const fi_cpu_simd fi_cpu_simd_generic;
