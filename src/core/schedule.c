@@ -439,31 +439,27 @@ static inline double bitsd(uint64_t b) {
  * registers: each step reads a sibling that did not change, and selects
  * with masks, as a branch there would be mispredicted half the time. */
 static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
-    int32_t P = sc->leaves, *id = sc->tree;
+    int32_t P = sc->leaves, *id = sc->tree, m = 0;
     uint64_t *val = sc->val;
-    if (n <= N && (n == 0 || sc->cost[sc->order[n - 1]] > 0)) {
-        /* every worker is idle when its item comes: item i goes to worker i */
-        for (int32_t w = 0; w < N; w++) {
-            val[P + w] = 0;
-            sc->cursor[w] = w < n;
-        }
-        for (int32_t i = 0; i < n; i++) {
-            sc->worker[sc->order[i]] = i;
-            val[P + i] = dbits(sc->cost[sc->order[i]]);
-        }
-        return;
+    /* While workers are idle, the next item (cost > 0) goes to the first
+     * idle one: item i to worker i, no tree needed. */
+    for (; m < n && m < N && sc->cost[sc->order[m]] > 0; m++) {
+        sc->worker[sc->order[m]] = m;
+        val[P + m] = dbits(sc->cost[sc->order[m]]);
+        sc->cursor[m] = 1;
     }
-    for (int32_t w = 0; w < P; w++) {
+    for (int32_t w = m; w < P; w++) {
         val[P + w] = w < N ? 0 : dbits(INFINITY);
-        id[P + w] = w;
+        if (w < N) sc->cursor[w] = 0;
     }
-    for (int32_t w = 0; w < N; w++) sc->cursor[w] = 0;
+    if (m == n) return;
+    for (int32_t w = 0; w < P; w++) id[P + w] = w;
     for (int32_t v = P - 1; v >= 1; v--) {
         int32_t c = val[2 * v + 1] < val[2 * v] ? 2 * v + 1 : 2 * v;
         val[v] = val[c];
         id[v] = id[c];
     }
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = m; i < n; i++) {
         int32_t j = sc->order[i], w = id[1], win = w;
         sc->worker[j] = w;
         sc->cursor[w]++;
@@ -472,9 +468,10 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
         for (int32_t v = P + w; v > 1; v >>= 1) {
             uint64_t y = val[v ^ 1];
             /* the sibling wins if lighter; a left sibling (v odd) also on ties */
-            uint64_t m = (uint64_t)0 - (uint64_t)(y < x + (uint64_t)(v & 1));
-            x = (y & m) | (x & ~m);
-            win = (int32_t)(((uint32_t)id[v ^ 1] & (uint32_t)m) | ((uint32_t)win & ~(uint32_t)m));
+            uint64_t mask = (uint64_t)0 - (uint64_t)(y < x + (uint64_t)(v & 1));
+            x = (y & mask) | (x & ~mask);
+            win = (int32_t)(((uint32_t)id[v ^ 1] & (uint32_t)mask) |
+                            ((uint32_t)win & ~(uint32_t)mask));
             val[v >> 1] = x;
             id[v >> 1] = win;
         }
