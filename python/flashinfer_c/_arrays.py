@@ -21,9 +21,17 @@ def _torch():
     return sys.modules.get("torch")
 
 
+_torch_tensor = None  # torch.Tensor, looked up once torch has been imported
+
+
 def is_torch(x):
-    torch = _torch()
-    return torch is not None and isinstance(x, torch.Tensor)
+    global _torch_tensor
+    if _torch_tensor is None:
+        torch = _torch()
+        if torch is None:
+            return False
+        _torch_tensor = torch.Tensor
+    return isinstance(x, _torch_tensor)
 
 
 def is_array(x):
@@ -43,6 +51,9 @@ FI_CODE = {
     "uint8": S.DTYPE_U8,
     "bool": S.DTYPE_U8,  # one byte of 0/1: read as u8 where masks are taken
 }
+
+# fi_dtype -> the canonical name, for messages.
+FI_NAME = {code: name for name, code in FI_CODE.items() if name != "bool"}
 
 _ALIASES = {
     "float": "float32",
@@ -121,6 +132,13 @@ def device_of(x):
     raise TypeError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
+def is_on(x, device):
+    """Whether array x is on device (fast for the CPU, the common case)."""
+    if device == ("cpu", 0):
+        return isinstance(x, np.ndarray) or (is_torch(x) and x.is_cpu)
+    return is_array(x) and device_of(x) == device
+
+
 def device_str(device):
     kind, index = device
     return kind if kind == "cpu" else f"{kind}:{index}"
@@ -129,15 +147,25 @@ def device_str(device):
 # ------------------------------------------------------------------- views
 
 
+_codes_by_dtype = {}  # torch.dtype / numpy.dtype -> fi_dtype, filled as seen
+
+
+def _code_of(dtype):
+    code = _codes_by_dtype.get(dtype)
+    if code is None:
+        code = FI_CODE.get(dtype_name(dtype))
+        if code is not None:
+            _codes_by_dtype[dtype] = code
+    return code
+
+
 def fill_view(t, x, name):
     """Fill the fi_tensor `t` with a view of array `x` (no copy)."""
     if is_torch(x):
-        name_ = str(x.dtype).removeprefix("torch.")
         t.data = x.data_ptr()
         shape = x.shape
         stride = x.stride()
     elif isinstance(x, np.ndarray):
-        name_ = x.dtype.name
         t.data = x.ctypes.data
         shape = x.shape
         item = x.itemsize
@@ -154,10 +182,10 @@ def fill_view(t, x, name):
     ndim = len(shape)
     if ndim > S.MAX_DIMS:
         raise ValueError(f"{name} has {ndim} dimensions; at most {S.MAX_DIMS} are supported")
-    code = FI_CODE.get(name_)
+    code = _code_of(x.dtype)
     if code is None:
         raise DTypeError(
-            f"{name}.dtype is {name_}; use float16, bfloat16 or float32 "
+            f"{name}.dtype is {dtype_name(x.dtype)}; use float16, bfloat16 or float32 "
             "(float8_e4m3fn / float8_e5m2 for a KV cache, int32 for indices)"
         )
     t.dtype = code
@@ -207,7 +235,7 @@ def check_out(out, name, shape, dtype, device):
         raise ValueError(f"{name}.shape is {tuple(out.shape)}, expected {tuple(shape)}")
     if name_of(out) != dtype:
         raise DTypeError(f"{name}.dtype is {name_of(out)}, expected {dtype}")
-    if device_of(out) != device:
+    if not is_on(out, device):
         raise ValueError(
             f"{name} is on {device_str(device_of(out))}, expected {device_str(device)}"
         )

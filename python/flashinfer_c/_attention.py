@@ -150,15 +150,6 @@ def kv_page_size(k_view, kv_layout):
 # ---------------------------------------------------------------- checks
 
 
-def check_dtype(x, name, expected, planned_as):
-    got = name_of(x)
-    if got != expected:
-        raise DTypeError(
-            f"{name}.dtype is {got} but plan() was given {planned_as}={expected}: "
-            f"pass {planned_as}={got} to plan() or convert {name}"
-        )
-
-
 def check_rank(x, name, ndim, layout_hint):
     if not is_array(x):
         raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")

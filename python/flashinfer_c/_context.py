@@ -14,7 +14,7 @@ import os
 import threading
 
 from . import _structs as S
-from ._arrays import device_of, device_str
+from ._arrays import device_of, device_str, is_on
 from ._lib import check, fn
 
 
@@ -91,16 +91,15 @@ def of(x):
 
 
 def check_same_device(device, arrays):
-    """Every named array is on `device`: [(name, array), ...]."""
+    """Every named array is on `device`: [(name, array), ...] (None entries skipped)."""
     for name, x in arrays:
-        if x is None:
+        if x is None or is_on(x, device):
             continue
         d = device_of(x)
-        if d != device:
-            raise ValueError(
-                f"{name} is on {device_str(d)} but this call runs on {device_str(device)}: "
-                "put every tensor of a call on one device"
-            )
+        raise ValueError(
+            f"{name} is on {device_str(d)} but this call runs on {device_str(device)}: "
+            "put every tensor of a call on one device"
+        )
 
 
 def check_capture(device, graph_ready, what):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 from . import _structs as S
-from ._arrays import fill_view
+from ._arrays import FI_NAME, DTypeError, fill_view
 from ._lib import check, fn
 
 
@@ -80,6 +80,16 @@ def _grown(need, have):
         up(need.qo, _FLOOR.qo, have.qo if have else 0),
         up(need.kv, _FLOOR.kv, have.kv if have else 0),
     )
+
+
+def _expect(view, code, name, option):
+    """A run-time tensor has the dtype the plan was made for (checked by code)."""
+    if view.dtype != code:
+        got, want = FI_NAME.get(view.dtype, "?"), FI_NAME.get(code, "?")
+        raise DTypeError(
+            f"{name}.dtype is {got}, but {option}={want} was planned: pass {option}={got} "
+            f"to plan() or convert {name}"
+        )
 
 
 def _ptr(a):
@@ -176,13 +186,16 @@ class Plan:
 
     def run(self, q, k, v, o, lse=None, custom_mask=None, stream=None):
         """Attention for the planned batch. k, v: arrays, or fi_tensor views."""
+        spec = self.spec
         args = S.RunArgs()
-        fill_view(args.q, q, "q")
+        _expect(fill_view(args.q, q, "q"), spec.q_dtype, "q", "q_data_type")
         if isinstance(k, S.Tensor):
             args.k, args.v = k, v
         else:
             fill_view(args.k, k, "k")
             fill_view(args.v, v, "v")
+        _expect(args.k, spec.kv_dtype, "k", "kv_data_type")
+        _expect(args.v, spec.kv_dtype, "v", "kv_data_type")
         fill_view(args.o, o, "out")
         if lse is not None:
             fill_view(args.lse, lse, "lse")

@@ -3,10 +3,9 @@ buffers, the C plan, and the run step they share."""
 from dataclasses import replace
 
 from . import _context
-from ._arrays import device_str, name_of
+from ._arrays import device_str
 from ._attention import (
     apply_v_scale,
-    check_dtype,
     check_rank,
     context,
     outputs,
@@ -92,24 +91,24 @@ class WrapperBase:
 
     def _run(self, q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse,
              custom_mask=None, **spec_changes):
-        """Check q/out/lse against the plan, then run: shared by every wrapper."""
+        """Check q/out/lse against the plan, then run: shared by every wrapper.
+
+        The dtypes of q, k and v are checked against the plan by Plan.run.
+        """
         plan = self._require_plan()
         check_rank(q, "q", 3, "[tokens, num_qo_heads, head_dim]")
         _context.check_same_device(
             self.device, [("q", q), ("out", out), ("lse", lse)] + list(arrays)
         )
-        check_dtype(q, "q", self._q_name, "q_data_type")
-        first_kv = arrays[0][1]
-        if name_of(first_kv) != self._kv_name:
-            check_dtype(first_kv, arrays[0][0], self._kv_name, "kv_data_type")
-        ctx = plan.ctx
         _context.check_capture(self.device, self._use_cuda_graph, f"{self._name}.run()")
         out, lse = outputs(q, plan.spec.head_dim_vo, self._o_name, out, lse, return_lse,
                            self.device)
-        spec = replace(plan.spec, sm_scale=run_scale(plan.spec, q_scale, k_scale), **spec_changes)
-        runner = plan.variant(spec)
+        runner = plan
+        if q_scale is not None or k_scale is not None or spec_changes:
+            scale = run_scale(plan.spec, q_scale, k_scale)
+            runner = plan.variant(replace(plan.spec, sm_scale=scale, **spec_changes))
         if plan.total_qo:
-            runner.run(q, k, v, out, lse, custom_mask, ctx.stream(q))
+            runner.run(q, k, v, out, lse, custom_mask, plan.ctx.stream(q))
         apply_v_scale(out, v_scale)
         return (out, lse) if return_lse else out
 
