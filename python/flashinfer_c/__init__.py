@@ -7,7 +7,7 @@ Same names, arguments, defaults and return conventions as FlashInfer
 tensors run on the CPU backend; torch CUDA tensors will run on the CUDA
 backend once it exists (today they raise a RuntimeError that says so).
 """
-from . import cascade, decode, page, prefill, quantization, rope, sparse, utils
+from . import attention, cascade, decode, page, prefill, quantization, rope, sparse, utils
 from ._arrays import DTypeError
 from ._context import describe
 from ._lib import (
@@ -53,3 +53,21 @@ from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWra
 from .utils import MaskMode, PosEncodingMode, TensorLayout
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "BatchAttention", "BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
+    "BatchPrefillWithRaggedKVCacheWrapper", "BlockSparseAttentionWrapper", "MaskMode",
+    "MultiLevelCascadeAttentionWrapper", "PosEncodingMode", "TensorLayout",
+    "VariableBlockSparseAttentionWrapper", "append_paged_kv_cache", "apply_llama31_rope",
+    "apply_llama31_rope_inplace", "apply_llama31_rope_pos_ids",
+    "apply_llama31_rope_pos_ids_inplace", "apply_rope", "apply_rope_inplace",
+    "apply_rope_pos_ids", "apply_rope_pos_ids_inplace", "get_batch_indices_positions",
+    "get_seq_lens", "merge_state", "merge_state_in_place", "merge_states", "packbits",
+    "segment_packbits", "single_decode_with_kv_cache", "single_prefill_with_kv_cache",
+    "single_prefill_with_kv_cache_return_lse",
+    # flashinfer_c's own
+    "describe", "library_path", "library_version", "DTypeError", "FlashInferCError",
+    "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "BoundExceededError",
+    "NotPlannedError", "NoDeviceError", "BackendError", "InternalError",
+    "attention", "cascade", "decode", "page", "prefill", "quantization", "rope", "sparse", "utils",
+]

@@ -8,7 +8,6 @@ from . import _context, _host, _single
 from . import _structs as S
 from ._arrays import device_of, empty, name_of
 from ._attention import (
-    apply_v_scale,
     batch_mask,
     check_rank,
     float_dtype,

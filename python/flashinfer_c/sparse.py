@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _host
 from . import _structs as S
-from ._arrays import check_out, device_of, empty, name_of, view
+from ._arrays import check_out, device_of, name_of, view
 from ._attention import batch_mask, check_rank, float_dtype, make_spec
 from ._wrapper import WrapperBase, refuse_extras
 

@@ -175,3 +175,20 @@ def test_batch_decode_empty_requests(fi):
     assert_close(o, ref_o, torch.float32)
     assert_lse_close(lse, ref_lse, torch.float32)
     assert np.isneginf(lse[0].numpy()).all()
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_batch_decode_fp8_kv(fi, fp8):
+    """An FP8 KV cache with FlashInfer's run-time k_scale / v_scale."""
+    page_size, h, d = 4, 4, 64
+    kv_lens = [11, 30]
+    indptr, indices, last = batches.page_table(kv_lens, page_size)
+    kv = (torch.randn(int(indices.max()) + 1, 2, page_size, h, d) * 2).to(fp8)
+    q = torch.randn(2, h, d, dtype=torch.float16)
+    w = fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1))
+    w.plan(indptr, indices, last, h, h, d, page_size, q_data_type=torch.float16,
+           kv_data_type=fp8)
+    o = w.run(q, kv, k_scale=0.5, v_scale=0.25)
+    scaled = torch.stack([kv[:, 0].double() * 0.5, kv[:, 1].double() * 0.25], 1)
+    ref_o, _ = reference_decode(q, scaled, indptr, indices, last, page_size, "NHD")
+    assert_close(o, ref_o, torch.float16)
