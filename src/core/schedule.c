@@ -459,11 +459,15 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
         val[v] = val[c];
         id[v] = id[c];
     }
+    /* The root's winner and load ride in registers from item to item, so
+     * the loop-carried chain is only the compares and selects. */
+    int32_t w = id[1];
+    uint64_t root = val[1];
     for (int32_t i = m; i < n; i++) {
-        int32_t j = sc->order[i], w = id[1], win = w;
+        int32_t j = sc->order[i], win = w;
         sc->worker[j] = w;
         sc->cursor[w]++;
-        uint64_t x = dbits(bitsd(val[P + w]) + sc->cost[j]);
+        uint64_t x = dbits(bitsd(root) + sc->cost[j]);
         val[P + w] = x;
         for (int32_t v = P + w; v > 1; v >>= 1) {
             uint64_t y = val[v ^ 1];
@@ -475,6 +479,8 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
             val[v >> 1] = x;
             id[v >> 1] = win;
         }
+        w = win;
+        root = x;
     }
 }
 
