@@ -40,30 +40,31 @@ int oracle_visible(const fi_attention_params *p, int64_t qo_len, int64_t kv_len,
     return 1;
 }
 
-/* Element (token t, kv head h, dim d) of a K or V tensor, as stored. For the
+/* Row (token t, kv head h) of a K or V tensor, decoded into out[D]. For the
  * paged format, token t of request b is slot t % page_size of page
  * kv_indices[kv_indptr[b] + t / page_size]; ragged token t is row
  * kv_indptr[b] + t. */
-static double kv_elem(const fi_attention_params *p, const fi_batch *batch,
-                      const fi_tensor *x, int32_t b, int64_t t, int64_t h, int64_t d) {
+static void kv_row(const fi_attention_params *p, const fi_batch *batch, const fi_tensor *x,
+                   int32_t b, int64_t t, int64_t h, int32_t D, double scale, double *out) {
     int64_t idx[4];
     if (p->kv_format == FI_KV_FORMAT_PAGED) {
         int64_t page = batch->kv_indices[batch->kv_indptr[b] + t / p->page_size];
         int64_t slot = t % p->page_size;
         if (p->kv_layout == FI_KV_LAYOUT_NHD) {
-            idx[0] = page; idx[1] = slot; idx[2] = h; idx[3] = d;
+            idx[0] = page; idx[1] = slot; idx[2] = h; idx[3] = 0;
         } else {
-            idx[0] = page; idx[1] = h; idx[2] = slot; idx[3] = d;
+            idx[0] = page; idx[1] = h; idx[2] = slot; idx[3] = 0;
         }
     } else {
         int64_t row = batch->kv_indptr[b] + t;
         if (p->kv_layout == FI_KV_LAYOUT_NHD) {
-            idx[0] = row; idx[1] = h; idx[2] = d;
+            idx[0] = row; idx[1] = h; idx[2] = 0;
         } else {
-            idx[0] = h; idx[1] = row; idx[2] = d;
+            idx[0] = h; idx[1] = row; idx[2] = 0;
         }
     }
-    return tu_get(x, idx);
+    int64_t off = tu_offset(x, idx), step = x->stride[x->ndim - 1];
+    for (int32_t d = 0; d < D; d++) out[d] = tu_load(x->data, x->dtype, off + d * step) * scale;
 }
 
 static int is_fp8(fi_dtype t) { return t == FI_DTYPE_E4M3 || t == FI_DTYPE_E5M2; }
@@ -125,8 +126,8 @@ int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
             for (int32_t h = 0; h < Hkv; h++) {
                 double *kr = kd + ((size_t)j * Hkv + h) * Dqk;
                 double *vr = vd + ((size_t)j * Hkv + h) * Dvo;
-                for (int32_t d = 0; d < Dqk; d++) kr[d] = kv_elem(p, batch, k, b, j, h, d) * k_scale;
-                for (int32_t d = 0; d < Dvo; d++) vr[d] = kv_elem(p, batch, v, b, j, h, d) * v_scale;
+                kv_row(p, batch, k, b, j, h, Dqk, k_scale, kr);
+                kv_row(p, batch, v, b, j, h, Dvo, v_scale, vr);
                 if (use_rope) rope(kr, Dqk, (double)j, rope_scale, rope_theta);
             }
         }
@@ -138,10 +139,10 @@ int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
                 const double slope = !use_alibi ? 0.0
                                    : p->alibi_slopes ? (double)p->alibi_slopes[h]
                                                      : oracle_alibi_slope(h, Hq);
-                for (int32_t d = 0; d < Dqk; d++) {
-                    int64_t idx[3] = {q0 + i, h, d};
-                    qv[d] = tu_get(q, idx);
-                }
+                int64_t qidx[3] = {q0 + i, h, 0};
+                int64_t qoff = tu_offset(q, qidx);
+                for (int32_t d = 0; d < Dqk; d++)
+                    qv[d] = tu_load(q->data, q->dtype, qoff + d * q->stride[2]);
                 if (use_rope) rope(qv, Dqk, (double)qpos, rope_scale, rope_theta);
 
                 /* logits of visible keys; max for a stable softmax */

@@ -114,7 +114,11 @@ static uint32_t fmt_encode(tu_format f, double x) {
     if (isnan(x)) /* all exponent and mantissa bits set: NaN in every format */
         return sign | (exp_all << f.mbits) | ((1u << f.mbits) - 1);
     double q = fmt_round_abs(f, fabs(x));
-    double maxf = fmt_max_finite(f);
+    /* computed once per format: ldexp per element is slow under ASan */
+    static double maxf_cache[16][16];
+    double *slot = &maxf_cache[f.ebits & 15][f.mbits & 15];
+    if (*slot == 0.0) *slot = fmt_max_finite(f);
+    double maxf = *slot;
     if (q > maxf) {
         if (f.fn) q = maxf; /* saturate (documented in util.h) */
         else return sign | (exp_all << f.mbits); /* infinity */
@@ -129,14 +133,42 @@ static uint32_t fmt_encode(tu_format f, double x) {
     return sign | ((uint32_t)(E + bias) << f.mbits) | (uint32_t)man;
 }
 
+/* Decoding is a table lookup, the tables filled from fmt_decode on first
+ * use (the oracle decodes millions of elements per run; frexp/ldexp per
+ * element would dominate the test's time, under ASan most of all). */
+static float *decode_table(tu_format f, float **table) {
+    if (!*table) {
+        size_t n = (size_t)1 << (1 + f.ebits + f.mbits);
+        float *t = malloc(n * sizeof(float));
+        if (!t) return NULL;
+        for (size_t i = 0; i < n; i++) t[i] = (float)fmt_decode(f, (uint32_t)i);
+        *table = t; /* tests are single-threaded */
+    }
+    return *table;
+}
+
+static float *tab_f16, *tab_bf16, *tab_e4m3, *tab_e5m2;
+
 uint16_t tu_f32_to_f16(float x) { return (uint16_t)fmt_encode(FMT_F16, x); }
-float tu_f16_to_f32(uint16_t h) { return (float)fmt_decode(FMT_F16, h); }
+float tu_f16_to_f32(uint16_t h) {
+    float *t = decode_table(FMT_F16, &tab_f16);
+    return t ? t[h] : (float)fmt_decode(FMT_F16, h);
+}
 uint16_t tu_f32_to_bf16(float x) { return (uint16_t)fmt_encode(FMT_BF16, x); }
-float tu_bf16_to_f32(uint16_t h) { return (float)fmt_decode(FMT_BF16, h); }
+float tu_bf16_to_f32(uint16_t h) {
+    float *t = decode_table(FMT_BF16, &tab_bf16);
+    return t ? t[h] : (float)fmt_decode(FMT_BF16, h);
+}
 uint8_t tu_f32_to_e4m3(float x) { return (uint8_t)fmt_encode(FMT_E4M3, x); }
-float tu_e4m3_to_f32(uint8_t b) { return (float)fmt_decode(FMT_E4M3, b); }
+float tu_e4m3_to_f32(uint8_t b) {
+    float *t = decode_table(FMT_E4M3, &tab_e4m3);
+    return t ? t[b] : (float)fmt_decode(FMT_E4M3, b);
+}
 uint8_t tu_f32_to_e5m2(float x) { return (uint8_t)fmt_encode(FMT_E5M2, x); }
-float tu_e5m2_to_f32(uint8_t b) { return (float)fmt_decode(FMT_E5M2, b); }
+float tu_e5m2_to_f32(uint8_t b) {
+    float *t = decode_table(FMT_E5M2, &tab_e5m2);
+    return t ? t[b] : (float)fmt_decode(FMT_E5M2, b);
+}
 
 size_t tu_dtype_size(fi_dtype dtype) {
     switch (dtype) {
@@ -314,10 +346,15 @@ void tu_fill_uniform(tu_rng *rng, const fi_tensor *t, double lo, double hi,
                      double scale) {
     if (tu_numel(t) == 0) return;
     if (scale == 0.0) scale = 1.0;
+    /* row by row along the last dimension */
     int64_t idx[FI_MAX_DIMS] = {0};
+    int32_t last = t->ndim - 1;
+    int64_t n = t->shape[last], step = t->stride[last];
     do {
-        tu_set(t, idx, tu_rng_range(rng, lo, hi) / scale);
-    } while (next_index(idx, t->shape, t->ndim));
+        int64_t off = tu_offset(t, idx);
+        for (int64_t i = 0; i < n; i++)
+            tu_store(t->data, t->dtype, off + i * step, tu_rng_range(rng, lo, hi) / scale);
+    } while (next_index(idx, t->shape, last));
 }
 
 /* ------------------------------------------------------------- comparison */
