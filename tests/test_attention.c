@@ -831,6 +831,7 @@ static tu_result run_case(const case_spec *c, const char *name) {
         return TU_SKIP;
     }
     uint64_t seed = tu_case_seed(name);
+    tu_crash_context(name, seed);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     int32_t B, qo[MAX_BATCH], kv[MAX_BATCH];
@@ -1331,6 +1332,7 @@ static void batch_invariance(backend *be, fi_dtype dt, int causal) {
     if (!ctx) { tu_note("backend %s: %s", be->name, be->why_not); tu_record(c.suite, name, TU_SKIP); return; }
 
     uint64_t seed = tu_case_seed(name);
+    tu_crash_context(name, seed);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     /* Request R = (qo 5, kv 150), placed last in a batch of three. */

@@ -188,6 +188,7 @@ static int selected(const char *name) {
     snprintf(full, sizeof full, "bad_input/%s/%s", category, name);
     if (!tu_selected(full)) return 0;
     if (tu_opt.list) { printf("%s\n", full); return 0; }
+    tu_crash_context(full, 0);
     fixture_reset();
     return 1;
 }

@@ -163,5 +163,9 @@ void tu_note(const char *fmt, ...) TU_PRINTF(1, 2);
 int tu_summary(const char *title);
 /* Total failures so far. */
 int64_t tu_failures(void);
+/* Name the case now running (NULL when none): if the process crashes
+ * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) its name and seed are printed
+ * to stderr before the previous handler (ASan's, or the default) runs. */
+void tu_crash_context(const char *name, uint64_t seed);
 
 #endif /* FI_TESTS_UTIL_H */
