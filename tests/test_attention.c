@@ -316,6 +316,10 @@ static void case_name(const case_spec *c, char *buf, size_t n) {
 
 /* Lengths of the named shapes. Modest sizes keep the full run to minutes. */
 static void make_lengths(const case_spec *c, tu_rng *rng, int32_t *B, int32_t *qo, int32_t *kv) {
+    if (!strcmp(c->shape, "empty_batch")) { /* batch_size 0: nothing to do, nothing written */
+        *B = 0;
+        return;
+    }
     if (c->batch > 0) {
         *B = c->batch;
         memcpy(qo, c->qo_len, sizeof(int32_t) * (size_t)c->batch);
@@ -1298,6 +1302,27 @@ static void suite_edge(backend *be) {
         c.amplitude = 100.0; /* stored k = 50: within E4M3's 448 */
         c.extreme = 1;
         c.quick = 1;
+        submit(c);
+    }
+    /* A batch of no requests at all. */
+    {
+        case_spec c = default_spec("edge", be);
+        c.shape = "empty_batch";
+        c.quick = 1;
+        submit(c);
+    }
+    /* Long prefill: many query tiles, causal, with a long cached prefix. */
+    {
+        int32_t qo[] = {300, 129}, kv[] = {300, 1000};
+        case_spec c = edge_spec(be, 2, qo, kv);
+        c.shape = "long_prefill";
+        c.mask = FI_MASK_CAUSAL;
+        c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_F32;
+        c.hq = 4; c.hkv = 1;
+        c.quick = 0;
+        submit(c);
+        c.window_left = 100;
+        c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_BF16;
         submit(c);
     }
     /* One-token requests everywhere; a batch of 16 tiny requests. */
