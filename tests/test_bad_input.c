@@ -15,6 +15,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -702,6 +703,40 @@ static void test_bounds(void) {
     }
 }
 
+/* fi_last_error is per thread: two threads fail differently, in lock step,
+ * and each reads back its own message. */
+typedef struct err_thread {
+    int32_t window;       /* the bad window_left this thread passes */
+    pthread_barrier_t *barrier;
+    char msg[256];
+} err_thread;
+
+static void *err_thread_main(void *arg) {
+    err_thread *t = arg;
+    fi_attention_params p = fx.params;
+    p.window_left = t->window;
+    fi_plan *plan = NULL;
+    fi_plan_create(fx.ctx, &p, &fx.config, &plan); /* fails: window < -1 */
+    pthread_barrier_wait(t->barrier);               /* both have failed now */
+    snprintf(t->msg, sizeof t->msg, "%s", fi_last_error());
+    fi_plan_destroy(plan);
+    return NULL;
+}
+
+static int last_error_per_thread(void) {
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    err_thread t[2] = {{-3, &barrier, ""}, {-9, &barrier, ""}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, err_thread_main, &t[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&barrier);
+    int ok = strstr(t[0].msg, "-3") && !strstr(t[0].msg, "-9") && strstr(t[1].msg, "-9") &&
+             !strstr(t[1].msg, "-3");
+    if (!ok) tu_note("thread messages: \"%s\" and \"%s\"", t[0].msg, t[1].msg);
+    return ok;
+}
+
 static void test_lifecycle(void) {
     category = "lifecycle";
     if (selected("run_before_update")) {
@@ -738,6 +773,7 @@ static void test_lifecycle(void) {
         }
         record("status_strings", ok);
     }
+    if (selected("last_error_per_thread")) record("last_error_per_thread", last_error_per_thread());
     if (selected("message_is_per_call")) {
         /* The message of a failure is replaced by the next failure's. */
         fi_plan *plan = NULL;
