@@ -5,6 +5,7 @@ repository root and ships build/libflashinfer.so inside the package
 (flashinfer_c/_lib/), where flashinfer_c looks for it first. Set
 FLASHINFER_C_LIB to ship a library built elsewhere instead.
 """
+
 import os
 import shutil
 import subprocess

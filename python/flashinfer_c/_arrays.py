@@ -6,6 +6,7 @@ non-contiguous view is passed as it is, never copied), and how to allocate
 an output of the same kind on the same device. torch is optional; it is
 only looked at when the caller has imported it.
 """
+
 import sys
 
 import numpy as np

@@ -2,6 +2,7 @@
 plan Spec, KV caches turned into views, outputs allocated or checked, and
 the run-time scales.
 """
+
 import ctypes
 import math
 
@@ -127,7 +128,8 @@ def paged_kv_views(paged_kv_cache):
     if isinstance(paged_kv_cache, (tuple, list)):
         if len(paged_kv_cache) != 2:
             raise ValueError(
-                f"paged_kv_cache as a tuple must be (k_cache, v_cache), got {len(paged_kv_cache)} items"
+                "paged_kv_cache as a tuple must be (k_cache, v_cache), got "
+                f"{len(paged_kv_cache)} items"
             )
         k, v = paged_kv_cache
         return view(k, "k_cache"), view(v, "v_cache"), [("k_cache", k), ("v_cache", v)]

@@ -9,6 +9,7 @@ that says so (the library itself answers FI_STATUS_NO_DEVICE).
 Environment: FLASHINFER_C_NUM_THREADS (CPU worker threads, default all
 cores), FLASHINFER_C_CPU_SIMD (auto, avx512, avx2, neon or generic).
 """
+
 import ctypes
 import os
 import threading

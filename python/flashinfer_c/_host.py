@@ -4,6 +4,7 @@ plan() reads the batch's indptr/indices on the host, as FlashInfer's plan
 does. The C library wants int32; FlashInfer requires int32 too, so int64
 is refused with a message rather than silently narrowed.
 """
+
 import numpy as np
 
 from ._arrays import DTypeError, is_torch

@@ -7,6 +7,7 @@ Search order for the shared library:
   3. build/libflashinfer.so of the source tree this package sits in,
   4. an installed libflashinfer.so.0 (make install) on the loader's path.
 """
+
 import ctypes
 import ctypes.util
 import os

@@ -8,6 +8,7 @@ bounds, which then grow to the next power of two so that a growing batch
 recreates it a logarithmic number of times. With fixed bounds (CUDA-graph
 wrappers) a batch over them is an error that names the buffer to enlarge.
 """
+
 import ctypes
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
@@ -45,9 +46,22 @@ class Spec:
         p = S.AttentionParams()
         fn.attention_params_init(ctypes.byref(p))
         for name in (
-            "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "kv_format",
-            "page_size", "kv_layout", "q_dtype", "kv_dtype", "o_dtype", "mask_mode",
-            "window_left", "logits_soft_cap", "sm_scale", "rope_scale", "rope_theta",
+            "num_qo_heads",
+            "num_kv_heads",
+            "head_dim_qk",
+            "head_dim_vo",
+            "kv_format",
+            "page_size",
+            "kv_layout",
+            "q_dtype",
+            "kv_dtype",
+            "o_dtype",
+            "mask_mode",
+            "window_left",
+            "logits_soft_cap",
+            "sm_scale",
+            "rope_scale",
+            "rope_theta",
         ):
             setattr(p, name, getattr(self, name))
         p.pos_encoding = self.pos_encoding
@@ -115,14 +129,19 @@ class Plan:
 
     # ------------------------------------------------------------ planning
 
-    def update(self, spec, qo_indptr, kv_indptr, kv_indices=None, last_page_len=None,
-               mask_indptr=None):
+    def update(
+        self, spec, qo_indptr, kv_indptr, kv_indices=None, last_page_len=None, mask_indptr=None
+    ):
         """Schedule a batch (host int32 numpy arrays) under `spec`."""
         n = qo_indptr.shape[0] - 1
         need = Bounds(max(n, 1), max(int(qo_indptr[-1]), 1), max(int(kv_indptr[-1]), 1))
         self._ensure(spec, need)
         batch = S.Batch(
-            n, _ptr(qo_indptr), _ptr(kv_indptr), _ptr(kv_indices), _ptr(last_page_len),
+            n,
+            _ptr(qo_indptr),
+            _ptr(kv_indptr),
+            _ptr(kv_indices),
+            _ptr(last_page_len),
             _ptr(mask_indptr),
         )
         self._batch = (qo_indptr, kv_indptr, kv_indices, last_page_len, mask_indptr)
@@ -156,8 +175,9 @@ class Plan:
         params = spec.params()
         handle = ctypes.c_void_p()
         check(
-            fn.plan_create(self.ctx.handle, ctypes.byref(params), ctypes.byref(config),
-                           ctypes.byref(handle)),
+            fn.plan_create(
+                self.ctx.handle, ctypes.byref(params), ctypes.byref(config), ctypes.byref(handle)
+            ),
             "plan",
         )
         self.handle, self.spec, self.bounds = handle.value, spec, bounds

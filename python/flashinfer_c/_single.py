@@ -5,6 +5,7 @@ a C plan, so plans are cached per (device, Spec) and re-planned only when
 the request's lengths change. A lock serialises the calls that share a
 cached plan, since a plan's partial-state buffers serve one run at a time.
 """
+
 import threading
 from collections import OrderedDict
 

@@ -5,6 +5,7 @@ checks the size of every extensible struct (its first field), and _lib
 compares each *_init() result with ctypes.sizeof() at import, so a header
 change that this file misses fails loudly instead of corrupting memory.
 """
+
 from ctypes import (
     POINTER,
     Structure,

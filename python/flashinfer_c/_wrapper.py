@@ -1,5 +1,6 @@
 """The base of the batch wrappers: the workspace's device, the CUDA-graph
 buffers, the C plan, and the run step they share."""
+
 from dataclasses import replace
 
 from . import _context
@@ -89,8 +90,21 @@ class WrapperBase:
 
     # ----------------------------------------------------------------- run
 
-    def _run(self, q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse,
-             custom_mask=None, **spec_changes):
+    def _run(
+        self,
+        q,
+        k,
+        v,
+        arrays,
+        q_scale,
+        k_scale,
+        v_scale,
+        out,
+        lse,
+        return_lse,
+        custom_mask=None,
+        **spec_changes,
+    ):
         """Check q/out/lse against the plan, then run: shared by every wrapper.
 
         The dtypes of q, k and v are checked against the plan by Plan.run.
@@ -101,8 +115,9 @@ class WrapperBase:
             self.device, [("q", q), ("out", out), ("lse", lse)] + list(arrays)
         )
         _context.check_capture(self.device, self._use_cuda_graph, f"{self._name}.run()")
-        out, lse = outputs(q, plan.spec.head_dim_vo, self._o_name, out, lse, return_lse,
-                           self.device)
+        out, lse = outputs(
+            q, plan.spec.head_dim_vo, self._o_name, out, lse, return_lse, self.device
+        )
         runner = plan
         if q_scale is not None or k_scale is not None or spec_changes:
             scale = run_scale(plan.spec, q_scale, k_scale)

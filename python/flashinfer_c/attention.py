@@ -1,8 +1,10 @@
 """BatchAttention: one call for a batch mixing prefill and decode requests
 over a paged KV cache, whose lengths come as kv_len_arr."""
+
 import numpy as np
 
 from . import _host
+from ._attention import paged_kv_views
 from ._wrapper import refuse_extras
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 from .utils import kv_layout_code
@@ -56,7 +58,9 @@ class BatchAttention:
         lens = _host.i32(kv_len_arr, "kv_len_arr", ptr.shape[0] - 1).astype(np.int64)
         pages = np.diff(ptr).astype(np.int64)
         last = np.where(pages > 0, lens - (pages - 1) * page_size, 0)
-        bad = np.nonzero((pages > 0) & ((last < 1) | (last > page_size)) | (pages == 0) & (lens != 0))[0]
+        bad = np.nonzero(
+            (pages > 0) & ((last < 1) | (last > page_size)) | (pages == 0) & (lens != 0)
+        )[0]
         if bad.size:
             i = int(bad[0])
             raise ValueError(
@@ -65,9 +69,20 @@ class BatchAttention:
             )
         self._logits_soft_cap = float(logits_soft_cap or 0.0)
         self._wrapper.plan(
-            qo_indptr, ptr, kv_indices, last.astype(np.int32), num_qo_heads, num_kv_heads,
-            head_dim_qk, page_size, head_dim_vo=head_dim_vo, causal=causal, sm_scale=sm_scale,
-            logits_soft_cap=logits_soft_cap, q_data_type=q_data_type, kv_data_type=kv_data_type,
+            qo_indptr,
+            ptr,
+            kv_indices,
+            last.astype(np.int32),
+            num_qo_heads,
+            num_kv_heads,
+            head_dim_qk,
+            page_size,
+            head_dim_vo=head_dim_vo,
+            causal=causal,
+            sm_scale=sm_scale,
+            logits_soft_cap=logits_soft_cap,
+            q_data_type=q_data_type,
+            kv_data_type=kv_data_type,
         )
 
     def run(self, q, kv_cache, out=None, lse=None, logits_soft_cap=None, profiler_buffer=None):
@@ -76,9 +91,8 @@ class BatchAttention:
         changes = {}
         if logits_soft_cap is not None and float(logits_soft_cap) != self._logits_soft_cap:
             changes["logits_soft_cap"] = float(logits_soft_cap)
-        from ._attention import paged_kv_views
-
         self._wrapper._require_plan()
         k, v, arrays = paged_kv_views(kv_cache)
-        return self._wrapper._run(q, k, v, arrays, None, None, None, out, lse, True,
-                                  self._wrapper._mask, **changes)
+        return self._wrapper._run(
+            q, k, v, arrays, None, None, None, out, lse, True, self._wrapper._mask, **changes
+        )

@@ -1,6 +1,7 @@
 """Attention states and their merge: merge_state, merge_state_in_place,
 merge_states, and MultiLevelCascadeAttentionWrapper (batch prefill per
 level, merged in place, as FlashInfer composes it)."""
+
 import ctypes
 
 from . import _context
@@ -32,8 +33,17 @@ def merge_state(v_a, s_a, v_b, s_b):
     _lse_f32(s_b, "s_b")
     v_out = empty(v_a, tuple(v_a.shape))
     s_out = empty(v_a, tuple(s_a.shape), "float32")
-    views = [view(x, n) for x, n in ((v_a, "v_a"), (s_a, "s_a"), (v_b, "v_b"), (s_b, "s_b"),
-                                     (v_out, "v_out"), (s_out, "s_out"))]
+    views = [
+        view(x, n)
+        for x, n in (
+            (v_a, "v_a"),
+            (s_a, "s_a"),
+            (v_b, "v_b"),
+            (s_b, "s_b"),
+            (v_out, "v_out"),
+            (s_out, "s_out"),
+        )
+    ]
     check(fn.merge_state(ctx.handle, *map(ctypes.byref, views), ctx.stream(v_a)), "merge_state")
     return v_out, s_out
 
@@ -41,8 +51,7 @@ def merge_state(v_a, s_a, v_b, s_b):
 def merge_state_in_place(v, s, v_other, s_other, mask=None):
     """(v, s) <- merge((v, s), (v_other, s_other)) in place; where mask [seq_len]
     (bool) is given, only the rows where it is True."""
-    ctx = _ctx_and_check(v, [("s", s), ("v_other", v_other), ("s_other", s_other),
-                             ("mask", mask)])
+    ctx = _ctx_and_check(v, [("s", s), ("v_other", v_other), ("s_other", s_other), ("mask", mask)])
     _lse_f32(s, "s")
     _lse_f32(s_other, "s_other")
     views = [view(v, "v"), view(s, "s"), view(v_other, "v_other"), view(s_other, "s_other")]
@@ -53,8 +62,7 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None):
     else:
         mask_view = None
     check(
-        fn.merge_state_in_place(ctx.handle, *map(ctypes.byref, views), mask_view,
-                                ctx.stream(v)),
+        fn.merge_state_in_place(ctx.handle, *map(ctypes.byref, views), mask_view, ctx.stream(v)),
         "merge_state_in_place",
     )
 
@@ -102,16 +110,24 @@ class MultiLevelCascadeAttentionWrapper:
         self._kv_layout = kv_layout
         self._use_cuda_graph = use_cuda_graph
         if use_cuda_graph:
-            arrays = (qo_indptr_buf_arr, paged_kv_indptr_buf_arr, paged_kv_indices_buf_arr,
-                      paged_kv_last_page_len_buf_arr)
+            arrays = (
+                qo_indptr_buf_arr,
+                paged_kv_indptr_buf_arr,
+                paged_kv_indices_buf_arr,
+                paged_kv_last_page_len_buf_arr,
+            )
             if any(a is None or len(a) != num_levels for a in arrays):
                 raise ValueError(
                     "use_cuda_graph=True needs the four *_buf_arr lists, one buffer per level"
                 )
             self._batch_prefill_wrappers = [
                 BatchPrefillWithPagedKVCacheWrapper(
-                    float_workspace_buffer, kv_layout, use_cuda_graph=True,
-                    qo_indptr_buf=qo, paged_kv_indptr_buf=ptr, paged_kv_indices_buf=idx,
+                    float_workspace_buffer,
+                    kv_layout,
+                    use_cuda_graph=True,
+                    qo_indptr_buf=qo,
+                    paged_kv_indptr_buf=ptr,
+                    paged_kv_indices_buf=idx,
                     paged_kv_last_page_len_buf=last,
                 )
                 for qo, ptr, idx, last in zip(*arrays)
@@ -159,7 +175,14 @@ class MultiLevelCascadeAttentionWrapper:
             zip(self._batch_prefill_wrappers, *lists)
         ):
             wrapper.plan(
-                qo, ptr, idx, last, num_qo_heads, num_kv_heads, head_dim, page_size,
+                qo,
+                ptr,
+                idx,
+                last,
+                num_qo_heads,
+                num_kv_heads,
+                head_dim,
+                page_size,
                 causal=causal if level == self._num_levels - 1 else False,
                 pos_encoding_mode=pos_encoding_mode,
                 use_fp16_qk_reduction=use_fp16_qk_reduction,

@@ -1,4 +1,5 @@
 """Decode attention: single_decode_with_kv_cache and BatchDecodeWithPagedKVCacheWrapper."""
+
 import functools
 
 import numpy as np
@@ -73,8 +74,18 @@ def single_decode_with_kv_cache(
     out = empty(q, (num_qo_heads, v.shape[-1]))
     lse = empty(q, (num_qo_heads,), "float32") if return_lse else None
     ctx = _context.get(device)
-    _single.run(device, spec, 1, int(kv_len), q[None], k, v, out[None],
-                None if lse is None else lse[None], stream=ctx.stream(q))
+    _single.run(
+        device,
+        spec,
+        1,
+        int(kv_len),
+        q[None],
+        k,
+        v,
+        out[None],
+        None if lse is None else lse[None],
+        stream=ctx.stream(q),
+    )
     apply_v_scale(out, v_scale)
     return (out, lse) if return_lse else out
 
@@ -169,8 +180,9 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
             if q_data_type in (None, "float16"):
                 q_data_type = data_type
             kv_data_type = kv_data_type if kv_data_type is not None else data_type
-        self._q_name = float_dtype(q_data_type if q_data_type is not None else "float16",
-                                   "q_data_type")
+        self._q_name = float_dtype(
+            q_data_type if q_data_type is not None else "float16", "q_data_type"
+        )
         self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
         self._o_name = float_dtype(o_data_type or self._q_name, "o_data_type")
         spec = make_spec(
@@ -212,14 +224,17 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
             raise ValueError("q_len_per_req is part of the fixed CUDA-graph shape")
         if self._fixed is None:
             self._fix_bounds(
-                batch, batch * q_len_per_req, len(self._paged_kv_indices_buf),
+                batch,
+                batch * q_len_per_req,
+                len(self._paged_kv_indices_buf),
                 ("paged_kv_last_page_len_buffer", "the query rows", "paged_kv_indices_buffer"),
             )
         # As FlashInfer, the plan writes the batch into the caller's buffers.
         _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, "paged_kv_indptr_buffer")
         _host.copy_into(self._paged_kv_last_page_len_buf, last, "paged_kv_last_page_len_buffer")
-        _host.copy_into(self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]],
-                        "paged_kv_indices_buffer")
+        _host.copy_into(
+            self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]], "paged_kv_indices_buffer"
+        )
 
     def run(
         self,
@@ -241,7 +256,9 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
     ):
         """Decode attention: q [batch_size * q_len_per_req, num_qo_heads, head_dim]."""
         refuse_extras(
-            f"{self._name}.run()", args, sinks=sinks,
+            f"{self._name}.run()",
+            args,
+            sinks=sinks,
             skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor,
             kv_cache_sf=kv_cache_sf,
         )

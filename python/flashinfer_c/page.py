@@ -1,4 +1,5 @@
 """The paged KV cache: append_paged_kv_cache, get_batch_indices_positions, get_seq_lens."""
+
 import ctypes
 
 import numpy as np
@@ -30,25 +31,44 @@ def append_paged_kv_cache(
     device = device_of(append_key)
     layout = kv_layout_code(kv_layout)
     k_cache, v_cache, cache_arrays = paged_kv_views(paged_kv_cache)
-    named = [("append_value", append_value), ("batch_indices", batch_indices),
-             ("positions", positions), ("kv_indices", kv_indices), ("kv_indptr", kv_indptr),
-             ("kv_last_page_len", kv_last_page_len)] + cache_arrays
+    named = [
+        ("append_value", append_value),
+        ("batch_indices", batch_indices),
+        ("positions", positions),
+        ("kv_indices", kv_indices),
+        ("kv_indptr", kv_indptr),
+        ("kv_last_page_len", kv_last_page_len),
+    ] + cache_arrays
     _context.check_same_device(device, named)
     ctx = _context.get(device)
     # The converted arrays must outlive the call: the views only hold pointers.
     converted = [
         (int32_index(x, name), name)
-        for x, name in ((batch_indices, "batch_indices"), (positions, "positions"),
-                        (kv_indices, "kv_indices"), (kv_indptr, "kv_indptr"),
-                        (kv_last_page_len, "kv_last_page_len"))
+        for x, name in (
+            (batch_indices, "batch_indices"),
+            (positions, "positions"),
+            (kv_indices, "kv_indices"),
+            (kv_indptr, "kv_indptr"),
+            (kv_last_page_len, "kv_last_page_len"),
+        )
     ]
     index = [view(x, name) for x, name in converted]
     k_rows, v_rows = view(append_key, "append_key"), view(append_value, "append_value")
     r = ctypes.byref
     check(
         fn.append_paged_kv_cache(
-            ctx.handle, r(k_rows), r(v_rows), r(index[0]), r(index[1]), r(k_cache), r(v_cache),
-            layout, r(index[2]), r(index[3]), r(index[4]), ctx.stream(append_key),
+            ctx.handle,
+            r(k_rows),
+            r(v_rows),
+            r(index[0]),
+            r(index[1]),
+            r(k_cache),
+            r(v_cache),
+            layout,
+            r(index[2]),
+            r(index[3]),
+            r(index[4]),
+            ctx.stream(append_key),
         ),
         "append_paged_kv_cache",
     )
@@ -65,8 +85,7 @@ def get_seq_lens(kv_indptr, kv_last_page_len, page_size):
     return np.maximum(pages - 1, 0) * page_size + kv_last_page_len
 
 
-def get_batch_indices_positions(append_indptr, seq_lens, nnz, batch_indices=None,
-                                positions=None):
+def get_batch_indices_positions(append_indptr, seq_lens, nnz, batch_indices=None, positions=None):
     """For each appended token: its request and its position in the request.
 
     Request i appends append_indptr[i+1] - append_indptr[i] tokens at the end

@@ -1,5 +1,6 @@
 """Prefill/append attention: single_prefill_with_kv_cache(_return_lse),
 BatchPrefillWithPagedKVCacheWrapper and BatchPrefillWithRaggedKVCacheWrapper."""
+
 import functools
 
 import numpy as np
@@ -94,8 +95,7 @@ def single_prefill_with_kv_cache(
     out = empty(q, (qo_len, num_qo_heads, v.shape[-1]), o_name)
     lse = empty(q, (qo_len, num_qo_heads), "float32") if return_lse else None
     ctx = _context.get(device)
-    _single.run(device, spec, int(qo_len), int(kv_len), q, k, v, out, lse, mask,
-                ctx.stream(q))
+    _single.run(device, spec, int(qo_len), int(kv_len), q, k, v, out, lse, mask, ctx.stream(q))
     return (out, lse) if return_lse else out
 
 
@@ -132,8 +132,12 @@ class _PrefillBase(WrapperBase):
             )
         if self._fixed is None:
             # As FlashInfer: the first plan's query rows bound the later ones.
-            self._fix_bounds(batch, max(total_qo, 1), kv_bound,
-                             ("qo_indptr_buf", "the query rows of the first plan()", kv_name))
+            self._fix_bounds(
+                batch,
+                max(total_qo, 1),
+                kv_bound,
+                ("qo_indptr_buf", "the query rows of the first plan()", kv_name),
+            )
 
     def _graph_mask(self, mask, mask_indptr):
         if mask is None:
@@ -235,26 +239,33 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         qo = _host.indptr(qo_indptr, "qo_indptr")
         batch = qo.shape[0] - 1
         kv_indptr, kv_indices, last = _host.page_table(
-            paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
-            ("paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len"), batch,
+            paged_kv_indptr,
+            paged_kv_indices,
+            paged_kv_last_page_len,
+            ("paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len"),
+            batch,
         )
         self._mask, mask_indptr = None, None
         if custom_mask is not None or packed_custom_mask is not None:
             self._mask, mask_indptr = batch_mask(
-                custom_mask, packed_custom_mask, np.diff(qo),
-                _host.kv_lengths(kv_indptr, last, page_size), self.device,
+                custom_mask,
+                packed_custom_mask,
+                np.diff(qo),
+                _host.kv_lengths(kv_indptr, last, page_size),
+                self.device,
             )
         if self._use_cuda_graph:
-            self._graph_bounds(batch, int(qo[-1]), len(self._paged_kv_indices_buf),
-                               "paged_kv_indices_buf")
+            self._graph_bounds(
+                batch, int(qo[-1]), len(self._paged_kv_indices_buf), "paged_kv_indices_buf"
+            )
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
             _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, "paged_kv_indptr_buf")
             _host.copy_into(self._paged_kv_last_page_len_buf, last, "paged_kv_last_page_len_buf")
-            _host.copy_into(self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]],
-                            "paged_kv_indices_buf")
+            _host.copy_into(
+                self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]], "paged_kv_indices_buf"
+            )
             self._graph_mask(self._mask, mask_indptr)
-        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type,
-                                                            o_data_type)
+        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type, o_data_type)
         spec = make_spec(
             num_qo_heads=num_qo_heads,
             num_kv_heads=num_kv_heads,
@@ -307,8 +318,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
                 "pass it to plan() instead"
             )
         k, v, arrays = paged_kv_views(paged_kv_cache)
-        return self._run(q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse,
-                         self._mask)
+        return self._run(
+            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask
+        )
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -387,22 +399,18 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         kv = _host.indptr(kv_indptr, "kv_indptr")
         batch = qo.shape[0] - 1
         if kv.shape[0] != qo.shape[0]:
-            raise ValueError(
-                f"kv_indptr has {kv.shape[0]} entries but qo_indptr has {qo.shape[0]}"
-            )
+            raise ValueError(f"kv_indptr has {kv.shape[0]} entries but qo_indptr has {qo.shape[0]}")
         self._mask, mask_indptr = None, None
         if custom_mask is not None or packed_custom_mask is not None:
             self._mask, mask_indptr = batch_mask(
                 custom_mask, packed_custom_mask, np.diff(qo), np.diff(kv), self.device
             )
         if self._use_cuda_graph:
-            self._graph_bounds(batch, int(qo[-1]), self.GRAPH_MAX_KV_TOKENS,
-                               "GRAPH_MAX_KV_TOKENS")
+            self._graph_bounds(batch, int(qo[-1]), self.GRAPH_MAX_KV_TOKENS, "GRAPH_MAX_KV_TOKENS")
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
             _host.copy_into(self._kv_indptr_buf, kv, "kv_indptr_buf")
             self._graph_mask(self._mask, mask_indptr)
-        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type,
-                                                            o_data_type)
+        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type, o_data_type)
         spec = make_spec(
             num_qo_heads=num_qo_heads,
             num_kv_heads=num_kv_heads,
@@ -450,7 +458,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         refuse_extras(f"{self._name}.run()", args, o_scale=o_scale)
         self._require_plan()
         arrays = [("k", k), ("v", v)]
-        return self._run(q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse,
-                         self._mask)
+        return self._run(
+            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask
+        )
 
     run_return_lse = functools.partialmethod(run, return_lse=True)

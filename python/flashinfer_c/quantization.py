@@ -5,6 +5,7 @@ element 8*i + j), one byte-aligned segment per request. These run on the
 host (masks are built at plan time); the result has the input's type and
 device.
 """
+
 import numpy as np
 
 from ._arrays import from_numpy, is_torch
@@ -39,7 +40,9 @@ def segment_packbits(x, indptr, bitorder="big"):
     ptr = i32(indptr, "indptr", convert=True).astype(np.int64)
     order = _bitorder(bitorder)
     if ptr.shape[0] < 1 or ptr[-1] > bits.shape[0]:
-        raise ValueError(f"indptr[-1]={ptr[-1] if ptr.size else None} exceeds len(x)={bits.shape[0]}")
+        raise ValueError(
+            f"indptr[-1]={ptr[-1] if ptr.size else None} exceeds len(x)={bits.shape[0]}"
+        )
     sizes = (np.diff(ptr) + 7) // 8
     new_indptr = np.zeros(ptr.shape[0], dtype=np.int32)
     np.cumsum(sizes, out=new_indptr[1:])

@@ -5,6 +5,7 @@ come from indptr + offsets (token t of request i is at offsets[i] + t -
 indptr[i]) or from pos_ids [nnz]. The plain forms return new (q_rope,
 k_rope); the _inplace forms overwrite q and k.
 """
+
 import ctypes
 
 from . import _context
@@ -46,69 +47,133 @@ def _rope(q, k, params, inplace, pos_ids=None, indptr=None, offsets=None):
     if pos_ids is not None:
         pos_ids = int32_index(pos_ids, "pos_ids")
         pos = view(pos_ids, "pos_ids")
-        status = fn.rope_apply_pos_ids(ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(pos),
-                                       ctx.stream(q))
+        status = fn.rope_apply_pos_ids(
+            ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(pos), ctx.stream(q)
+        )
     else:
         indptr, offsets = int32_index(indptr, "indptr"), int32_index(offsets, "offsets")
         ptr = view(indptr, "indptr")
         off = view(offsets, "offsets")
-        status = fn.rope_apply(ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(ptr), r(off),
-                               ctx.stream(q))
+        status = fn.rope_apply(
+            ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(ptr), r(off), ctx.stream(q)
+        )
     check(status, "rope")
     return None if inplace else (q_out, k_out)
 
 
-def apply_rope(q, k, indptr, offsets, rotary_dim=None, interleave=False, rope_scale=1,
-               rope_theta=1e4):
+def apply_rope(
+    q, k, indptr, offsets, rotary_dim=None, interleave=False, rope_scale=1, rope_theta=1e4
+):
     params = _params(rotary_dim, interleave, rope_scale, rope_theta)
     return _rope(q, k, params, False, indptr=indptr, offsets=offsets)
 
 
-def apply_rope_inplace(q, k, indptr, offsets, rotary_dim=None, interleave=False, rope_scale=1,
-                       rope_theta=1e4):
+def apply_rope_inplace(
+    q, k, indptr, offsets, rotary_dim=None, interleave=False, rope_scale=1, rope_theta=1e4
+):
     params = _params(rotary_dim, interleave, rope_scale, rope_theta)
     _rope(q, k, params, True, indptr=indptr, offsets=offsets)
 
 
-def apply_rope_pos_ids(q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=1,
-                       rope_theta=1e4):
+def apply_rope_pos_ids(
+    q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=1, rope_theta=1e4
+):
     params = _params(rotary_dim, interleave, rope_scale, rope_theta)
     return _rope(q, k, params, False, pos_ids=pos_ids)
 
 
-def apply_rope_pos_ids_inplace(q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=1,
-                               rope_theta=1e4):
+def apply_rope_pos_ids_inplace(
+    q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=1, rope_theta=1e4
+):
     params = _params(rotary_dim, interleave, rope_scale, rope_theta)
     _rope(q, k, params, True, pos_ids=pos_ids)
 
 
-def apply_llama31_rope(q, k, indptr, offsets, rotary_dim=None, interleave=False, rope_scale=8,
-                       rope_theta=5e5, low_freq_factor=1, high_freq_factor=4,
-                       old_context_len=8192):
-    params = _params(rotary_dim, interleave, rope_scale, rope_theta,
-                     (low_freq_factor, high_freq_factor, old_context_len))
+def apply_llama31_rope(
+    q,
+    k,
+    indptr,
+    offsets,
+    rotary_dim=None,
+    interleave=False,
+    rope_scale=8,
+    rope_theta=5e5,
+    low_freq_factor=1,
+    high_freq_factor=4,
+    old_context_len=8192,
+):
+    params = _params(
+        rotary_dim,
+        interleave,
+        rope_scale,
+        rope_theta,
+        (low_freq_factor, high_freq_factor, old_context_len),
+    )
     return _rope(q, k, params, False, indptr=indptr, offsets=offsets)
 
 
-def apply_llama31_rope_inplace(q, k, indptr, offsets, rotary_dim=None, interleave=False,
-                               rope_scale=8, rope_theta=5e5, low_freq_factor=1,
-                               high_freq_factor=4, old_context_len=8192):
-    params = _params(rotary_dim, interleave, rope_scale, rope_theta,
-                     (low_freq_factor, high_freq_factor, old_context_len))
+def apply_llama31_rope_inplace(
+    q,
+    k,
+    indptr,
+    offsets,
+    rotary_dim=None,
+    interleave=False,
+    rope_scale=8,
+    rope_theta=5e5,
+    low_freq_factor=1,
+    high_freq_factor=4,
+    old_context_len=8192,
+):
+    params = _params(
+        rotary_dim,
+        interleave,
+        rope_scale,
+        rope_theta,
+        (low_freq_factor, high_freq_factor, old_context_len),
+    )
     _rope(q, k, params, True, indptr=indptr, offsets=offsets)
 
 
-def apply_llama31_rope_pos_ids(q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=8,
-                               rope_theta=5e5, low_freq_factor=1, high_freq_factor=4,
-                               old_context_len=8192):
-    params = _params(rotary_dim, interleave, rope_scale, rope_theta,
-                     (low_freq_factor, high_freq_factor, old_context_len))
+def apply_llama31_rope_pos_ids(
+    q,
+    k,
+    pos_ids,
+    rotary_dim=None,
+    interleave=False,
+    rope_scale=8,
+    rope_theta=5e5,
+    low_freq_factor=1,
+    high_freq_factor=4,
+    old_context_len=8192,
+):
+    params = _params(
+        rotary_dim,
+        interleave,
+        rope_scale,
+        rope_theta,
+        (low_freq_factor, high_freq_factor, old_context_len),
+    )
     return _rope(q, k, params, False, pos_ids=pos_ids)
 
 
-def apply_llama31_rope_pos_ids_inplace(q, k, pos_ids, rotary_dim=None, interleave=False,
-                                       rope_scale=8, rope_theta=5e5, low_freq_factor=1,
-                                       high_freq_factor=4, old_context_len=8192):
-    params = _params(rotary_dim, interleave, rope_scale, rope_theta,
-                     (low_freq_factor, high_freq_factor, old_context_len))
+def apply_llama31_rope_pos_ids_inplace(
+    q,
+    k,
+    pos_ids,
+    rotary_dim=None,
+    interleave=False,
+    rope_scale=8,
+    rope_theta=5e5,
+    low_freq_factor=1,
+    high_freq_factor=4,
+    old_context_len=8192,
+):
+    params = _params(
+        rotary_dim,
+        interleave,
+        rope_scale,
+        rope_theta,
+        (low_freq_factor, high_freq_factor, old_context_len),
+    )
     _rope(q, k, params, True, pos_ids=pos_ids)

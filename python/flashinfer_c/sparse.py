@@ -10,6 +10,7 @@ blocks (mask / packed_mask) becomes the per-request packed custom mask.
 Causal masking and RoPE positions therefore count along each row's
 gathered tokens, as in FlashInfer.
 """
+
 import functools
 
 import numpy as np
@@ -100,14 +101,18 @@ class BlockSparseAttentionWrapper(_SparseBase):
         MB, NB = -(-M // R), -(-N // C)
         ptr = _host.indptr(indptr, "indptr")
         if ptr.shape[0] != MB + 1:
-            raise ValueError(f"indptr has {ptr.shape[0]} entries, expected ceil(M/R) + 1 = {MB + 1}")
+            raise ValueError(
+                f"indptr has {ptr.shape[0]} entries, expected ceil(M/R) + 1 = {MB + 1}"
+            )
         idx = _host.i32(indices, "indices")
         nnz = int(ptr[-1])
         if idx.shape[0] < nnz:
             raise ValueError(f"indices has {idx.shape[0]} entries but indptr[-1]={nnz}")
         idx = idx[:nnz]
         if nnz and (idx.min() < 0 or idx.max() >= NB):
-            raise ValueError(f"indices must lie in [0, ceil(N/C) = {NB}); got {idx.min()}..{idx.max()}")
+            raise ValueError(
+                f"indices must lie in [0, ceil(N/C) = {NB}); got {idx.min()}..{idx.max()}"
+            )
         starts = idx.astype(np.int64) * C
         widths = np.minimum(C, N - starts)
         kv_indptr, kv_indices = _gather_tokens(starts, widths, ptr)
@@ -126,11 +131,22 @@ class BlockSparseAttentionWrapper(_SparseBase):
         self._kv_name = float_dtype(kv_data_type or q_name, "kv_data_type", allow_fp8=True)
         self._o_name = float_dtype(o_data_type or q_name, "o_data_type")
         spec = make_spec(
-            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim,
-            head_dim_vo=head_dim, kv_format=S.KV_FORMAT_PAGED, page_size=1, kv_layout="NHD",
-            q_dtype=self._q_name, kv_dtype=self._kv_name, o_dtype=self._o_name, causal=causal,
-            custom_mask=self._mask is not None, logits_soft_cap=logits_soft_cap,
-            sm_scale=sm_scale, pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale,
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim_qk=head_dim,
+            head_dim_vo=head_dim,
+            kv_format=S.KV_FORMAT_PAGED,
+            page_size=1,
+            kv_layout="NHD",
+            q_dtype=self._q_name,
+            kv_dtype=self._kv_name,
+            o_dtype=self._o_name,
+            causal=causal,
+            custom_mask=self._mask is not None,
+            logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale,
+            pos_encoding_mode=pos_encoding_mode,
+            rope_scale=rope_scale,
             rope_theta=rope_theta,
         )
         self._plan_tokens(spec, qo_indptr, kv_indptr, kv_indices, mask_indptr)
@@ -143,7 +159,9 @@ class BlockSparseAttentionWrapper(_SparseBase):
         """The element masks (nnz, R, C) as each block row's row-major
         [rows, gathered tokens] bits, concatenated over rows."""
         if mask.shape != (int(ptr[-1]), R, C):
-            raise ValueError(f"mask must have shape (nnz, R, C) = {(int(ptr[-1]), R, C)}, got {mask.shape}")
+            raise ValueError(
+                f"mask must have shape (nnz, R, C) = {(int(ptr[-1]), R, C)}, got {mask.shape}"
+            )
         mask = mask.astype(bool, copy=False)
         cols = np.arange(C)
         parts = []
@@ -154,16 +172,26 @@ class BlockSparseAttentionWrapper(_SparseBase):
             parts.append(block[:, valid].reshape(-1))
         return np.concatenate(parts) if parts else np.zeros(0, bool)
 
-    def run(self, q, k, v, out=None, lse=None, return_lse=False, enable_pdl=None, *args,
-            **kwargs):
+    def run(self, q, k, v, out=None, lse=None, return_lse=False, enable_pdl=None, *args, **kwargs):
         """q [M, num_qo_heads, head_dim]; k, v [N, num_kv_heads, head_dim]."""
         refuse_extras(f"{self._name}.run()", args, **kwargs)
         self._require_plan()
         check_rank(k, "k", 3, "[N, num_kv_heads, head_dim]")
         check_rank(v, "v", 3, "[N, num_kv_heads, head_dim]")
         k_pages, v_pages = _token_pages_view(k, "k"), _token_pages_view(v, "v")
-        return self._run(q, k_pages, v_pages, [("k", k), ("v", v)], None, None, None, out, lse,
-                         return_lse, self._mask)
+        return self._run(
+            q,
+            k_pages,
+            v_pages,
+            [("k", k), ("v", v)],
+            None,
+            None,
+            None,
+            out,
+            lse,
+            return_lse,
+            self._mask,
+        )
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -202,13 +230,17 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
         """block_mask_map bool [num_kv_heads, MB, NB]; block_row_sz [num_kv_heads, MB];
         block_col_sz [num_kv_heads, NB] (rows / columns of each block)."""
         if num_qo_heads % num_kv_heads:
-            raise ValueError(f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+            raise ValueError(
+                f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}"
+            )
         blocks = _host.to_numpy(block_mask_map).astype(bool)
         rows = _host.to_numpy(block_row_sz).astype(np.int64)
         cols = _host.to_numpy(block_col_sz).astype(np.int64)
         H = num_kv_heads
         if blocks.ndim != 3 or blocks.shape[0] != H:
-            raise ValueError(f"block_mask_map must be [num_kv_heads={H}, MB, NB], got {blocks.shape}")
+            raise ValueError(
+                f"block_mask_map must be [num_kv_heads={H}, MB, NB], got {blocks.shape}"
+            )
         _, MB, NB = blocks.shape
         if rows.shape != (H, MB) or cols.shape != (H, NB):
             raise ValueError(
@@ -225,19 +257,31 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
         col_start = np.cumsum(cols, 1) - cols + np.arange(H)[:, None] * self._kv_len
         h_idx, _, c_idx = np.nonzero(blocks)
         entry_indptr = np.concatenate([[0], np.cumsum(blocks.sum(2).reshape(-1))])
-        kv_indptr, kv_indices = _gather_tokens(col_start[h_idx, c_idx], cols[h_idx, c_idx],
-                                               entry_indptr)
+        kv_indptr, kv_indices = _gather_tokens(
+            col_start[h_idx, c_idx], cols[h_idx, c_idx], entry_indptr
+        )
         qo_indptr = np.concatenate([[0], np.cumsum(rows.reshape(-1))]).astype(np.int32)
         self._q_name = float_dtype(q_data_type, "q_data_type")
         self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
         self._o_name = self._q_name
         self._num_kv_heads, self._group = H, num_qo_heads // H
         spec = make_spec(
-            num_qo_heads=self._group, num_kv_heads=1, head_dim_qk=head_dim, head_dim_vo=head_dim,
-            kv_format=S.KV_FORMAT_PAGED, page_size=1, kv_layout="NHD", q_dtype=self._q_name,
-            kv_dtype=self._kv_name, o_dtype=self._o_name, causal=causal,
-            logits_soft_cap=logits_soft_cap, sm_scale=sm_scale,
-            pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale, rope_theta=rope_theta,
+            num_qo_heads=self._group,
+            num_kv_heads=1,
+            head_dim_qk=head_dim,
+            head_dim_vo=head_dim,
+            kv_format=S.KV_FORMAT_PAGED,
+            page_size=1,
+            kv_layout="NHD",
+            q_dtype=self._q_name,
+            kv_dtype=self._kv_name,
+            o_dtype=self._o_name,
+            causal=causal,
+            logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale,
+            pos_encoding_mode=pos_encoding_mode,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
         )
         self._plan_tokens(spec, qo_indptr, kv_indptr, kv_indices, None)
 
@@ -260,8 +304,9 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
         k_rows = k.reshape(H * self._kv_len, 1, k.shape[-1])
         v_rows = v.reshape(H * self._kv_len, 1, v.shape[-1])
         k_pages, v_pages = _token_pages_view(k_rows, "k"), _token_pages_view(v_rows, "v")
-        o, s = self._run(packed_q, k_pages, v_pages, [("k", k), ("v", v)], None, None, None,
-                         None, None, True)
+        o, s = self._run(
+            packed_q, k_pages, v_pages, [("k", k), ("v", v)], None, None, None, None, None, True
+        )
         o = _swap01(o.reshape(H, L, G, o.shape[-1])).reshape(H * G, L, o.shape[-1])
         s = _swap01(s.reshape(H, L, G)).reshape(H * G, L)
         o, s = _into(out, o, "out", device_of(q)), _into(lse, s, "lse", device_of(q))

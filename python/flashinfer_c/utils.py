@@ -1,4 +1,5 @@
 """FlashInfer's enums, and the parsing of the string options that name them."""
+
 from enum import Enum
 
 from . import _structs as S

@@ -1,5 +1,6 @@
 """Random batches: page tables over a shared pool of pages, and the dense
 K/V of each request read back from them for the reference."""
+
 import torch
 
 

@@ -4,6 +4,7 @@ The tests import flashinfer_c from this checkout (python/), which loads
 build/libflashinfer.so (`make lib`, or `pip install ./python` builds it).
 Set FLASHINFER_C_TEST_INSTALLED=1 to test an installed package instead.
 """
+
 import os
 import sys
 from pathlib import Path
@@ -69,7 +70,9 @@ def assert_close(got, ref, dtype, what="output"):
     got = got.double()
     assert not torch.isnan(got).any(), f"{what}: NaN"
     atol, rtol = TOLERANCE[dtype]
-    torch.testing.assert_close(got, ref.double(), atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        got, ref.double(), atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}"
+    )
 
 
 def assert_lse_close(got, ref, dtype):

@@ -6,6 +6,7 @@ window keeps keys j >= kv_len - qo_len + i - window_left; soft-cap is
 c * tanh(s * sm_scale / c); ALiBi adds slope_h * (j - (kv_len - qo_len + i));
 LSE is base 2; a row that sees no key has output 0 and LSE -inf.
 """
+
 import math
 
 import torch
@@ -30,8 +31,9 @@ def rope_frequencies(rotary_dim, rope_scale, rope_theta, llama31=None):
     return (1 - smooth) * freq / rope_scale + smooth * freq
 
 
-def rope(x, positions, rotary_dim=None, interleave=False, rope_scale=1.0, rope_theta=1e4,
-         llama31=None):
+def rope(
+    x, positions, rotary_dim=None, interleave=False, rope_scale=1.0, rope_theta=1e4, llama31=None
+):
     """RoPE of x [n, H, D] at positions [n]: pairs (i, i + d/2), or (2i, 2i + 1) interleaved."""
     x = x.double().clone()
     d = rotary_dim or x.shape[-1]
@@ -49,8 +51,18 @@ def rope(x, positions, rotary_dim=None, interleave=False, rope_scale=1.0, rope_t
     return x
 
 
-def attention(q, k, v, causal=False, window_left=-1, logits_soft_cap=0.0, sm_scale=None,
-              mask=None, alibi=False, rope_llama=None):
+def attention(
+    q,
+    k,
+    v,
+    causal=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sm_scale=None,
+    mask=None,
+    alibi=False,
+    rope_llama=None,
+):
     """One request. q [qo_len, H_qo, D]; k [kv_len, H_kv, D]; v [kv_len, H_kv, D_v] (NHD).
 
     mask: bool [qo_len, kv_len] (True = visible). rope_llama: (rope_scale,

@@ -1,4 +1,5 @@
 """BatchAttention: mixed prefill and decode requests, KV lengths from kv_len_arr."""
+
 import pytest
 import torch
 
@@ -18,8 +19,18 @@ def test_batch_attention(fi, backend, causal):
     q = torch.randn(sum(qo_lens), hq, d, dtype=torch.bfloat16)
     w = fi.BatchAttention(kv_layout="NHD", device="cpu")
     kv_len_arr = torch.tensor(kv_lens, dtype=torch.int32)
-    w.plan(backend(qo_indptr), backend(indptr), backend(indices), backend(kv_len_arr),
-           hq, hk, d, d, page_size, causal=causal)
+    w.plan(
+        backend(qo_indptr),
+        backend(indptr),
+        backend(indices),
+        backend(kv_len_arr),
+        hq,
+        hk,
+        d,
+        d,
+        page_size,
+        causal=causal,
+    )
     o, lse = w.run(backend(q), backend(kv))
     for i in range(len(kv_lens)):
         k = batches.gather(kv[:, 0], indptr, indices, last, page_size, i)
@@ -36,8 +47,19 @@ def test_batch_attention_soft_cap_at_run(fi):
     kv = make_cache(int(indices.max()) + 1, page_size, h, d, torch.float32, "NHD", True)
     q = torch.randn(2, h, d)
     w = fi.BatchAttention(device="cpu")
-    w.plan(batches.indptr_of([1, 1]), indptr, indices, torch.tensor([10, 3], dtype=torch.int32),
-           h, h, d, d, page_size, q_data_type=torch.float32, kv_data_type=torch.float32)
+    w.plan(
+        batches.indptr_of([1, 1]),
+        indptr,
+        indices,
+        torch.tensor([10, 3], dtype=torch.int32),
+        h,
+        h,
+        d,
+        d,
+        page_size,
+        q_data_type=torch.float32,
+        kv_data_type=torch.float32,
+    )
     o, _ = w.run(q, kv, logits_soft_cap=5.0)
     for i in range(2):
         k = batches.gather(kv[:, 0], indptr, indices, last, page_size, i)
@@ -50,5 +72,14 @@ def test_batch_attention_bad_kv_len(fi):
     w = fi.BatchAttention(device="cpu")
     indptr, indices, _ = batches.page_table([10], 4)
     with pytest.raises(ValueError, match="kv_len_arr"):
-        w.plan(batches.indptr_of([1]), indptr, indices, torch.tensor([13], dtype=torch.int32),
-               4, 4, 64, 64, 4)
+        w.plan(
+            batches.indptr_of([1]),
+            indptr,
+            indices,
+            torch.tensor([13], dtype=torch.int32),
+            4,
+            4,
+            64,
+            64,
+            4,
+        )

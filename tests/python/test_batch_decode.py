@@ -1,4 +1,5 @@
 """BatchDecodeWithPagedKVCacheWrapper."""
+
 import numpy as np
 import pytest
 import torch
@@ -43,8 +44,9 @@ def test_batch_decode(fi, backend, dtype, layout, five_d):
     kv = make_cache(int(indices.max()) + 1, page_size, hk, d, dtype, layout, five_d)
     q = torch.randn(len(kv_lens), hq, d, dtype=dtype)
     w = fi.BatchDecodeWithPagedKVCacheWrapper(backend(torch.empty(16, dtype=torch.uint8)), layout)
-    w.plan(backend(indptr), backend(indices), backend(last), hq, hk, d, page_size,
-           q_data_type=dtype)
+    w.plan(
+        backend(indptr), backend(indices), backend(last), hq, hk, d, page_size, q_data_type=dtype
+    )
     o, lse = w.run(backend(q), as_backend(backend, kv), return_lse=True)
     ref_o, ref_lse = reference_decode(q, kv, indptr, indices, last, page_size, layout)
     assert_close(o, ref_o, dtype)
@@ -76,10 +78,12 @@ def test_batch_decode_variants(fi, options):
     w = fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1), "NHD")
     w.plan(indptr, indices, last, hq, hk, d, page_size, q_data_type=torch.float32, **options)
     o = w.run(q, kv)
-    ref = dict(window_left=options.get("window_left", -1),
-               logits_soft_cap=options.get("logits_soft_cap", 0.0),
-               sm_scale=options.get("sm_scale"),
-               alibi=options.get("pos_encoding_mode") == "ALIBI")
+    ref = dict(
+        window_left=options.get("window_left", -1),
+        logits_soft_cap=options.get("logits_soft_cap", 0.0),
+        sm_scale=options.get("sm_scale"),
+        alibi=options.get("pos_encoding_mode") == "ALIBI",
+    )
     if options.get("pos_encoding_mode") == "ROPE_LLAMA":
         ref["rope_llama"] = (1.0, 1e4)
     ref_o, _ = reference_decode(q, kv, indptr, indices, last, page_size, "NHD", **ref)
@@ -96,8 +100,9 @@ def test_batch_decode_run_scales(fi):
     w.plan(indptr, indices, last, h, h, d, page_size, q_data_type="float32")
     for _ in range(2):  # the scaled sibling plan is reused
         o = w.run(q, kv, k_scale=0.5, v_scale=2.0)
-        ref_o, _ = reference_decode(q, kv, indptr, indices, last, page_size, "NHD",
-                                    sm_scale=0.5 / 8.0)
+        ref_o, _ = reference_decode(
+            q, kv, indptr, indices, last, page_size, "NHD", sm_scale=0.5 / 8.0
+        )
         assert_close(o, 2.0 * ref_o, torch.float32)
     ref_plain, _ = reference_decode(q, kv, indptr, indices, last, page_size, "NHD")
     assert_close(w.run(q, kv), ref_plain, torch.float32)
@@ -186,8 +191,7 @@ def test_batch_decode_fp8_kv(fi, fp8):
     kv = (torch.randn(int(indices.max()) + 1, 2, page_size, h, d) * 2).to(fp8)
     q = torch.randn(2, h, d, dtype=torch.float16)
     w = fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1))
-    w.plan(indptr, indices, last, h, h, d, page_size, q_data_type=torch.float16,
-           kv_data_type=fp8)
+    w.plan(indptr, indices, last, h, h, d, page_size, q_data_type=torch.float16, kv_data_type=fp8)
     o = w.run(q, kv, k_scale=0.5, v_scale=0.25)
     scaled = torch.stack([kv[:, 0].double() * 0.5, kv[:, 1].double() * 0.25], 1)
     ref_o, _ = reference_decode(q, scaled, indptr, indices, last, page_size, "NHD")

@@ -1,4 +1,5 @@
 """BatchPrefillWithPagedKVCacheWrapper and BatchPrefillWithRaggedKVCacheWrapper."""
+
 import pytest
 import torch
 
@@ -15,8 +16,9 @@ def reference_batch(q, qo_indptr, keys, values, masks=None, **options):
     outs, lses = [], []
     for i in range(len(keys)):
         qi = q[qo_indptr[i] : qo_indptr[i + 1]]
-        o, s = reference.attention(qi, keys[i], values[i],
-                                   mask=None if masks is None else masks[i], **options)
+        o, s = reference.attention(
+            qi, keys[i], values[i], mask=None if masks is None else masks[i], **options
+        )
         outs.append(o)
         lses.append(s)
     return torch.cat(outs), torch.cat(lses)
@@ -26,7 +28,9 @@ def paged_requests(kv, indptr, indices, last, page_size, layout):
     k_cache, v_cache = (kv[:, 0], kv[:, 1]) if isinstance(kv, torch.Tensor) else kv
     n = len(last)
     keys = [batches.gather(k_cache, indptr, indices, last, page_size, i, layout) for i in range(n)]
-    values = [batches.gather(v_cache, indptr, indices, last, page_size, i, layout) for i in range(n)]
+    values = [
+        batches.gather(v_cache, indptr, indices, last, page_size, i, layout) for i in range(n)
+    ]
     return keys, values
 
 
@@ -40,8 +44,18 @@ def test_paged_prefill(fi, backend, dtype, layout, causal):
     kv = make_cache(int(indices.max()) + 1, page_size, hk, d, dtype, layout, five_d=True)
     q = torch.randn(int(qo_indptr[-1]), hq, d, dtype=dtype)
     w = fi.BatchPrefillWithPagedKVCacheWrapper(backend(torch.empty(1)), layout)
-    w.plan(backend(qo_indptr), backend(indptr), backend(indices), backend(last), hq, hk, d,
-           page_size, causal=causal, q_data_type=dtype)
+    w.plan(
+        backend(qo_indptr),
+        backend(indptr),
+        backend(indices),
+        backend(last),
+        hq,
+        hk,
+        d,
+        page_size,
+        causal=causal,
+        q_data_type=dtype,
+    )
     o, lse = w.run(backend(q), backend(kv), return_lse=True)
     keys, values = paged_requests(kv, indptr, indices, last, page_size, layout)
     ref_o, ref_lse = reference_batch(q, qo_indptr, keys, values, causal=causal)
@@ -64,11 +78,22 @@ def test_paged_prefill_custom_mask(fi, backend, packed):
     if packed:
         bit_indptr = batches.indptr_of([a * b for a, b in zip(qo_lens, kv_lens)])
         kwargs["packed_custom_mask"], _ = fi.segment_packbits(
-            backend(flat), backend(bit_indptr), bitorder="little")
+            backend(flat), backend(bit_indptr), bitorder="little"
+        )
     else:
         kwargs["custom_mask"] = backend(flat)
-    w.plan(backend(qo_indptr), backend(indptr), backend(indices), backend(last), h, h, d,
-           page_size, q_data_type="float32", **kwargs)
+    w.plan(
+        backend(qo_indptr),
+        backend(indptr),
+        backend(indices),
+        backend(last),
+        h,
+        h,
+        d,
+        page_size,
+        q_data_type="float32",
+        **kwargs
+    )
     o = w.run(backend(q), as_backend(backend, kv))
     keys, values = paged_requests(kv, indptr, indices, last, page_size, "NHD")
     ref_o, _ = reference_batch(q, qo_indptr, keys, values, masks)
@@ -92,14 +117,18 @@ def test_paged_prefill_variants(fi, options):
     kv = make_cache(int(indices.max()) + 1, page_size, h, d, torch.float32, "NHD", True)
     q = torch.randn(int(qo_indptr[-1]), h, d)
     w = fi.BatchPrefillWithPagedKVCacheWrapper(torch.empty(1))
-    w.plan(qo_indptr, indptr, indices, last, h, h, d, page_size, q_data_type=torch.float32,
-           **options)
+    w.plan(
+        qo_indptr, indptr, indices, last, h, h, d, page_size, q_data_type=torch.float32, **options
+    )
     o = w.run(q, kv)
     keys, values = paged_requests(kv, indptr, indices, last, page_size, "NHD")
-    ref = dict(causal=options["causal"], window_left=options.get("window_left", -1),
-               logits_soft_cap=options.get("logits_soft_cap", 0.0),
-               sm_scale=options.get("sm_scale"),
-               alibi=options.get("pos_encoding_mode") == "ALIBI")
+    ref = dict(
+        causal=options["causal"],
+        window_left=options.get("window_left", -1),
+        logits_soft_cap=options.get("logits_soft_cap", 0.0),
+        sm_scale=options.get("sm_scale"),
+        alibi=options.get("pos_encoding_mode") == "ALIBI",
+    )
     if options.get("pos_encoding_mode") == "ROPE_LLAMA":
         ref["rope_llama"] = (1.0, 1e4)
     ref_o, _ = reference_batch(q, qo_indptr, keys, values, **ref)
@@ -117,8 +146,19 @@ def test_paged_prefill_deterministic_splits(fi):
     ref_o, _ = reference_batch(q, qo_indptr, keys, values, causal=True)
     for options in (dict(fixed_split_size=4), dict(disable_split_kv=True), {}):
         w = fi.BatchPrefillWithPagedKVCacheWrapper(torch.empty(1))
-        w.plan(qo_indptr, indptr, indices, last, h, h, d, page_size, causal=True,
-               q_data_type=torch.float32, **options)
+        w.plan(
+            qo_indptr,
+            indptr,
+            indices,
+            last,
+            h,
+            h,
+            d,
+            page_size,
+            causal=True,
+            q_data_type=torch.float32,
+            **options
+        )
         a, b = w.run(q, kv), w.run(q, kv)
         assert torch.equal(a, b)
         assert_close(a, ref_o, torch.float32)
@@ -154,9 +194,16 @@ def test_ragged_prefill_custom_mask_and_head_dim_vo(fi, backend):
     v = torch.randn(16, 2, 64)
     masks = [torch.rand(a, b) > 0.5 for a, b in zip(qo_lens, kv_lens)]
     w = fi.BatchPrefillWithRaggedKVCacheWrapper(backend(torch.empty(1)))
-    w.plan(backend(qo_indptr), backend(kv_indptr), 4, 2, 128, head_dim_vo=64,
-           custom_mask=backend(torch.cat([m.reshape(-1) for m in masks])),
-           q_data_type=torch.float32)
+    w.plan(
+        backend(qo_indptr),
+        backend(kv_indptr),
+        4,
+        2,
+        128,
+        head_dim_vo=64,
+        custom_mask=backend(torch.cat([m.reshape(-1) for m in masks])),
+        q_data_type=torch.float32,
+    )
     o = w.run(backend(q), backend(k), backend(v))
     assert tuple(o.shape) == (10, 4, 64)
     keys = [k[kv_indptr[i] : kv_indptr[i + 1]] for i in range(2)]
@@ -177,15 +224,26 @@ def test_prefill_cuda_graph_mode(fi):
     w = fi.BatchPrefillWithPagedKVCacheWrapper(torch.empty(1), "NHD", True, **bufs)
     qo_indptr = batches.indptr_of([5, 3])
     indptr, indices, last = batches.page_table([9, 30], page_size, num_pages=32)
-    w.plan(qo_indptr, indptr, indices, last, h, h, d, page_size, causal=True,
-           q_data_type=torch.float32)
+    w.plan(
+        qo_indptr, indptr, indices, last, h, h, d, page_size, causal=True, q_data_type=torch.float32
+    )
     assert torch.equal(bufs["qo_indptr_buf"], qo_indptr)
     kv = make_cache(32, page_size, h, d, torch.float32, "NHD", True)
     q = torch.randn(8, h, d)
     keys, values = paged_requests(kv, indptr, indices, last, page_size, "NHD")
-    assert_close(w.run(q, kv), reference_batch(q, qo_indptr, keys, values, causal=True)[0],
-                 torch.float32)
+    assert_close(
+        w.run(q, kv), reference_batch(q, qo_indptr, keys, values, causal=True)[0], torch.float32
+    )
     # More query rows than the first plan: refused in CUDA-graph mode, as FlashInfer.
     with pytest.raises(ValueError, match="first plan"):
-        w.plan(batches.indptr_of([5, 9]), indptr, indices, last, h, h, d, page_size,
-               q_data_type=torch.float32)
+        w.plan(
+            batches.indptr_of([5, 9]),
+            indptr,
+            indices,
+            last,
+            h,
+            h,
+            d,
+            page_size,
+            q_data_type=torch.float32,
+        )

@@ -1,4 +1,5 @@
 """merge_state, merge_state_in_place, merge_states, MultiLevelCascadeAttentionWrapper."""
+
 import math
 
 import pytest
@@ -40,8 +41,9 @@ def test_merge_state_in_place(fi, backend, use_mask):
         keep = ~mask
         ref_v[keep], ref_s[keep] = v[keep].double(), s[keep].double()
     bv, bs = backend(v.clone()), backend(s.clone())
-    fi.merge_state_in_place(bv, bs, backend(v_o), backend(s_o),
-                            mask=backend(mask) if use_mask else None)
+    fi.merge_state_in_place(
+        bv, bs, backend(v_o), backend(s_o), mask=backend(mask) if use_mask else None
+    )
     assert_close(bv, ref_v, torch.float32)
     assert_lse_close(bs, ref_s, torch.float32)
 
@@ -78,23 +80,34 @@ def test_multi_level_cascade(fi, backend, layout):
     num_pages = 40
     order = torch.randperm(num_pages).int()
     shared_pages = (shared_len + page_size - 1) // page_size
-    shared = (torch.tensor([0, shared_pages], dtype=torch.int32), order[:shared_pages],
-              torch.tensor([shared_len - (shared_pages - 1) * page_size], dtype=torch.int32))
+    shared = (
+        torch.tensor([0, shared_pages], dtype=torch.int32),
+        order[:shared_pages],
+        torch.tensor([shared_len - (shared_pages - 1) * page_size], dtype=torch.int32),
+    )
     counts = [(n + page_size - 1) // page_size for n in unique_lens]
     u_indptr = batches.indptr_of(counts)
     u_indices = order[shared_pages : shared_pages + sum(counts)]
-    u_last = torch.tensor([n - (c - 1) * page_size for n, c in zip(unique_lens, counts)],
-                          dtype=torch.int32)
+    u_last = torch.tensor(
+        [n - (c - 1) * page_size for n, c in zip(unique_lens, counts)], dtype=torch.int32
+    )
     kv = make_cache(num_pages, page_size, h, d, torch.float32, layout, True)
     q = torch.randn(batch, h, d)
     w = fi.MultiLevelCascadeAttentionWrapper(2, backend(torch.empty(1)), layout)
     w.plan(
-        [backend(torch.tensor([0, batch], dtype=torch.int32)),
-         backend(torch.arange(batch + 1, dtype=torch.int32))],
+        [
+            backend(torch.tensor([0, batch], dtype=torch.int32)),
+            backend(torch.arange(batch + 1, dtype=torch.int32)),
+        ],
         [backend(shared[0]), backend(u_indptr)],
         [backend(shared[1]), backend(u_indices)],
         [backend(shared[2]), backend(u_last)],
-        h, h, d, page_size, causal=True, q_data_type=torch.float32,
+        h,
+        h,
+        d,
+        page_size,
+        causal=True,
+        q_data_type=torch.float32,
     )
     o = w.run(backend(q), backend(kv))
     k_sh = batches.gather(kv[:, 0], *shared, page_size, 0, layout)
@@ -102,6 +115,7 @@ def test_multi_level_cascade(fi, backend, layout):
     for i in range(batch):
         k_u = batches.gather(kv[:, 0], u_indptr, u_indices, u_last, page_size, i, layout)
         v_u = batches.gather(kv[:, 1], u_indptr, u_indices, u_last, page_size, i, layout)
-        ref_o, _ = reference.attention(q[i : i + 1], torch.cat([k_sh, k_u]),
-                                       torch.cat([v_sh, v_u]), causal=True)
+        ref_o, _ = reference.attention(
+            q[i : i + 1], torch.cat([k_sh, k_u]), torch.cat([v_sh, v_u]), causal=True
+        )
         assert_close(backend.torch(o)[i : i + 1], ref_o, torch.float32)

@@ -1,5 +1,6 @@
 """Wrong dtypes, shapes, devices and call orders raise ValueError/TypeError/
 RuntimeError whose message says what to change."""
+
 import numpy as np
 import pytest
 import torch
@@ -24,26 +25,28 @@ def test_int64_indptr_refused(fi):
     with pytest.raises(TypeError, match=r"indptr must be int32, got int64.*\.int\(\)"):
         decode_wrapper(fi).plan(indptr.long(), indices, last, 2, 2, 64, 4)
     with pytest.raises(TypeError, match=r"astype\(np.int32\)"):
-        decode_wrapper(fi).plan(indptr.numpy().astype(np.int64), indices.numpy(), last.numpy(),
-                                2, 2, 64, 4)
+        decode_wrapper(fi).plan(
+            indptr.numpy().astype(np.int64), indices.numpy(), last.numpy(), 2, 2, 64, 4
+        )
 
 
 def test_bad_indptr_values(fi):
     _, indices, last = batches.page_table([5, 5], 4)
     with pytest.raises(ValueError, match="must not decrease"):
-        decode_wrapper(fi).plan(torch.tensor([0, 2, 1], dtype=torch.int32), indices, last,
-                                2, 2, 64, 4)
+        decode_wrapper(fi).plan(
+            torch.tensor([0, 2, 1], dtype=torch.int32), indices, last, 2, 2, 64, 4
+        )
     with pytest.raises(ValueError, match="start at 0"):
-        decode_wrapper(fi).plan(torch.tensor([1, 2, 4], dtype=torch.int32), indices, last,
-                                2, 2, 64, 4)
+        decode_wrapper(fi).plan(
+            torch.tensor([1, 2, 4], dtype=torch.int32), indices, last, 2, 2, 64, 4
+        )
 
 
 def test_bad_last_page_len_from_c(fi):
     """Checks made by the C library come back with its message."""
     indptr, indices, _ = batches.page_table([5], 4)
     with pytest.raises(ValueError, match=r"kv_last_page_len\[0\]=9"):
-        decode_wrapper(fi).plan(indptr, indices, torch.tensor([9], dtype=torch.int32),
-                                2, 2, 64, 4)
+        decode_wrapper(fi).plan(indptr, indices, torch.tensor([9], dtype=torch.int32), 2, 2, 64, 4)
 
 
 def test_heads_not_divisible(fi):
@@ -54,8 +57,9 @@ def test_heads_not_divisible(fi):
 
 def test_unsupported_head_dim(fi):
     with pytest.raises(ValueError, match="head_dim"):
-        fi.single_decode_with_kv_cache(torch.randn(4, 96), torch.randn(3, 4, 96),
-                                       torch.randn(3, 4, 96))
+        fi.single_decode_with_kv_cache(
+            torch.randn(4, 96), torch.randn(3, 4, 96), torch.randn(3, 4, 96)
+        )
 
 
 def test_dtype_mismatch_with_plan(fi):
@@ -125,8 +129,15 @@ def test_unsupported_options_refused(fi):
         fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1), jit_args=[1])
     w = fi.BatchPrefillWithPagedKVCacheWrapper(torch.empty(1))
     with pytest.raises(NotImplementedError, match="prefix_len_ptr"):
-        w.plan(batches.indptr_of([1]), *batches.page_table([3], 4), 4, 4, 64, 4,
-               prefix_len_ptr=torch.zeros(1))
+        w.plan(
+            batches.indptr_of([1]),
+            *batches.page_table([3], 4),
+            4,
+            4,
+            64,
+            4,
+            prefix_len_ptr=torch.zeros(1)
+        )
 
 
 def test_bad_enum_strings(fi):

@@ -1,4 +1,5 @@
 """append_paged_kv_cache, get_batch_indices_positions, get_seq_lens."""
+
 import pytest
 import torch
 
@@ -22,8 +23,9 @@ def test_get_batch_indices_positions(fi, backend):
     # preallocated outputs, nnz past the last entry padded with -1 / 0
     bo = backend(torch.empty(12, dtype=torch.int32))
     po = backend(torch.empty(12, dtype=torch.int32))
-    b2, p2 = fi.get_batch_indices_positions(backend(append_indptr), backend(seq_lens), 12,
-                                            batch_indices=bo, positions=po)
+    b2, p2 = fi.get_batch_indices_positions(
+        backend(append_indptr), backend(seq_lens), 12, batch_indices=bo, positions=po
+    )
     assert b2 is bo and p2 is po
     assert backend.torch(bo).tolist()[10:] == [-1, -1]
 
@@ -46,15 +48,24 @@ def test_append_paged_kv_cache(fi, backend, layout, five_d, dtype):
     bi, pos = fi.get_batch_indices_positions(append_indptr, seq_lens, nnz)
     # numpy arrays made with .numpy() share kv's memory, so kv shows the writes
     cache = backend(kv) if five_d else (backend(kv)[:, 0], backend(kv)[:, 1])
-    fi.append_paged_kv_cache(backend(k_new), backend(v_new), backend(bi), backend(pos), cache,
-                             backend(indices), backend(indptr), backend(last), kv_layout=layout)
+    fi.append_paged_kv_cache(
+        backend(k_new),
+        backend(v_new),
+        backend(bi),
+        backend(pos),
+        cache,
+        backend(indices),
+        backend(indptr),
+        backend(last),
+        kv_layout=layout,
+    )
     got = kv
     for i in range(3):
         k_all = batches.gather(got[:, 0], indptr, indices, last, page_size, i, layout)
         v_all = batches.gather(got[:, 1], indptr, indices, last, page_size, i, layout)
         sl = slice(int(append_indptr[i]), int(append_indptr[i + 1]))
-        assert torch.equal(k_all[old_lens[i]:], k_new[sl])
-        assert torch.equal(v_all[old_lens[i]:], v_new[sl])
+        assert torch.equal(k_all[old_lens[i] :], k_new[sl])
+        assert torch.equal(v_all[old_lens[i] :], v_new[sl])
 
 
 def test_append_converts_int64_indices(fi):
@@ -63,6 +74,14 @@ def test_append_converts_int64_indices(fi):
     indptr, indices, last = batches.page_table([3], page_size)
     kv = torch.zeros(int(indices.max()) + 1, 2, page_size, h, d)
     k, v = torch.randn(3, h, d), torch.randn(3, h, d)
-    fi.append_paged_kv_cache(k, v, torch.zeros(3, dtype=torch.long), torch.arange(3), kv,
-                             indices.long(), indptr.long(), last.long())
+    fi.append_paged_kv_cache(
+        k,
+        v,
+        torch.zeros(3, dtype=torch.long),
+        torch.arange(3),
+        kv,
+        indices.long(),
+        indptr.long(),
+        last.long(),
+    )
     assert torch.equal(kv[indices[0], 0, :3], k)

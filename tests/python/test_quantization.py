@@ -1,4 +1,5 @@
 """packbits and segment_packbits follow numpy.packbits."""
+
 import numpy as np
 import pytest
 import torch
@@ -28,4 +29,6 @@ def test_segment_packbits(fi, backend, bitorder):
     assert new_indptr.tolist() == [0, 1, 1, 3, 5, 6]
     for i, n in enumerate(lengths):
         seg = x.numpy()[indptr[i] : indptr[i + 1]]
-        assert np.array_equal(y[new_indptr[i] : new_indptr[i + 1]], np.packbits(seg, bitorder=bitorder))
+        assert np.array_equal(
+            y[new_indptr[i] : new_indptr[i + 1]], np.packbits(seg, bitorder=bitorder)
+        )

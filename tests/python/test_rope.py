@@ -1,4 +1,5 @@
 """apply_rope, apply_rope_pos_ids, apply_llama31_rope(_pos_ids) and their _inplace forms."""
+
 import pytest
 import torch
 
@@ -6,8 +7,9 @@ import batches
 import reference
 from conftest import assert_close
 
-LLAMA31 = dict(rope_scale=8.0, rope_theta=5e5, low_freq_factor=1.0, high_freq_factor=4.0,
-               old_context_len=8192)
+LLAMA31 = dict(
+    rope_scale=8.0, rope_theta=5e5, low_freq_factor=1.0, high_freq_factor=4.0, old_context_len=8192
+)
 
 
 def positions_of(indptr, offsets):
@@ -32,9 +34,13 @@ def test_rope_indptr_offsets(fi, backend, dtype, interleave, rotary_dim, llama31
     extra = LLAMA31 if llama31 else dict(rope_scale=2.0, rope_theta=1e4)
     q_rope, k_rope = fn(backend(q), backend(k), backend(indptr), backend(offsets), **opts, **extra)
     pos = positions_of(indptr, offsets)
-    ref_opts = dict(rotary_dim=rotary_dim, interleave=interleave,
-                    rope_scale=extra["rope_scale"], rope_theta=extra["rope_theta"],
-                    llama31=(1.0, 4.0, 8192) if llama31 else None)
+    ref_opts = dict(
+        rotary_dim=rotary_dim,
+        interleave=interleave,
+        rope_scale=extra["rope_scale"],
+        rope_theta=extra["rope_theta"],
+        llama31=(1.0, 4.0, 8192) if llama31 else None,
+    )
     tol = torch.float16 if dtype == torch.float32 else dtype  # angles of large positions
     assert_close(q_rope, reference.rope(q, pos, **ref_opts), tol)
     assert_close(k_rope, reference.rope(k, pos, **ref_opts), tol)
@@ -48,8 +54,11 @@ def test_rope_pos_ids_and_inplace(fi, backend, llama31):
     k = torch.randn(9, 4, 128)
     pos = torch.tensor([0, 1, 2, 7, 8, 100, 3, 3, 40], dtype=torch.int32)
     extra = LLAMA31 if llama31 else dict(rope_scale=1.0, rope_theta=1e4)
-    ref_opts = dict(rope_scale=extra["rope_scale"], rope_theta=extra["rope_theta"],
-                    llama31=(1.0, 4.0, 8192) if llama31 else None)
+    ref_opts = dict(
+        rope_scale=extra["rope_scale"],
+        rope_theta=extra["rope_theta"],
+        llama31=(1.0, 4.0, 8192) if llama31 else None,
+    )
     fn = fi.apply_llama31_rope_pos_ids if llama31 else fi.apply_rope_pos_ids
     fn_inplace = fi.apply_llama31_rope_pos_ids_inplace if llama31 else fi.apply_rope_pos_ids_inplace
     q_rope, k_rope = fn(backend(q), backend(k), backend(pos), **extra)

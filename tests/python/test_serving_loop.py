@@ -2,6 +2,7 @@
 token's K/V to the paged cache (append_paged_kv_cache), plan once per step
 and run every layer; requests finish and join between steps, so the batch
 changes (and the C plan's bounds grow)."""
+
 import pytest
 import torch
 
@@ -52,8 +53,17 @@ class Engine:
         for layer in range(LAYERS):
             k = torch.randn(sum(counts), HK, D, dtype=self.dtype)
             v = torch.randn(sum(counts), HK, D, dtype=self.dtype)
-            self.fi.append_paged_kv_cache(b(k), b(v), bi, pos, self.caches[layer], b(indices),
-                                          b(indptr), b(last), kv_layout=self.layout)
+            self.fi.append_paged_kv_cache(
+                b(k),
+                b(v),
+                bi,
+                pos,
+                self.caches[layer],
+                b(indices),
+                b(indptr),
+                b(last),
+                kv_layout=self.layout,
+            )
             for i, r in enumerate(ids):
                 rows = slice(int(append_indptr[i]), int(append_indptr[i + 1]))
                 req = self.requests[r]
@@ -61,8 +71,12 @@ class Engine:
                 req["v"][layer] = torch.cat([req["v"][layer], v[rows]])
 
     def join(self, r, prompt_len):
-        self.requests[r] = dict(pages=[], len=0, k=[torch.zeros(0, HK, D, dtype=self.dtype)] * LAYERS,
-                                v=[torch.zeros(0, HK, D, dtype=self.dtype)] * LAYERS)
+        self.requests[r] = dict(
+            pages=[],
+            len=0,
+            k=[torch.zeros(0, HK, D, dtype=self.dtype)] * LAYERS,
+            v=[torch.zeros(0, HK, D, dtype=self.dtype)] * LAYERS,
+        )
         self.grow(r, prompt_len)
 
     def leave(self, r):
@@ -72,10 +86,15 @@ class Engine:
         start = 0
         for r, n in zip(ids, qo_lens):
             req = self.requests[r]
-            ref, _ = reference.attention(q[start : start + n], req["k"][layer], req["v"][layer],
-                                         causal=True)
-            assert_close(self.backend.torch(o)[start : start + n], ref, self.dtype,
-                         what=f"request {r} layer {layer}")
+            ref, _ = reference.attention(
+                q[start : start + n], req["k"][layer], req["v"][layer], causal=True
+            )
+            assert_close(
+                self.backend.torch(o)[start : start + n],
+                ref,
+                self.dtype,
+                what=f"request {r} layer {layer}",
+            )
             start += n
 
     def prefill_step(self, prompts):
@@ -88,8 +107,18 @@ class Engine:
         indptr, indices, last = self.page_table(ids)
         qo_indptr = torch.zeros(len(ids) + 1, dtype=torch.int32)
         qo_indptr[1:] = torch.cumsum(torch.tensor(lens), 0)
-        self.prefill.plan(b(qo_indptr), b(indptr), b(indices), b(last), HQ, HK, D, PAGE,
-                          causal=True, q_data_type=self.dtype)
+        self.prefill.plan(
+            b(qo_indptr),
+            b(indptr),
+            b(indices),
+            b(last),
+            HQ,
+            HK,
+            D,
+            PAGE,
+            causal=True,
+            q_data_type=self.dtype,
+        )
         for layer in range(LAYERS):
             q = torch.randn(sum(lens), HQ, D, dtype=self.dtype)
             o = self.prefill.run(b(q), self.caches[layer])

@@ -1,4 +1,5 @@
 """single_decode_with_kv_cache, single_prefill_with_kv_cache(_return_lse)."""
+
 import pytest
 import torch
 
@@ -22,8 +23,11 @@ def test_single_decode(fi, backend, dtype, layout, heads):
     k = torch.randn(77, hk, 128, dtype=dtype)
     v = torch.randn(77, hk, 128, dtype=dtype)
     o, lse = fi.single_decode_with_kv_cache(
-        backend(q), backend(to_layout(k, layout)), backend(to_layout(v, layout)),
-        kv_layout=layout, return_lse=True,
+        backend(q),
+        backend(to_layout(k, layout)),
+        backend(to_layout(v, layout)),
+        kv_layout=layout,
+        return_lse=True,
     )
     ref_o, ref_lse = reference.attention(q[None], k, v)
     assert tuple(o.shape) == (hq, 128) and tuple(lse.shape) == (hq,)
@@ -47,10 +51,12 @@ def test_single_decode_variants(fi, backend, options):
     k = torch.randn(50, 2, 64)
     v = torch.randn(50, 2, 64)
     o = fi.single_decode_with_kv_cache(backend(q), backend(k), backend(v), **options)
-    ref = dict(window_left=options.get("window_left", -1),
-               logits_soft_cap=options.get("logits_soft_cap", 0.0),
-               sm_scale=options.get("sm_scale"),
-               alibi=options.get("pos_encoding_mode") == "ALIBI")
+    ref = dict(
+        window_left=options.get("window_left", -1),
+        logits_soft_cap=options.get("logits_soft_cap", 0.0),
+        sm_scale=options.get("sm_scale"),
+        alibi=options.get("pos_encoding_mode") == "ALIBI",
+    )
     if options.get("pos_encoding_mode") == "ROPE_LLAMA":
         ref["rope_llama"] = (options["rope_scale"], options["rope_theta"])
     ref_o, _ = reference.attention(q[None], k, v, **ref)
@@ -75,8 +81,12 @@ def test_single_prefill(fi, backend, dtype, layout, causal, lens):
     k = torch.randn(kv_len, 2, 64, dtype=dtype)
     v = torch.randn(kv_len, 2, 64, dtype=dtype)
     o, lse = fi.single_prefill_with_kv_cache(
-        backend(q), backend(to_layout(k, layout)), backend(to_layout(v, layout)),
-        causal=causal, kv_layout=layout, return_lse=True,
+        backend(q),
+        backend(to_layout(k, layout)),
+        backend(to_layout(v, layout)),
+        causal=causal,
+        kv_layout=layout,
+        return_lse=True,
     )
     ref_o, ref_lse = reference.attention(q, k, v, causal=causal)
     assert_close(o, ref_o, dtype)
@@ -99,11 +109,13 @@ def test_single_prefill_custom_mask(fi, backend, packed):
     mask[3] = False  # a row that sees nothing: output 0, lse -inf
     if packed:
         bits = fi.packbits(backend(mask.reshape(-1)), bitorder="little")
-        o, lse = fi.single_prefill_with_kv_cache(backend(q), backend(k), backend(v),
-                                                 packed_custom_mask=bits, return_lse=True)
+        o, lse = fi.single_prefill_with_kv_cache(
+            backend(q), backend(k), backend(v), packed_custom_mask=bits, return_lse=True
+        )
     else:
-        o, lse = fi.single_prefill_with_kv_cache(backend(q), backend(k), backend(v),
-                                                 custom_mask=backend(mask), return_lse=True)
+        o, lse = fi.single_prefill_with_kv_cache(
+            backend(q), backend(k), backend(v), custom_mask=backend(mask), return_lse=True
+        )
     ref_o, ref_lse = reference.attention(q, k, v, mask=mask)
     assert_close(o, ref_o, torch.float32)
     assert_lse_close(lse, ref_lse, torch.float32)
@@ -121,9 +133,12 @@ def test_single_prefill_custom_mask(fi, backend, packed):
 def test_single_prefill_variants(fi, options):
     q, k, v = torch.randn(20, 4, 64), torch.randn(45, 4, 64), torch.randn(45, 4, 64)
     o = fi.single_prefill_with_kv_cache(q, k, v, **options)
-    ref = dict(causal=True, window_left=options.get("window_left", -1),
-               logits_soft_cap=options.get("logits_soft_cap", 0.0),
-               alibi=options.get("pos_encoding_mode") == "ALIBI")
+    ref = dict(
+        causal=True,
+        window_left=options.get("window_left", -1),
+        logits_soft_cap=options.get("logits_soft_cap", 0.0),
+        alibi=options.get("pos_encoding_mode") == "ALIBI",
+    )
     if options.get("pos_encoding_mode") == "ROPE_LLAMA":
         ref["rope_llama"] = (options["rope_scale"], options["rope_theta"])
     ref_o, _ = reference.attention(q, k, v, **ref)

@@ -1,5 +1,6 @@
 """BlockSparseAttentionWrapper and VariableBlockSparseAttentionWrapper
 against dense attention with the equivalent element mask."""
+
 import pytest
 import torch
 
@@ -37,9 +38,20 @@ def test_block_sparse(fi, backend, shape, element_mask):
     q, k, v = torch.randn(M, hq, d), torch.randn(N, hk, d), torch.randn(N, hk, d)
     masks = (torch.rand(len(indices), R, C) > 0.3) if element_mask else None
     w = fi.BlockSparseAttentionWrapper(backend(torch.empty(1)))
-    w.plan(backend(indptr), backend(indices), M, N, R, C, hq, hk, d,
-           mask=None if masks is None else backend(masks), q_data_type="float32",
-           o_data_type="float32")
+    w.plan(
+        backend(indptr),
+        backend(indices),
+        M,
+        N,
+        R,
+        C,
+        hq,
+        hk,
+        d,
+        mask=None if masks is None else backend(masks),
+        q_data_type="float32",
+        o_data_type="float32",
+    )
     o, lse = w.run(backend(q), backend(k), backend(v), return_lse=True)
     dense = bsr_dense_mask(indptr, indices, M, N, R, C, masks)
     ref_o, ref_lse = reference.attention(q, k, v, mask=dense)
@@ -53,8 +65,9 @@ def test_block_sparse_example(fi):
     indices = torch.tensor([2, 0, 2, 1, 2], dtype=torch.int32)
     q, k, v = torch.randn(3, 4, 64), torch.randn(3, 4, 64), torch.randn(3, 4, 64)
     w = fi.BlockSparseAttentionWrapper(torch.empty(1))
-    w.plan(indptr, indices, 3, 3, 1, 1, 4, 4, 64, q_data_type=torch.float32,
-           o_data_type=torch.float32)
+    w.plan(
+        indptr, indices, 3, 3, 1, 1, 4, 4, 64, q_data_type=torch.float32, o_data_type=torch.float32
+    )
     mask = torch.tensor([[0, 0, 1], [1, 0, 1], [0, 1, 1]], dtype=torch.bool)
     o_ref = fi.single_prefill_with_kv_cache(q, k, v, custom_mask=mask)
     assert_close(w.run(q, k, v), o_ref.double(), torch.float32)
@@ -65,7 +78,9 @@ def test_variable_block_sparse(fi, backend, heads):
     hq, hk = heads
     d = 64
     row_sz = torch.stack([torch.tensor([1, 2, 3, 10]), torch.tensor([4, 4, 4, 4])] * 4)[:hk].int()
-    col_sz = torch.stack([torch.tensor([3, 1, 2, 20, 6]), torch.tensor([8, 8, 8, 4, 4])] * 4)[:hk].int()
+    col_sz = torch.stack([torch.tensor([3, 1, 2, 20, 6]), torch.tensor([8, 8, 8, 4, 4])] * 4)[
+        :hk
+    ].int()
     blocks = torch.rand(hk, 4, 5) > 0.4
     qo_len, kv_len = 16, 32
     q = torch.randn(hq, qo_len, d)
@@ -86,7 +101,8 @@ def test_variable_block_sparse(fi, backend, heads):
                     dense[r0 : r0 + rs, c0 : c0 + cs] = True
                 c0 += cs
             r0 += rs
-        ref_o, ref_lse = reference.attention(q[h][:, None], k[kh][:, None], v[kh][:, None],
-                                             mask=dense)
+        ref_o, ref_lse = reference.attention(
+            q[h][:, None], k[kh][:, None], v[kh][:, None], mask=dense
+        )
         assert_close(backend.torch(o)[h], ref_o[:, 0], torch.float32)
         assert_lse_close(backend.torch(lse)[h], ref_lse[:, 0], torch.float32)
