@@ -32,12 +32,14 @@ struct fi_plan;
 typedef struct fi_backend {
     const char *name;
     /* Scheduling facts: the packed-row query tiles the kernels support
-     * (ascending) and the cost model a * packed query rows + b * keys of one
-     * work item, measured per backend (docs/SCHEDULER.md). */
+     * (ascending) and the cost model of one work item,
+     *   a * packed query rows + b * keys + c * packed query rows * keys,
+     * measured per backend (docs/SCHEDULER.md). */
     int32_t q_tiles[4];
     int32_t num_q_tiles;
     double cost_per_q_row;
     double cost_per_key;
+    double cost_per_row_key;
     fi_status (*context_init)(fi_context *ctx);
     void (*context_fini)(fi_context *ctx);
     /* Workers the scheduler plans for (threads; SMs x CTAs per SM). */
@@ -151,6 +153,7 @@ typedef struct fi_schedule_input {
     int32_t num_q_tiles;
     double cost_per_q_row;    /* cost model: a * packed query rows + b * keys */
     double cost_per_key;
+    double cost_per_row_key;  /*   + c * packed query rows * keys */
     bool disable_split_kv;
     int32_t fixed_split_size; /* > 0: chunks of exactly this many keys */
 } fi_schedule_input;

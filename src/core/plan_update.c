@@ -124,6 +124,7 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
         .num_q_tiles = be->num_q_tiles,
         .cost_per_q_row = be->cost_per_q_row,
         .cost_per_key = be->cost_per_key,
+        .cost_per_row_key = be->cost_per_row_key,
         .disable_split_kv = plan->config.disable_split_kv != 0,
         .fixed_split_size = plan->config.fixed_split_size,
     };

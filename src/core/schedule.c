@@ -222,6 +222,7 @@ typedef struct gen_state {
     int32_t n;        /* items so far */
     double row_cost;  /* cost of one token's packed rows, all KV heads */
     double key_cost;  /* cost of one key, all KV heads */
+    double pair_cost; /* cost of one (token's packed rows, key) pair, all KV heads */
 } gen_state;
 
 static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t a,
@@ -233,7 +234,8 @@ static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t
     it->kv_start = a;
     it->kv_end = b;
     it->partial_row = partial_row;
-    g->sc->cost[g->n++] = g->row_cost * (q1 - q0) + g->key_cost * (b - a);
+    g->sc->cost[g->n++] = g->row_cost * (q1 - q0) + g->key_cost * (b - a) +
+                          g->pair_cost * (double)(q1 - q0) * (double)(b - a);
 }
 
 /* Per-batch facts gathered in one pass over the tiles. */
@@ -527,11 +529,11 @@ static fi_status check_input(const fi_schedule *s, const fi_schedule_input *in) 
         if (in->q_tiles[i] < 1 || (i > 0 && in->q_tiles[i] <= in->q_tiles[i - 1]))
             return fi_error(FI_STATUS_INVALID_ARGUMENT,
                             "schedule: query tiles must be positive and ascending");
-    if (!(in->cost_per_q_row >= 0 && in->cost_per_key >= 0 &&
-          in->cost_per_q_row < 1e30 && in->cost_per_key < 1e30))
+    if (!(in->cost_per_q_row >= 0 && in->cost_per_key >= 0 && in->cost_per_row_key >= 0 &&
+          in->cost_per_q_row < 1e30 && in->cost_per_key < 1e30 && in->cost_per_row_key < 1e30))
         return fi_error(FI_STATUS_INVALID_ARGUMENT,
-                        "schedule: cost constants %g, %g must be finite and >= 0",
-                        in->cost_per_q_row, in->cost_per_key);
+                        "schedule: cost constants %g, %g, %g must be finite and >= 0",
+                        in->cost_per_q_row, in->cost_per_key, in->cost_per_row_key);
     if (in->fixed_split_size < 0)
         return fi_error(FI_STATUS_INVALID_ARGUMENT, "schedule: fixed_split_size %d < 0",
                         (int)in->fixed_split_size);
@@ -567,7 +569,7 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     int32_t T = tile / in->group_size > 1 ? tile / in->group_size : 1;
     double heads = in->num_kv_heads;
     gen_state g = {s, sc, 0, heads * in->cost_per_q_row * in->group_size,
-                   heads * in->cost_per_key};
+                   heads * in->cost_per_key, heads * in->cost_per_row_key * in->group_size};
     survey sv;
     survey_batch(in, T, F, &sv, F > 0 ? NULL : &g, l->max_items);
 

@@ -58,8 +58,11 @@ const fi_backend fi_cpu_backend = {
      * small requests. Cost per item ~ rows * 8 + keys (keys dominate). */
     .q_tiles = {16, 64, 128},
     .num_q_tiles = 3,
-    .cost_per_q_row = 8.0,
+    /* Time per (packed row, key) dominates on the CPU: bench_cost's fit,
+     * docs/SCHEDULER.md "Cost model". */
+    .cost_per_q_row = 0.0,
     .cost_per_key = 1.0,
+    .cost_per_row_key = 0.1,
     .context_init = cpu_context_init,
     .context_fini = cpu_context_fini,
     .num_workers = cpu_num_workers,
