@@ -196,3 +196,21 @@ def test_batch_decode_fp8_kv(fi, fp8):
     scaled = torch.stack([kv[:, 0].double() * 0.5, kv[:, 1].double() * 0.25], 1)
     ref_o, _ = reference_decode(q, scaled, indptr, indices, last, page_size, "NHD")
     assert_close(o, ref_o, torch.float16)
+
+
+def test_c_plan_recreated_only_past_its_bounds(fi):
+    """Re-planning a batch that fits keeps the C plan; a bigger one grows its bounds."""
+    page_size, h, d = 4, 4, 64
+    w = fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1))
+
+    def plan(kv_lens):
+        indptr, indices, last = batches.page_table(kv_lens, page_size)
+        w.plan(indptr, indices, last, h, h, d, page_size, q_data_type=torch.float32)
+        return w._plan.handle, w._plan.bounds
+
+    handle, bounds = plan([30] * 20)
+    assert plan([5, 6]) == (handle, bounds)
+    assert plan([30] * 20) == (handle, bounds)
+    bigger_handle, bigger = plan([30] * 100)
+    assert bigger.batch >= 100 and bigger.batch > bounds.batch
+    assert plan([3] * 50)[1] == bigger  # stays grown

@@ -247,3 +247,22 @@ def test_prefill_cuda_graph_mode(fi):
             page_size,
             q_data_type=torch.float32,
         )
+
+
+def test_strided_out_and_lse_are_written_in_place(fi, backend):
+    """out / lse as strided views of larger buffers: written through, not copied."""
+    qo_indptr, kv_indptr = batches.indptr_of([4, 3]), batches.indptr_of([6, 9])
+    q, k, v = torch.randn(7, 4, 64), torch.randn(15, 4, 64), torch.randn(15, 4, 64)
+    out_buf = torch.zeros(7, 4, 2 * 64)
+    lse_buf = torch.zeros(2, 7, 4)
+    out, lse = backend(out_buf)[:, :, 64:], backend(lse_buf)[1]
+    w = fi.BatchPrefillWithRaggedKVCacheWrapper(backend(torch.empty(1)))
+    w.plan(backend(qo_indptr), backend(kv_indptr), 4, 4, 64, causal=True, q_data_type=torch.float32)
+    got_out, got_lse = w.run(backend(q), backend(k), backend(v), out=out, lse=lse, return_lse=True)
+    assert got_out is out and got_lse is lse
+    keys = [k[kv_indptr[i] : kv_indptr[i + 1]] for i in range(2)]
+    values = [v[kv_indptr[i] : kv_indptr[i + 1]] for i in range(2)]
+    ref_o, ref_lse = reference_batch(q, qo_indptr, keys, values, causal=True)
+    assert_close(out_buf[:, :, 64:], ref_o, torch.float32)
+    assert torch.equal(out_buf[:, :, :64], torch.zeros(7, 4, 64))
+    assert_lse_close(lse_buf[1], ref_lse, torch.float32)
