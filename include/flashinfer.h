@@ -210,8 +210,10 @@ typedef struct fi_plan_config {
 
 FI_API void fi_plan_config_init(fi_plan_config *config);
 
-/* The batch: host memory, read during fi_plan_update and copied into the
- * plan's workspace, so the caller may reuse the arrays afterwards.
+/* The batch: host memory, read during fi_plan_update. The lengths are copied
+ * into the plan's workspace; the page table kv_indices is validated and
+ * referenced, not copied: keep it alive and unchanged until the plan's last
+ * fi_plan_run (as with FlashInfer's plan), or call fi_plan_update again.
  *   qo_indptr[B+1]        query tokens of request i: [qo_indptr[i], qo_indptr[i+1])
  *   kv_indptr[B+1]        paged: pages; ragged: tokens
  *   kv_indices[nnz]       paged: page ids, kv_indptr[B] entries

@@ -13,7 +13,7 @@ void fi_context_options_init(fi_context_options *options) {
 }
 
 int32_t fi_device_available(fi_device_type device) {
-    /* The CUDA backend is not part of this build yet. */
+    if (device == FI_DEVICE_CUDA) return fi_cuda_device_available();
     return device == FI_DEVICE_CPU;
 }
 
@@ -39,10 +39,7 @@ fi_status fi_context_create(const fi_context_options *options, fi_context **out)
                             (unsigned)options->struct_size, sizeof *options);
         opt = *options;
     }
-    if (opt.device == FI_DEVICE_CUDA)
-        return fi_error(FI_STATUS_NO_DEVICE,
-                        "device CUDA: this build has no CUDA backend; use FI_DEVICE_CPU");
-    if (opt.device != FI_DEVICE_CPU)
+    if (opt.device != FI_DEVICE_CPU && opt.device != FI_DEVICE_CUDA)
         return fi_error(FI_STATUS_INVALID_ARGUMENT, "device=%d is not a fi_device_type",
                         (int)opt.device);
     if (opt.num_threads < 0 || opt.num_threads > 1024)
@@ -62,7 +59,7 @@ fi_status fi_context_create(const fi_context_options *options, fi_context **out)
     }
     if (opt.cpu_simd && strcmp(opt.cpu_simd, "auto") != 0)
         strncpy(ctx->simd_request, opt.cpu_simd, sizeof ctx->simd_request - 1);
-    ctx->backend = &fi_cpu_backend;
+    ctx->backend = opt.device == FI_DEVICE_CUDA ? &fi_cuda_backend : &fi_cpu_backend;
     st = ctx->backend->context_init(ctx);
     if (st) {
         free(ctx);

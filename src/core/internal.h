@@ -180,7 +180,7 @@ struct fi_plan {
     int32_t total_qo;
     int32_t *qo_indptr;           /* [max_batch_size + 1] */
     int32_t *kv_indptr;           /* [max_batch_size + 1] */
-    int32_t *kv_indices;          /* [max_total_kv] paged */
+    const int32_t *kv_indices;    /* paged: the caller's page table, referenced */
     int32_t *kv_last_page_len;    /* [max_batch_size] paged */
     int32_t *kv_len;              /* [max_batch_size] keys per request */
     int64_t *mask_offset;         /* [max_batch_size + 1] custom mask bytes */
@@ -210,6 +210,9 @@ fi_status fi_check_tensor(const fi_tensor *t, const char *name, fi_dtype dtype,
  * ends at most at `max_last` (-1 = no limit). */
 fi_status fi_check_indptr(const int32_t *indptr, int32_t n, const char *name,
                           int64_t max_last);
+
+/* Smallest and largest of a[0..n) (INT32_MAX and -1 when n == 0). */
+void fi_int32_range(const int32_t *a, int32_t n, int32_t *lo, int32_t *hi);
 
 /* ------------------------------------------------------------ numerics */
 

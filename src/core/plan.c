@@ -31,7 +31,6 @@ static size_t host_bytes(const fi_plan_config *c, const fi_schedule_limits *lim,
     size_t b = (size_t)c->max_batch_size;
     size_t bytes = 0;
     bytes += 2 * (b + 1) * sizeof(int32_t);           /* qo_indptr, kv_indptr */
-    bytes += (size_t)c->max_total_kv * sizeof(int32_t);/* kv_indices */
     bytes += 2 * b * sizeof(int32_t);                  /* kv_last_page_len, kv_len */
     bytes += (b + 1) * sizeof(int64_t);                /* mask_offset */
     bytes += (size_t)p->num_qo_heads * sizeof(float);  /* alibi_slopes */
@@ -95,7 +94,6 @@ fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *params,
     size_t b = (size_t)cfg.max_batch_size;
     plan->qo_indptr = carve(&mem, (b + 1) * sizeof(int32_t));
     plan->kv_indptr = carve(&mem, (b + 1) * sizeof(int32_t));
-    plan->kv_indices = carve(&mem, (size_t)cfg.max_total_kv * sizeof(int32_t));
     plan->kv_last_page_len = carve(&mem, b * sizeof(int32_t));
     plan->kv_len = carve(&mem, b * sizeof(int32_t));
     plan->mask_offset = carve(&mem, (b + 1) * sizeof(int64_t));

@@ -1,5 +1,8 @@
 /* plan_update.c — fi_plan_update: validate and copy a batch, then schedule it.
- * Nothing is allocated: every array lives in the plan's fixed workspace. */
+ * Nothing is allocated: every array lives in the plan's fixed workspace.
+ * The page table is validated but referenced, not copied (as FlashInfer's
+ * plan does): it is the one O(pages) array, and copying it would dominate
+ * the plan's cost. */
 #include "core/schedule.h"
 
 #include <string.h>
@@ -16,12 +19,15 @@ static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
                     (int)plan->config.max_total_kv);
     if (nnz > 0 && !b->kv_indices) return INVALID("kv_indices is NULL");
     if (n > 0 && !b->kv_last_page_len) return INVALID("kv_last_page_len is NULL");
-    int32_t max_page = -1;
-    for (int32_t j = 0; j < nnz; j++) {
-        int32_t page = b->kv_indices[j];
-        if (page < 0) return INVALID("kv_indices[%d]=%d: page ids must be >= 0", (int)j, (int)page);
-        if (page > max_page) max_page = page;
-    }
+    /* One vectorised pass; the offending entry is searched for only when
+     * there is one. */
+    int32_t lo, hi;
+    fi_int32_range(b->kv_indices, nnz, &lo, &hi);
+    if (lo < 0)
+        for (int32_t j = 0; j < nnz; j++)
+            if (b->kv_indices[j] < 0)
+                return INVALID("kv_indices[%d]=%d: page ids must be >= 0", (int)j,
+                               (int)b->kv_indices[j]);
     for (int32_t i = 0; i < n; i++) {
         int32_t pages = b->kv_indptr[i + 1] - b->kv_indptr[i], last = b->kv_last_page_len[i];
         if (pages > 0 && (last < 1 || last > ps))
@@ -36,10 +42,9 @@ static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
                            (long long)len, (int)INT32_MAX);
         plan->kv_len[i] = (int32_t)len;
     }
-    memcpy(plan->kv_indices, b->kv_indices ? b->kv_indices : plan->kv_indices,
-           (size_t)nnz * sizeof(int32_t));
+    plan->kv_indices = b->kv_indices;
     memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
-    plan->max_page_index = max_page;
+    plan->max_page_index = hi;
     return FI_OK;
 }
 
