@@ -16,7 +16,7 @@ LDLIBS  := -lm -pthread -ldl
 
 ARCH := $(shell uname -m)
 
-LIB_SRC := $(wildcard src/core/*.c) $(wildcard src/cpu/*.c)
+LIB_SRC := $(wildcard src/core/*.c) $(wildcard src/cpu/*.c) $(wildcard src/cuda/*.c)
 # SIMD translation units are compiled with their own target flags and only
 # called after a run-time CPU check.
 ifneq ($(filter x86_64 amd64,$(ARCH)),)
@@ -29,7 +29,10 @@ ifeq ($(filter aarch64 arm64,$(ARCH)),)
   LIB_SRC := $(filter-out %_neon.c,$(LIB_SRC))
 endif
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# CUDA kernels (kernels/) are embedded as strings for the NVRTC JIT.
+KERNEL_SRC := $(sort $(wildcard kernels/*.cuh kernels/*.h))
+KERNEL_GEN := $(BUILD)/gen/kernel_sources.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/kernel_sources.o
 STATIC  := $(BUILD)/libflashinfer.a
 SHARED  := $(BUILD)/libflashinfer.so
 
@@ -41,14 +44,23 @@ TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_BIN  := $(BUILD)/fi
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+GPU_SRC   := $(wildcard tests/gpu/*.c)
+GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/%)
 
-.PHONY: all lib test demo sanitize install clean bench
-all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN)
+.PHONY: all lib test demo sanitize install clean bench gpu
+all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(GPU_BIN)
 lib: $(STATIC) $(SHARED)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) $(SIMD_FLAGS_$(lastword $(subst _, ,$(basename $(notdir $<))))) -MMD -MP -c $< -o $@
+
+$(KERNEL_GEN): $(KERNEL_SRC) src/cuda/embed.sh
+	@mkdir -p $(dir $@)
+	sh src/cuda/embed.sh $(KERNEL_SRC) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/kernel_sources.o: $(KERNEL_GEN)
+	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
@@ -66,6 +78,12 @@ $(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(TEST_SUPPORT_OBJ) $(STATIC)
 BENCH_SUPPORT_OBJ := $(BUILD)/bench/common.o
 $(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BENCH_SUPPORT_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# CUDA programs (tests/gpu): built everywhere (no CUDA headers needed); the
+# GPU ones run on the device machine (tests/gpu/run_device.sh).
+$(GPU_BIN): $(BUILD)/%: $(BUILD)/tests/gpu/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+gpu: $(GPU_BIN)
 
 # The demo: a CPU serving step, checked against the oracle.
 demo: $(TOOL_BIN)

@@ -1,0 +1,68 @@
+/*
+ * fi_args.h — the structs the host passes to the CUDA kernels, shared by the
+ * host C code (src/cuda) and the device code (kernels/, nvcc or NVRTC).
+ * Only fixed-width types and pointers, laid out so that C and CUDA agree
+ * (8-byte fields first, then 4-byte ones, explicit padding).
+ *
+ * The plan's device metadata ("meta") is one region written by one async
+ * copy per fi_plan_update: a fi_meta header, then the arrays at the byte
+ * offsets the header names. The arrays are packed for the batch at hand, so
+ * the copy moves only what the batch uses; the kernels find them through the
+ * header, so `run` reads only fixed addresses (the region's base).
+ */
+#ifndef FI_KERNEL_ARGS_H
+#define FI_KERNEL_ARGS_H
+
+typedef struct fi_meta {
+    int64_t off_qo_indptr;     /* int32 [B+1] */
+    int64_t off_kv_indptr;     /* int32 [B+1] pages (paged) or tokens (ragged) */
+    int64_t off_kv_indices;    /* int32 [kv_indptr[B]] paged only */
+    int64_t off_kv_len;        /* int32 [B] keys per request */
+    int64_t off_mask_offset;   /* int64 [B+1] custom-mask byte offsets */
+    int64_t off_items;         /* fi_work_item [num_items] (6 x int32) */
+    int64_t off_worker_indptr; /* int32 [num_workers+1] */
+    int64_t off_merge_out_row; /* int32 [num_merge_rows] */
+    int64_t off_merge_indptr;  /* int32 [num_merge_rows+1] */
+    int64_t off_merge_src;     /* int32 [merge_indptr[num_merge_rows]] */
+    int64_t off_alibi;         /* float [H_qo] */
+    int64_t bytes;             /* bytes of the region in use */
+    int32_t batch_size;
+    int32_t total_qo;
+    int32_t num_items;
+    int32_t num_workers;
+    int32_t num_merge_rows;
+    int32_t pad[3];
+} fi_meta;
+
+/* One attention launch (also read by the merge kernel). Strides are in
+ * bytes; *_ok flags are decided by the host. */
+typedef struct fi_attn_args {
+    const char *meta;          /* device fi_meta region (fixed address) */
+    float *partial_o;          /* [max_partial_rows, H_qo, D_vo] */
+    float *partial_lse;        /* [max_partial_rows, H_qo] */
+    const char *q;             /* [tokens, H_qo, D_qk] */
+    const char *k;             /* paged [pages, ...] or ragged [tokens, ...] */
+    const char *v;
+    char *o;                   /* [tokens, H_qo, D_vo] */
+    float *lse;                /* [tokens, H_qo] or NULL */
+    const unsigned char *mask; /* custom mask bits or NULL */
+    int64_t q_tok, q_head, q_dim;
+    int64_t o_tok, o_head, o_dim;
+    int64_t lse_tok, lse_head; /* in floats */
+    int64_t k_page, k_slot, k_head, k_dim; /* ragged: k_slot is the token stride */
+    int64_t v_page, v_slot, v_head, v_dim;
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t page_size;
+    int32_t page_shift;        /* log2(page_size) when a power of two, else -1 */
+    int32_t kv_vec_ok;         /* K/V rows 16-byte aligned and contiguous */
+    int32_t window_left;
+    float q_scale;             /* sm_scale * k_scale (* log2 e when no transform) */
+    float softcap;             /* c of c * tanh(x / c) */
+    float softcap_rcp;         /* 1 / c */
+    float v_scale;
+    float rope_rcp_scale;      /* 1 / rope_scale */
+    float rope_log2_theta;     /* log2(rope_theta) */
+} fi_attn_args;
+
+#endif /* FI_KERNEL_ARGS_H */

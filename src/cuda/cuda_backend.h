@@ -1,0 +1,120 @@
+/*
+ * cuda_backend.h — what the CUDA backend's files share: the context state,
+ * kernel specs (a configuration -> entry-point name and -D options), the
+ * NVRTC JIT with its disk and memory caches, and the plan's device state.
+ */
+#ifndef FI_CUDA_BACKEND_H
+#define FI_CUDA_BACKEND_H
+
+#include "cuda/cuda_api.h"
+
+#include <pthread.h>
+
+/* ---------------------------------------------------------------- kernels */
+
+#define FI_SPEC_MAX_DEFINES 16
+
+/* One kernel: the kernels/ file that defines it, its entry point, its -D. */
+typedef struct fi_kernel_spec {
+    const char *entry_file;
+    char name[96];
+    char defines[FI_SPEC_MAX_DEFINES][64];
+    int num_defines;
+} fi_kernel_spec;
+
+/* The compile-time facts of one attention kernel (see kernels/attention.cuh). */
+typedef struct fi_attn_config {
+    int dqk, dvo;
+    int qt, kvt, ot; /* fi_dtype codes */
+    int group, rows;
+    int paged, mask, window, softcap, pos;
+} fi_attn_config;
+
+void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_config *c);
+void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *spec);
+
+/* ------------------------------------------------------------------- JIT */
+
+/* Compile `spec` with NVRTC for `arch`: "sm_90a" gives a CUBIN, "compute_90a"
+ * PTX. Needs NVRTC only (no driver, no GPU). *image is malloc'ed. */
+fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char **image,
+                              size_t *size);
+/* Compile `spec` into the disk cache unless it is there (no GPU needed):
+ * pre-warming the cache, e.g. in parallel processes before a test run. */
+fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *was_cached);
+/* The directory of the on-disk cache: $FLASHINFER_CACHE_DIR, else
+ * $XDG_CACHE_HOME/flashinfer-c, else $HOME/.cache/flashinfer-c. */
+void fi_cuda_cache_dir(char *buf, size_t n);
+/* 64-bit key of (sources, options, arch, NVRTC version). */
+uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch);
+
+typedef struct fi_cuda_jit_stats {
+    int compiled, disk_loads, memory_hits;
+    double compile_seconds;   /* NVRTC, cold */
+    double disk_load_seconds; /* file read + cuModuleLoadData, warm */
+} fi_cuda_jit_stats;
+
+typedef struct fi_cuda_module {
+    struct fi_cuda_module *next;
+    char name[96];
+    CUmodule module;
+    CUfunction function;
+} fi_cuda_module;
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct fi_cuda_ctx {
+    const fi_cu_api *cu;
+    CUdevice dev;
+    CUcontext pctx; /* the device's primary context, retained */
+    int sm_count, cc_major, cc_minor;
+    char arch[16];  /* "sm_90a" */
+    char name[128];
+    pthread_mutex_t lock; /* guards modules and stats */
+    fi_cuda_module *modules;
+    fi_cuda_jit_stats stats;
+} fi_cuda_ctx;
+
+/* The entry point of `spec` in this context: from memory, the disk cache, or
+ * NVRTC (then cached on disk). The context must be current. */
+fi_status fi_cuda_jit_function(fi_cuda_ctx *cc, const fi_kernel_spec *spec, CUfunction *fn);
+/* A copy of the context's JIT counters. */
+fi_cuda_jit_stats fi_cuda_jit_get_stats(const fi_context *ctx);
+
+fi_status fi_cuda_push(const fi_cuda_ctx *cc);
+void fi_cuda_pop(const fi_cuda_ctx *cc);
+
+/* ------------------------------------------------------------------- plan */
+
+/* A plan's device side. The metadata region (kernels/fi_args.h) is packed in
+ * pinned `staging` and sent by one async copy per fi_plan_update, on the
+ * stream the plan last ran on (the legacy default stream before the first
+ * run), followed by `uploaded`; a run on another stream first waits for that
+ * event. So a graph captured around fi_plan_run and replayed on its capture
+ * stream after another fi_plan_update reads the new batch: the copy was
+ * queued on that stream before the replay. */
+typedef struct fi_cuda_plan {
+    fi_cuda_ctx *cc;
+    CUdeviceptr meta;        /* [meta_cap] bytes, fixed */
+    size_t meta_cap;
+    CUdeviceptr partial_o;   /* f32 [max_partial_rows, H_qo, D_vo] */
+    CUdeviceptr partial_lse; /* f32 [max_partial_rows, H_qo] */
+    char *staging;           /* pinned host [meta_cap] */
+    CUevent uploaded;
+    int upload_recorded;
+    CUstream upload_stream;  /* where the last copy was queued */
+    CUstream ordered_stream; /* a stream known to be ordered after that copy */
+    CUstream last_stream;    /* the stream of the last run */
+    CUfunction attn, merge;
+    unsigned grid_x, grid_y, merge_grid;
+    int blocks_per_sm;
+    char attn_name[96];
+} fi_cuda_plan;
+
+fi_status fi_cuda_plan_init(struct fi_plan *plan);
+void fi_cuda_plan_fini(struct fi_plan *plan);
+fi_status fi_cuda_plan_upload(struct fi_plan *plan);
+fi_status fi_cuda_run(struct fi_plan *plan, const fi_run_args *args);
+
+#endif /* FI_CUDA_BACKEND_H */

@@ -1,0 +1,314 @@
+/*
+ * jit.c — kernels compiled on first use: a spec (entry file, name, -D
+ * options) is compiled by NVRTC from the sources embedded in the library,
+ * for the device's architecture, cached on disk under a key of (sources,
+ * options, arch, NVRTC version), and loaded with cuModuleLoadData; each
+ * context keeps its loaded modules in memory.
+ */
+#include "cuda/cuda_backend.h"
+#include "cuda/kernel_sources.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define JIT_FORMAT "flashinfer-c jit 1"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
+
+static uint64_t sources_hash(void) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < fi_kernel_file_count; i++) {
+        h = fnv_str(h, fi_kernel_files[i].name);
+        h = fnv(h, fi_kernel_files[i].text, fi_kernel_files[i].size);
+    }
+    return h;
+}
+
+/* NVRTC options of a spec, in order; returns how many. */
+static int spec_options(const fi_kernel_spec *spec, const char *arch, char *archopt, size_t n,
+                        const char **opts) {
+    int k = 0;
+    snprintf(archopt, n, "--gpu-architecture=%s", arch);
+    opts[k++] = archopt;
+    opts[k++] = "-std=c++17";
+    for (int i = 0; i < spec->num_defines; i++) opts[k++] = spec->defines[i];
+    return k;
+}
+
+uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch) {
+    const char *why;
+    const fi_nvrtc_api *nv = fi_nvrtc_load(&why);
+    uint64_t h = fnv_str(0xcbf29ce484222325ull, JIT_FORMAT);
+    uint64_t src = sources_hash();
+    h = fnv(h, &src, sizeof src);
+    h = fnv_str(h, spec->entry_file);
+    h = fnv_str(h, spec->name);
+    const char *opts[FI_SPEC_MAX_DEFINES + 4];
+    char archopt[64];
+    int n = spec_options(spec, arch, archopt, sizeof archopt, opts);
+    for (int i = 0; i < n; i++) h = fnv_str(h, opts[i]);
+    int ver[2] = {nv ? nv->major : 0, nv ? nv->minor : 0};
+    return fnv(h, ver, sizeof ver);
+}
+
+fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char **image,
+                              size_t *size) {
+    *image = NULL;
+    *size = 0;
+    const char *why;
+    const fi_nvrtc_api *nv = fi_nvrtc_load(&why);
+    if (!nv) return fi_error(FI_STATUS_NO_DEVICE, "kernel %s: %s", spec->name, why);
+    const char *hdr[16], *inc[16];
+    int nh = fi_kernel_file_count < 16 ? fi_kernel_file_count : 16;
+    for (int i = 0; i < nh; i++) {
+        hdr[i] = fi_kernel_files[i].text;
+        inc[i] = fi_kernel_files[i].name;
+    }
+    char main_src[128];
+    snprintf(main_src, sizeof main_src, "#include \"%s\"\n", spec->entry_file);
+    char prog_name[112];
+    snprintf(prog_name, sizeof prog_name, "%s.cu", spec->name);
+    nvrtcProgram prog = NULL;
+    int r = nv->CreateProgram(&prog, main_src, prog_name, nh, hdr, inc);
+    if (r != 0)
+        return fi_error(FI_STATUS_BACKEND_ERROR, "nvrtcCreateProgram(%s) failed: %s", spec->name,
+                        nv->GetErrorString(r));
+    const char *opts[FI_SPEC_MAX_DEFINES + 4];
+    char archopt[64];
+    int n = spec_options(spec, arch, archopt, sizeof archopt, opts);
+    r = nv->CompileProgram(prog, n, opts);
+    if (r != 0) {
+        size_t logn = 0;
+        char log[1536] = "";
+        if (nv->GetProgramLogSize(prog, &logn) == 0 && logn > 0) {
+            char *full = malloc(logn + 1);
+            if (full && nv->GetProgramLog(prog, full) == 0) {
+                full[logn] = 0;
+                snprintf(log, sizeof log, "%s", full);
+            }
+            free(full);
+        }
+        nv->DestroyProgram(&prog);
+        return fi_error(FI_STATUS_BACKEND_ERROR, "NVRTC compile of %s for %s failed: %s\n%s",
+                        spec->name, arch, nv->GetErrorString(r), log);
+    }
+    int want_cubin = strncmp(arch, "sm_", 3) == 0;
+    size_t len = 0;
+    r = want_cubin ? nv->GetCUBINSize(prog, &len) : nv->GetPTXSize(prog, &len);
+    char *buf = r == 0 ? malloc(len ? len : 1) : NULL;
+    if (r == 0 && !buf) {
+        nv->DestroyProgram(&prog);
+        return fi_error(FI_STATUS_OUT_OF_MEMORY, "kernel %s: out of memory", spec->name);
+    }
+    if (r == 0) r = want_cubin ? nv->GetCUBIN(prog, buf) : nv->GetPTX(prog, buf);
+    nv->DestroyProgram(&prog);
+    if (r != 0) {
+        free(buf);
+        return fi_error(FI_STATUS_BACKEND_ERROR, "NVRTC output of %s: %s", spec->name,
+                        nv->GetErrorString(r));
+    }
+    *image = buf;
+    *size = len;
+    return FI_OK;
+}
+
+/* ------------------------------------------------------------ disk cache */
+
+void fi_cuda_cache_dir(char *buf, size_t n) {
+    const char *d = getenv("FLASHINFER_CACHE_DIR");
+    if (d && d[0]) {
+        snprintf(buf, n, "%s", d);
+        return;
+    }
+    d = getenv("XDG_CACHE_HOME");
+    if (d && d[0]) {
+        snprintf(buf, n, "%s/flashinfer-c", d);
+        return;
+    }
+    d = getenv("HOME");
+    snprintf(buf, n, "%s/.cache/flashinfer-c", d && d[0] ? d : "/tmp");
+}
+
+/* mkdir -p; failures are left to the file operations that follow. */
+static void make_dirs(const char *path) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(tmp, 0755);
+        *p = '/';
+    }
+    mkdir(tmp, 0755);
+}
+
+static void cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n) {
+    char dir[800];
+    fi_cuda_cache_dir(dir, sizeof dir);
+    snprintf(buf, n, "%.800s/%.96s-%.16s-%016llx.cubin", dir, spec->name, arch,
+             (unsigned long long)fi_cuda_jit_key(spec, arch));
+}
+
+static char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        if (len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len))) {
+            if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
+                free(buf);
+                buf = NULL;
+            } else {
+                *size = (size_t)len;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Write via a temporary file and rename, so readers never see half a file.
+ * A cache that cannot be written is not an error: the kernel still runs. */
+static void write_file(const char *path, const char *data, size_t size) {
+    char dir[1024], tmp[1100];
+    snprintf(dir, sizeof dir, "%.1000s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = 0;
+        make_dirs(dir);
+    }
+    snprintf(tmp, sizeof tmp, "%.1000s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return;
+    int ok = fwrite(data, 1, size, f) == size;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) remove(tmp);
+}
+
+static int jit_log(void) {
+    const char *e = getenv("FLASHINFER_JIT_LOG");
+    return e && e[0] && e[0] != '0';
+}
+
+fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *was_cached) {
+    char path[1024];
+    cache_path(spec, arch, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    *was_cached = f != NULL;
+    if (f) {
+        fclose(f);
+        return FI_OK;
+    }
+    char *image = NULL;
+    size_t size = 0;
+    fi_status st = fi_cuda_jit_compile(spec, arch, &image, &size);
+    if (st) return st;
+    write_file(path, image, size);
+    free(image);
+    return FI_OK;
+}
+
+/* ----------------------------------------------------------- per context */
+
+static fi_status load_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, const char *image,
+                             fi_cuda_module *m) {
+    const fi_cu_api *cu = cc->cu;
+    FI_CU(cu, ModuleLoadData, &m->module, image);
+    CUresult r = cu->ModuleGetFunction(&m->function, m->module, spec->name);
+    if (r != 0) {
+        cu->ModuleUnload(m->module);
+        m->module = NULL;
+        return fi_cu_error(cu, "cuModuleGetFunction", r);
+    }
+    return FI_OK;
+}
+
+/* Disk, else NVRTC; fills m. Called with cc->lock held. */
+static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cuda_module *m) {
+    char path[1024];
+    cache_path(spec, cc->arch, path, sizeof path);
+    double t0 = now_seconds();
+    size_t size = 0;
+    char *image = read_file(path, &size);
+    if (image) {
+        fi_status st = load_module(cc, spec, image, m);
+        free(image);
+        if (st == FI_OK) {
+            double dt = now_seconds() - t0;
+            cc->stats.disk_loads++;
+            cc->stats.disk_load_seconds += dt;
+            if (jit_log())
+                fprintf(stderr, "flashinfer-c jit: %s loaded from %s in %.2f ms\n", spec->name,
+                        path, 1e3 * dt);
+            return FI_OK;
+        }
+        fi_error_clear(); /* a stale or broken file: compile afresh */
+    }
+    t0 = now_seconds();
+    fi_status st = fi_cuda_jit_compile(spec, cc->arch, &image, &size);
+    if (st) return st;
+    double dt = now_seconds() - t0;
+    cc->stats.compiled++;
+    cc->stats.compile_seconds += dt;
+    write_file(path, image, size);
+    st = load_module(cc, spec, image, m);
+    free(image);
+    if (jit_log())
+        fprintf(stderr, "flashinfer-c jit: %s compiled by NVRTC for %s in %.1f ms -> %s\n",
+                spec->name, cc->arch, 1e3 * dt, path);
+    return st;
+}
+
+fi_status fi_cuda_jit_function(fi_cuda_ctx *cc, const fi_kernel_spec *spec, CUfunction *fn) {
+    *fn = NULL;
+    pthread_mutex_lock(&cc->lock);
+    for (fi_cuda_module *m = cc->modules; m; m = m->next) {
+        if (strcmp(m->name, spec->name) == 0) {
+            cc->stats.memory_hits++;
+            *fn = m->function;
+            pthread_mutex_unlock(&cc->lock);
+            return FI_OK;
+        }
+    }
+    fi_cuda_module *m = calloc(1, sizeof *m);
+    fi_status st = m ? build_module(cc, spec, m)
+                     : fi_error(FI_STATUS_OUT_OF_MEMORY, "kernel %s: out of memory", spec->name);
+    if (st == FI_OK) {
+        snprintf(m->name, sizeof m->name, "%s", spec->name);
+        m->next = cc->modules;
+        cc->modules = m;
+        *fn = m->function;
+    } else {
+        free(m);
+    }
+    pthread_mutex_unlock(&cc->lock);
+    return st;
+}
+
+fi_cuda_jit_stats fi_cuda_jit_get_stats(const fi_context *ctx) {
+    fi_cuda_jit_stats s;
+    memset(&s, 0, sizeof s);
+    if (!ctx || ctx->device != FI_DEVICE_CUDA || !ctx->backend_state) return s;
+    fi_cuda_ctx *cc = ctx->backend_state;
+    pthread_mutex_lock(&cc->lock);
+    s = cc->stats;
+    pthread_mutex_unlock(&cc->lock);
+    return s;
+}

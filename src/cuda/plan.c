@@ -1,0 +1,184 @@
+/*
+ * plan.c — a plan's device side: fixed device workspace (metadata region,
+ * partial states) and pinned staging sized from the plan's bounds, kernels
+ * resolved (JIT) at creation, and the one async copy per fi_plan_update.
+ */
+#include "cuda/cuda_backend.h"
+
+#include "../../kernels/fi_args.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(fi_work_item) == 6 * sizeof(int32_t), "work item layout");
+_Static_assert(sizeof(fi_meta) % 16 == 0, "meta header");
+
+static size_t a16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Bytes of the metadata region for the largest batch the plan accepts. */
+static size_t meta_capacity(const fi_plan *plan) {
+    const fi_schedule_limits *l = &plan->schedule.limits;
+    size_t b = (size_t)plan->config.max_batch_size, q = (size_t)l->max_total_qo;
+    size_t at = a16(sizeof(fi_meta));
+    at += 2 * a16((b + 1) * 4);                                   /* indptrs */
+    if (plan->params.kv_format == FI_KV_FORMAT_PAGED)
+        at += a16((size_t)plan->config.max_total_kv * 4);         /* kv_indices */
+    at += a16(b * 4) + a16((b + 1) * 8);                          /* kv_len, mask */
+    at += a16((size_t)l->max_items * sizeof(fi_work_item));
+    at += a16(((size_t)l->max_workers + 1) * 4);
+    at += a16(q * 4) + a16((q + 1) * 4) + a16((size_t)l->max_partial_rows * 4);
+    at += a16((size_t)plan->params.num_qo_heads * 4);
+    return at;
+}
+
+/* Place n bytes from src at the cursor; returns their offset. */
+static int64_t put(char *base, size_t *at, const void *src, size_t n) {
+    size_t off = *at;
+    if (n) memcpy(base + off, src, n);
+    *at = a16(off + n);
+    return (int64_t)off;
+}
+
+void fi_cuda_plan_fini(fi_plan *plan) {
+    fi_cuda_plan *ps = plan->backend_state;
+    if (!ps) return;
+    const fi_cu_api *cu = ps->cc->cu;
+    if (fi_cuda_push(ps->cc) == FI_OK) {
+        if (ps->uploaded) {
+            if (ps->upload_recorded) cu->EventSynchronize(ps->uploaded);
+            cu->EventDestroy(ps->uploaded);
+        }
+        if (ps->staging) cu->MemFreeHost(ps->staging);
+        if (ps->meta) cu->MemFree(ps->meta);
+        if (ps->partial_o) cu->MemFree(ps->partial_o);
+        if (ps->partial_lse) cu->MemFree(ps->partial_lse);
+        fi_cuda_pop(ps->cc);
+    }
+    free(ps);
+    plan->backend_state = NULL;
+}
+
+/* Kernels for the plan's params, and the grid: x = workers, y = the largest
+ * divisor of H_kv that keeps every CTA resident at once (persistent). */
+static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
+    const fi_attention_params *p = &plan->params;
+    fi_attn_config cfg;
+    fi_kernel_spec spec;
+    fi_cuda_attn_config(p, plan->group_size, &cfg);
+    fi_cuda_attn_spec(&cfg, &spec);
+    memcpy(ps->attn_name, spec.name, sizeof ps->attn_name);
+    fi_status st = fi_cuda_jit_function(ps->cc, &spec, &ps->attn);
+    if (st) return st;
+    fi_cuda_merge_spec(p->head_dim_vo, (int)p->o_dtype, &spec);
+    if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->merge))) return st;
+    int blocks = 0;
+    FI_CU(ps->cc->cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, ps->attn, 128, 0);
+    ps->blocks_per_sm = blocks > 0 ? blocks : 1;
+    int64_t resident = (int64_t)ps->blocks_per_sm * ps->cc->sm_count;
+    int32_t n = plan->config.num_workers, hkv = p->num_kv_heads, gy = 1;
+    for (int32_t d = 1; d <= hkv; d++)
+        if (hkv % d == 0 && (int64_t)n * d <= resident) gy = d;
+    const char *env = getenv("FLASHINFER_CUDA_GRID_Y"); /* tuning experiments */
+    if (env && atoi(env) > 0) gy = atoi(env) < hkv ? atoi(env) : hkv;
+    ps->grid_x = (unsigned)n;
+    ps->grid_y = (unsigned)gy;
+    ps->merge_grid = (unsigned)(ps->cc->sm_count * 4);
+    return FI_OK;
+}
+
+fi_status fi_cuda_plan_init(fi_plan *plan) {
+    fi_cuda_ctx *cc = plan->ctx->backend_state;
+    fi_cuda_plan *ps = calloc(1, sizeof *ps);
+    if (!ps) return fi_error(FI_STATUS_OUT_OF_MEMORY, "CUDA plan: out of memory");
+    ps->cc = cc;
+    plan->backend_state = ps;
+    fi_status st = fi_cuda_push(cc);
+    if (st) return st;
+    const fi_cu_api *cu = cc->cu;
+    const fi_schedule_limits *l = &plan->schedule.limits;
+    size_t rows = (size_t)l->max_partial_rows * (size_t)plan->params.num_qo_heads;
+    size_t po = rows * (size_t)plan->params.head_dim_vo * sizeof(float), pl = rows * sizeof(float);
+    ps->meta_cap = meta_capacity(plan);
+    CUresult r;
+    st = resolve_kernels(plan, ps);
+#define TRY(call, ...)                                              \
+    if (!st && (r = cu->call(__VA_ARGS__)) != 0) st = fi_cu_error(cu, "cu" #call, r)
+    TRY(MemAlloc, &ps->meta, ps->meta_cap);
+    TRY(MemAlloc, &ps->partial_o, po ? po : 16);
+    TRY(MemAlloc, &ps->partial_lse, pl ? pl : 16);
+    TRY(MemAllocHost, (void **)&ps->staging, ps->meta_cap);
+    TRY(EventCreate, &ps->uploaded, FI_CU_EVENT_DISABLE_TIMING);
+#undef TRY
+    fi_cuda_pop(cc);
+    if (st) return st; /* the core destroys the plan, and fini frees what exists */
+    plan->workspace_bytes += 2 * ps->meta_cap + po + pl;
+    return FI_OK;
+}
+
+/* Pack the batch and schedule into staging; returns the bytes used. */
+static size_t pack(const fi_plan *plan, char *base) {
+    const fi_schedule *s = &plan->schedule;
+    int32_t b = plan->batch_size;
+    fi_meta m;
+    memset(&m, 0, sizeof m);
+    size_t at = a16(sizeof m);
+    m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
+    m.off_kv_indptr = put(base, &at, plan->kv_indptr, (size_t)(b + 1) * 4);
+    size_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? (size_t)plan->kv_indptr[b] : 0;
+    m.off_kv_indices = put(base, &at, plan->kv_indices, nnz * 4);
+    m.off_kv_len = put(base, &at, plan->kv_len, (size_t)b * 4);
+    size_t nmask = plan->params.mask_mode == FI_MASK_CUSTOM ? (size_t)(b + 1) : 0;
+    m.off_mask_offset = put(base, &at, plan->mask_offset, nmask * 8);
+    m.off_items = put(base, &at, s->items, (size_t)s->num_items * sizeof(fi_work_item));
+    m.off_worker_indptr = put(base, &at, s->worker_indptr, (size_t)(s->num_workers + 1) * 4);
+    m.off_merge_out_row = put(base, &at, s->merge_out_row, (size_t)s->num_merge_rows * 4);
+    m.off_merge_indptr = put(base, &at, s->merge_indptr, (size_t)(s->num_merge_rows + 1) * 4);
+    m.off_merge_src = put(base, &at, s->merge_src, (size_t)s->merge_indptr[s->num_merge_rows] * 4);
+    m.off_alibi = put(base, &at, plan->alibi_slopes, (size_t)plan->params.num_qo_heads * 4);
+    m.bytes = (int64_t)at;
+    m.batch_size = b;
+    m.total_qo = plan->total_qo;
+    m.num_items = s->num_items;
+    m.num_workers = s->num_workers;
+    m.num_merge_rows = s->num_merge_rows;
+    memcpy(base, &m, sizeof m);
+    return at;
+}
+
+fi_status fi_cuda_plan_upload(fi_plan *plan) {
+    fi_cuda_plan *ps = plan->backend_state;
+    const fi_cu_api *cu = ps->cc->cu;
+    if (plan->schedule.num_workers > (int32_t)ps->grid_x)
+        return fi_error(FI_STATUS_INTERNAL, "schedule has %d workers, the grid %u",
+                        (int)plan->schedule.num_workers, ps->grid_x);
+    fi_status st = fi_cuda_push(ps->cc);
+    if (st) return st;
+    CUresult r = 0;
+    const char *call = NULL;
+    int capturing = FI_CU_CAPTURE_NONE;
+    /* The copy goes on the stream the plan last ran on; it must not be in
+     * the middle of a graph capture (plan outside the captured region). */
+    if ((r = cu->StreamIsCapturing(ps->last_stream, &capturing)) != 0) call = "cuStreamIsCapturing";
+    else if (capturing != FI_CU_CAPTURE_NONE) {
+        fi_cuda_pop(ps->cc);
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "fi_plan_update while the plan's stream is being captured into a CUDA "
+                        "graph: update the plan outside the captured region");
+    }
+    /* The previous copy must have left staging before it is rewritten. */
+    if (!call && ps->upload_recorded && (r = cu->EventSynchronize(ps->uploaded)) != 0)
+        call = "cuEventSynchronize";
+    if (!call) {
+        size_t bytes = pack(plan, ps->staging);
+        if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
+            call = "cuMemcpyHtoDAsync";
+        else if ((r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
+            call = "cuEventRecord";
+    }
+    fi_cuda_pop(ps->cc);
+    if (call) return fi_cu_error(cu, call, r);
+    ps->upload_recorded = 1;
+    ps->upload_stream = ps->last_stream;
+    ps->ordered_stream = ps->last_stream;
+    return FI_OK;
+}

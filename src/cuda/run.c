@@ -1,0 +1,124 @@
+/*
+ * run.c — fi_plan_run on CUDA: bind the tensors, order the stream after the
+ * plan's upload, launch the attention kernel on the fixed grid and the merge
+ * kernel. Nothing here allocates, copies or compiles, so a CUDA graph
+ * captured around it replays correctly after another fi_plan_update.
+ */
+#include "cuda/cuda_backend.h"
+
+#include "../../kernels/fi_args.h"
+
+#include <math.h>
+#include <string.h>
+
+static int64_t bstride(const fi_tensor *t, int dim) {
+    return t->stride[dim] * (int64_t)fi_dtype_size(t->dtype);
+}
+
+/* K or V strides in bytes: page, slot (token for ragged), head, dim. */
+static void kv_strides(const fi_plan *plan, const fi_tensor *t, int64_t *s) {
+    bool nhd = plan->params.kv_layout == FI_KV_LAYOUT_NHD;
+    if (plan->params.kv_format == FI_KV_FORMAT_PAGED) {
+        s[0] = bstride(t, 0);
+        s[1] = bstride(t, nhd ? 1 : 2);
+        s[2] = bstride(t, nhd ? 2 : 1);
+        s[3] = bstride(t, 3);
+    } else {
+        s[0] = 0;
+        s[1] = bstride(t, nhd ? 0 : 1);
+        s[2] = bstride(t, nhd ? 1 : 0);
+        s[3] = bstride(t, 2);
+    }
+}
+
+static bool rows_aligned(const fi_tensor *t, const int64_t *s) {
+    int64_t e = (int64_t)fi_dtype_size(t->dtype);
+    return ((uintptr_t)t->data % 16) == 0 && s[0] % 16 == 0 && s[1] % 16 == 0 &&
+           s[2] % 16 == 0 && s[3] == e;
+}
+
+static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_args *ra,
+                      fi_attn_args *a) {
+    const fi_attention_params *p = &plan->params;
+    memset(a, 0, sizeof *a);
+    a->meta = (const char *)(uintptr_t)ps->meta;
+    a->partial_o = (float *)(uintptr_t)ps->partial_o;
+    a->partial_lse = (float *)(uintptr_t)ps->partial_lse;
+    a->q = ra->q.data;
+    a->k = ra->k.data;
+    a->v = ra->v.data;
+    a->o = ra->o.data;
+    a->lse = ra->lse.data;
+    a->mask = p->mask_mode == FI_MASK_CUSTOM ? ra->custom_mask.data : NULL;
+    a->q_tok = bstride(&ra->q, 0), a->q_head = bstride(&ra->q, 1), a->q_dim = bstride(&ra->q, 2);
+    a->o_tok = bstride(&ra->o, 0), a->o_head = bstride(&ra->o, 1), a->o_dim = bstride(&ra->o, 2);
+    if (a->lse) a->lse_tok = ra->lse.stride[0], a->lse_head = ra->lse.stride[1];
+    int64_t ks[4], vs[4];
+    kv_strides(plan, &ra->k, ks);
+    kv_strides(plan, &ra->v, vs);
+    a->k_page = ks[0], a->k_slot = ks[1], a->k_head = ks[2], a->k_dim = ks[3];
+    a->v_page = vs[0], a->v_slot = vs[1], a->v_head = vs[2], a->v_dim = vs[3];
+    a->num_qo_heads = p->num_qo_heads;
+    a->num_kv_heads = p->num_kv_heads;
+    a->page_size = p->kv_format == FI_KV_FORMAT_PAGED ? p->page_size : 1;
+    a->page_shift = -1;
+    for (int s = 0; s < 31; s++)
+        if ((1 << s) == a->page_size) a->page_shift = s;
+    a->kv_vec_ok = rows_aligned(&ra->k, ks) && rows_aligned(&ra->v, vs);
+    a->window_left = p->window_left;
+    bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
+    bool transform = p->logits_soft_cap > 0.0f || p->pos_encoding == FI_POS_ALIBI;
+    a->q_scale = p->sm_scale * (fp8 ? p->k_scale : 1.0f) * (transform ? 1.0f : 1.4426950408889634f);
+    a->softcap = p->logits_soft_cap;
+    a->softcap_rcp = p->logits_soft_cap > 0.0f ? 1.0f / p->logits_soft_cap : 0.0f;
+    a->v_scale = fp8 ? p->v_scale : 1.0f;
+    a->rope_rcp_scale = 1.0f / (p->rope_scale > 0.0f ? p->rope_scale : 1.0f);
+    a->rope_log2_theta = log2f(p->rope_theta > 0.0f ? p->rope_theta : 1e4f);
+}
+
+/* Order `stream` after the plan's last upload. During a capture the wait
+ * is done on the host (the copy was queued before the capture began). */
+static fi_status order_after_upload(fi_cuda_plan *ps, CUstream stream, int capturing) {
+    const fi_cu_api *cu = ps->cc->cu;
+    if (!ps->upload_recorded || stream == ps->ordered_stream) return FI_OK;
+    if (capturing) {
+        int mode = FI_CU_CAPTURE_MODE_RELAXED;
+        FI_CU(cu, ThreadExchangeStreamCaptureMode, &mode);
+        CUresult r = cu->EventSynchronize(ps->uploaded);
+        cu->ThreadExchangeStreamCaptureMode(&mode);
+        if (r != 0) return fi_cu_error(cu, "cuEventSynchronize", r);
+    } else {
+        FI_CU(cu, StreamWaitEvent, stream, ps->uploaded, 0);
+    }
+    ps->ordered_stream = stream;
+    return FI_OK;
+}
+
+static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) {
+    const fi_cu_api *cu = ps->cc->cu;
+    CUstream stream = (CUstream)ra->stream;
+    int capturing = FI_CU_CAPTURE_NONE;
+    FI_CU(cu, StreamIsCapturing, stream, &capturing);
+    fi_status st = order_after_upload(ps, stream, capturing != FI_CU_CAPTURE_NONE);
+    if (st) return st;
+    fi_attn_args a;
+    make_args(plan, ps, ra, &a);
+    void *params[] = {&a};
+    FI_CU(cu, LaunchKernel, ps->attn, ps->grid_x, ps->grid_y, 1, 128, 1, 1, 0, stream, params,
+          NULL);
+    /* A captured run always holds the merge: a later plan may split. */
+    if (plan->schedule.num_merge_rows > 0 || capturing != FI_CU_CAPTURE_NONE)
+        FI_CU(cu, LaunchKernel, ps->merge, ps->merge_grid, 1, 1, 128, 1, 1, 0, stream, params,
+              NULL);
+    ps->last_stream = stream;
+    return FI_OK;
+}
+
+fi_status fi_cuda_run(fi_plan *plan, const fi_run_args *args) {
+    fi_cuda_plan *ps = plan->backend_state;
+    fi_status st = fi_cuda_push(ps->cc);
+    if (st) return st;
+    st = launch(plan, ps, args);
+    fi_cuda_pop(ps->cc);
+    return st;
+}

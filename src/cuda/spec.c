@@ -1,0 +1,73 @@
+/* spec.c — kernel configurations: from attention params to the entry-point
+ * name (which encodes the configuration) and the -D options of the sources. */
+#include "cuda/cuda_backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add_define(fi_kernel_spec *s, const char *fmt, ...) FI_PRINTF(2, 3);
+static void add_define(fi_kernel_spec *s, const char *fmt, ...) {
+    if (s->num_defines >= FI_SPEC_MAX_DEFINES) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->defines[s->num_defines++], sizeof s->defines[0], fmt, ap);
+    va_end(ap);
+}
+
+void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_config *c) {
+    memset(c, 0, sizeof *c);
+    c->dqk = p->head_dim_qk;
+    c->dvo = p->head_dim_vo;
+    c->qt = (int)p->q_dtype;
+    c->kvt = (int)p->kv_dtype;
+    c->ot = (int)p->o_dtype;
+    c->group = group;
+    c->rows = group < 8 ? group : 8; /* one block holds a decode token's group */
+    c->paged = p->kv_format == FI_KV_FORMAT_PAGED;
+    c->mask = p->mask_mode == FI_MASK_CAUSAL ? 1 : p->mask_mode == FI_MASK_CUSTOM ? 2 : 0;
+    c->window = p->window_left >= 0;
+    c->softcap = p->logits_soft_cap > 0.0f;
+    c->pos = p->pos_encoding == FI_POS_ROPE_LLAMA ? 1 : p->pos_encoding == FI_POS_ALIBI ? 2 : 0;
+}
+
+/* fi_attn_d128x128_q2k2o2_g4r4_paged_m0w0c0p0 */
+void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+    memset(s, 0, sizeof *s);
+    s->entry_file = "attention.cuh";
+    snprintf(s->name, sizeof s->name, "fi_attn_d%dx%d_q%dk%do%d_g%dr%d_%s_m%dw%dc%dp%d", c->dqk,
+             c->dvo, c->qt, c->kvt, c->ot, c->group, c->rows, c->paged ? "paged" : "ragged",
+             c->mask, c->window, c->softcap, c->pos);
+    add_define(s, "-DFI_DQK=%d", c->dqk);
+    add_define(s, "-DFI_DVO=%d", c->dvo);
+    add_define(s, "-DFI_QT=%d", c->qt);
+    add_define(s, "-DFI_KVT=%d", c->kvt);
+    add_define(s, "-DFI_OT=%d", c->ot);
+    add_define(s, "-DFI_GROUP=%d", c->group);
+    add_define(s, "-DFI_ROWS=%d", c->rows);
+    add_define(s, "-DFI_PAGED=%d", c->paged);
+    add_define(s, "-DFI_MASK=%d", c->mask);
+    add_define(s, "-DFI_WINDOW=%d", c->window);
+    add_define(s, "-DFI_SOFTCAP=%d", c->softcap);
+    add_define(s, "-DFI_POS=%d", c->pos);
+    add_define(s, "-DFI_ATTN_NAME=%s", s->name);
+    /* Tuning experiments: FLASHINFER_CUDA_DEFINES="-DFI_STAGES=4 ..." (up to
+     * three; part of the disk-cache key, not of the name). */
+    const char *extra = getenv("FLASHINFER_CUDA_DEFINES");
+    char buf[192];
+    snprintf(buf, sizeof buf, "%s", extra ? extra : "");
+    for (char *tok = strtok(buf, " "); tok && s->num_defines < FI_SPEC_MAX_DEFINES;
+         tok = strtok(NULL, " "))
+        add_define(s, "%.60s", tok);
+}
+
+/* fi_merge_d128_o2 */
+void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *s) {
+    memset(s, 0, sizeof *s);
+    s->entry_file = "merge.cuh";
+    snprintf(s->name, sizeof s->name, "fi_merge_d%d_o%d", dvo, ot);
+    add_define(s, "-DFI_DVO=%d", dvo);
+    add_define(s, "-DFI_OT=%d", ot);
+    add_define(s, "-DFI_MERGE_NAME=%s", s->name);
+}

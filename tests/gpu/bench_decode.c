@@ -1,0 +1,232 @@
+/*
+ * bench_decode.c — BENCH.md's paged decode cells on the CUDA backend:
+ * batch {1, 16, 64, 256} x kv_len {1024, 4096, 16384, 32768}, H_qo/H_kv
+ * 32/8, d 128, page 16, NHD, bf16, no LSE.
+ *
+ * Pages are drawn at random from a 4 GiB pool of random values (never
+ * zeros). Small cells rotate over several plans (different pages) so that
+ * at least ~300 MB is read per timed graph and the 60 MB L2 cannot hold it.
+ * Timing: a CUDA graph of one run per plan, replayed; device events around
+ * each replay, median of >= 30 after warm-up; time per run = replay / plans.
+ * Bytes = Q + K + V (once per KV head) + O; TB/s decimal; % of the measured
+ * device-to-device copy ceiling (4.22 TB/s, BENCH.md).
+ *
+ *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
+ *                      [--cells 1x1024,256x4096] [--workers N]
+ */
+#include "flashinfer.h"
+#include "gpu_util.h"
+#include "../util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536, MAXPLANS = 16 };
+static const double CEILING = 4.22e12;
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Fill `bytes` of device memory with random bf16 in [-1, 1) (a repeated
+ * 64 MiB random block, shifted per copy). */
+static int fill_random(gu_ptr dst, size_t bytes, tu_rng *rng) {
+    size_t block = (size_t)64 << 20;
+    uint16_t *h = malloc(block + 4096);
+    if (!h) return -1;
+    for (size_t i = 0; i < (block + 4096) / 2; i++)
+        h[i] = tu_f32_to_bf16((float)tu_rng_range(rng, -1.0, 1.0));
+    for (size_t at = 0, k = 0; at < bytes; at += block, k++) {
+        size_t n = bytes - at < block ? bytes - at : block;
+        if (GU(gu.HtoD(dst + at, (const char *)h + (k * 64) % 4096, n))) {
+            free(h);
+            return -1;
+        }
+    }
+    free(h);
+    return 0;
+}
+
+typedef struct cell_plan {
+    fi_plan *plan;
+    int32_t *qo_indptr, *kv_indptr, *indices, *last;
+} cell_plan;
+
+int main(int argc, char **argv) {
+    const char *json = NULL;
+    int reps = 30, only_b = 0, only_l = 0, workers = 0;
+    const char *cells = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) only_b = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv") && i + 1 < argc) only_l = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
+    }
+    if (reps < 30) reps = 30;
+    if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
+        printf("no CUDA device\n");
+        return 0;
+    }
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.device = FI_DEVICE_CUDA;
+    fi_context *ctx = NULL;
+    if (fi_context_create(&opt, &ctx)) {
+        printf("context: %s\n", fi_last_error());
+        return 1;
+    }
+    printf("%s\n", fi_context_describe(ctx));
+    tu_rng rng;
+    tu_rng_seed(&rng, 42);
+    size_t kvbytes = (size_t)POOL * PS * HKV * D * 2;
+    size_t qbytes = (size_t)256 * HQ * D * 2;
+    gu_ptr dk = 0, dv = 0, dq = 0, dout = 0;
+    if (GU(gu.MemAlloc(&dk, kvbytes)) || GU(gu.MemAlloc(&dv, kvbytes)) ||
+        GU(gu.MemAlloc(&dq, qbytes)) || GU(gu.MemAlloc(&dout, qbytes)) ||
+        fill_random(dk, kvbytes, &rng) || fill_random(dv, kvbytes, &rng) ||
+        fill_random(dq, qbytes, &rng))
+        return 1;
+    gu_stream s = NULL;
+    gu_event e0 = NULL, e1 = NULL;
+    GU(gu.StreamCreate(&s, 1));
+    GU(gu.EventCreate(&e0, 0));
+    GU(gu.EventCreate(&e1, 0));
+
+    fi_attention_params p;
+    fi_attention_params_init(&p);
+    p.num_qo_heads = HQ, p.num_kv_heads = HKV, p.head_dim_qk = p.head_dim_vo = D;
+    p.page_size = PS;
+    p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
+    int64_t ks[4] = {POOL, PS, HKV, D};
+
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    static const int batches[] = {1, 16, 64, 256}, lens[] = {1024, 4096, 16384, 32768};
+    char table[8192];
+    int tl = snprintf(table, sizeof table,
+                      "| batch | kv_len | time (us) | TB/s | %% of 4.22 | plans | items | split |"
+                      " plan_update (us) |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int bi = 0; bi < 4; bi++) {
+        for (int li = 0; li < 4; li++) {
+            int B = batches[bi], L = lens[li];
+            if ((only_b && B != only_b) || (only_l && L != only_l)) continue;
+            char cell[32];
+            snprintf(cell, sizeof cell, ",%dx%d,", B, L);
+            if (cells) {
+                char list[256];
+                snprintf(list, sizeof list, ",%s,", cells);
+                if (!strstr(list, cell)) continue;
+            }
+            int pages = L / PS;
+            double bytes = 2.0 * B * HQ * D * 2 + 2.0 * B * (double)L * HKV * D * 2;
+            int R = (int)ceil(300e6 / bytes);
+            if (R < 1) R = 1;
+            if (R > MAXPLANS) R = MAXPLANS;
+            fi_plan_config cfg;
+            fi_plan_config_init(&cfg);
+            cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = B * pages;
+            cfg.num_workers = workers;
+            cell_plan cp[MAXPLANS];
+            memset(cp, 0, sizeof cp);
+            fi_plan_info info = {.struct_size = sizeof info};
+            float upd[MAXPLANS];
+            int bad = 0;
+            for (int r = 0; r < R && !bad; r++) {
+                cell_plan *c = &cp[r];
+                c->qo_indptr = malloc(sizeof(int32_t) * (B + 1));
+                c->kv_indptr = malloc(sizeof(int32_t) * (B + 1));
+                c->last = malloc(sizeof(int32_t) * B);
+                c->indices = malloc(sizeof(int32_t) * (size_t)B * pages);
+                for (int i = 0; i <= B; i++) c->qo_indptr[i] = i, c->kv_indptr[i] = i * pages;
+                for (int i = 0; i < B; i++) c->last[i] = PS;
+                for (int64_t j = 0; j < (int64_t)B * pages; j++)
+                    c->indices[j] = tu_rng_int(&rng, 0, POOL - 1);
+                fi_batch fb = {B, c->qo_indptr, c->kv_indptr, c->indices, c->last, NULL};
+                bad = fi_plan_create(ctx, &p, &cfg, &c->plan) != FI_OK;
+                double t0 = now();
+                bad = bad || fi_plan_update(c->plan, &fb) != FI_OK;
+                upd[r] = (float)(1e6 * (now() - t0));
+                if (!bad && r == 0) fi_plan_get_info(c->plan, &info);
+            }
+            if (bad) {
+                printf("cell %d x %d: %s\n", B, L, fi_last_error());
+                return 1;
+            }
+            qsort(upd, (size_t)R, sizeof upd[0], cmp_float);
+            fi_run_args a;
+            memset(&a, 0, sizeof a);
+            int64_t qs[3] = {B, HQ, D};
+            a.q = fi_tensor_contiguous((void *)(uintptr_t)dq, FI_DTYPE_BF16, 3, qs);
+            a.o = fi_tensor_contiguous((void *)(uintptr_t)dout, FI_DTYPE_BF16, 3, qs);
+            a.k = fi_tensor_contiguous((void *)(uintptr_t)dk, FI_DTYPE_BF16, 4, ks);
+            a.v = fi_tensor_contiguous((void *)(uintptr_t)dv, FI_DTYPE_BF16, 4, ks);
+            a.stream = s;
+            /* eager runs first: orders `s` after every plan's upload */
+            for (int r = 0; r < R; r++)
+                if (fi_plan_run(cp[r].plan, &a)) {
+                    printf("run: %s\n", fi_last_error());
+                    return 1;
+                }
+            gu_graph g = NULL;
+            gu_exec ex = NULL;
+            GU(gu.BeginCapture(s, 0));
+            for (int r = 0; r < R; r++) fi_plan_run(cp[r].plan, &a);
+            if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
+            for (int w = 0; w < 3; w++) GU(gu.GraphLaunch(ex, s));
+            float *ms = malloc(sizeof(float) * reps);
+            for (int t = 0; t < reps; t++) {
+                GU(gu.EventRecord(e0, s));
+                GU(gu.GraphLaunch(ex, s));
+                GU(gu.EventRecord(e1, s));
+                GU(gu.EventSynchronize(e1));
+                GU(gu.EventElapsedTime(&ms[t], e0, e1));
+            }
+            qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+            double us = 1e3 * ms[reps / 2] / R;
+            double tbs = bytes / (us * 1e-6) / 1e12;
+            /* the output must be finite (not a test; a guard against timing garbage) */
+            uint16_t o16[64];
+            GU(gu.DtoH(o16, dout, sizeof o16));
+            int finite = 1;
+            for (int i = 0; i < 64; i++) finite &= isfinite(tu_bf16_to_f32(o16[i]));
+            tl += snprintf(table + tl, sizeof table - (size_t)tl,
+                           "| %d | %d | %.1f | %.2f | %.0f%% | %d | %d | %d | %.0f |%s\n", B, L, us,
+                           tbs, 100 * tbs * 1e12 / CEILING, R, info.num_items,
+                           info.num_split_items, upd[R / 2], finite ? "" : " NON-FINITE OUTPUT");
+            printf("decode batch %3d kv %5d: %9.1f us %6.2f TB/s (%d plans, %d items, %d split, "
+                   "min %.1f max %.1f us)\n",
+                   B, L, us, tbs, R, info.num_items, info.num_split_items, 1e3 * ms[0] / R,
+                   1e3 * ms[reps - 1] / R);
+            if (jf)
+                fprintf(jf,
+                        "{\"workload\":\"decode\",\"batch\":%d,\"kv_len\":%d,\"h_qo\":%d,"
+                        "\"h_kv\":%d,\"d\":%d,\"page\":%d,\"dtype\":\"bf16\",\"us\":%.2f,"
+                        "\"tb_s\":%.3f,\"bytes\":%.0f,\"plans\":%d,\"items\":%d,\"split_items\":%d,"
+                        "\"plan_update_us\":%.1f,\"reps\":%d}\n",
+                        B, L, HQ, HKV, D, PS, us, tbs, bytes, R, info.num_items,
+                        info.num_split_items, upd[R / 2], reps);
+            free(ms);
+            gu.GraphExecDestroy(ex);
+            gu.GraphDestroy(g);
+            for (int r = 0; r < R; r++) {
+                fi_plan_destroy(cp[r].plan);
+                free(cp[r].qo_indptr), free(cp[r].kv_indptr), free(cp[r].last),
+                    free(cp[r].indices);
+            }
+        }
+    }
+    if (jf) fclose(jf);
+    printf("\n%s", table);
+    fi_context_destroy(ctx);
+    return 0;
+}

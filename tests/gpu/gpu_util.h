@@ -1,0 +1,100 @@
+/*
+ * gpu_util.h — what the GPU test and benchmark programs need from the CUDA
+ * driver, loaded with dlopen (so they build without CUDA headers): memory,
+ * copies, streams, events, graphs. Header-only; each program includes it once.
+ */
+#ifndef FI_GPU_UTIL_H
+#define FI_GPU_UTIL_H
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef unsigned long long gu_ptr;
+typedef void *gu_stream, *gu_event, *gu_graph, *gu_exec, *gu_ctx;
+
+static struct {
+    int (*Init)(unsigned);
+    int (*DeviceGet)(int *, int);
+    int (*DeviceGetCount)(int *);
+    int (*PrimaryCtxRetain)(gu_ctx *, int);
+    int (*CtxSetCurrent)(gu_ctx);
+    int (*MemAlloc)(gu_ptr *, size_t);
+    int (*MemFree)(gu_ptr);
+    int (*HtoD)(gu_ptr, const void *, size_t);
+    int (*DtoH)(void *, gu_ptr, size_t);
+    int (*MemsetD8)(gu_ptr, unsigned char, size_t);
+    int (*StreamCreate)(gu_stream *, unsigned);
+    int (*StreamDestroy)(gu_stream);
+    int (*StreamSynchronize)(gu_stream);
+    int (*CtxSynchronize)(void);
+    int (*EventCreate)(gu_event *, unsigned);
+    int (*EventRecord)(gu_event, gu_stream);
+    int (*EventSynchronize)(gu_event);
+    int (*EventElapsedTime)(float *, gu_event, gu_event);
+    int (*BeginCapture)(gu_stream, int);
+    int (*EndCapture)(gu_stream, gu_graph *);
+    int (*GraphInstantiate)(gu_exec *, gu_graph, unsigned long long);
+    int (*GraphLaunch)(gu_exec, gu_stream);
+    int (*GraphDestroy)(gu_graph);
+    int (*GraphExecDestroy)(gu_exec);
+    int (*GetErrorName)(int, const char **);
+} gu;
+
+static int gu_sym(void *lib, const char *name, void *slot) {
+    void *p = dlsym(lib, name);
+    memcpy(slot, &p, sizeof p);
+    if (!p) fprintf(stderr, "gpu_util: libcuda lacks %s\n", name);
+    return p != NULL;
+}
+
+/* Load the driver and make device `ordinal`'s primary context current. */
+static int gu_init(int ordinal) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!lib) return -1;
+    int ok = 1;
+    ok &= gu_sym(lib, "cuInit", &gu.Init);
+    ok &= gu_sym(lib, "cuDeviceGet", &gu.DeviceGet);
+    ok &= gu_sym(lib, "cuDeviceGetCount", &gu.DeviceGetCount);
+    ok &= gu_sym(lib, "cuDevicePrimaryCtxRetain", &gu.PrimaryCtxRetain);
+    ok &= gu_sym(lib, "cuCtxSetCurrent", &gu.CtxSetCurrent);
+    ok &= gu_sym(lib, "cuMemAlloc_v2", &gu.MemAlloc);
+    ok &= gu_sym(lib, "cuMemFree_v2", &gu.MemFree);
+    ok &= gu_sym(lib, "cuMemcpyHtoD_v2", &gu.HtoD);
+    ok &= gu_sym(lib, "cuMemcpyDtoH_v2", &gu.DtoH);
+    ok &= gu_sym(lib, "cuMemsetD8_v2", &gu.MemsetD8);
+    ok &= gu_sym(lib, "cuStreamCreate", &gu.StreamCreate);
+    ok &= gu_sym(lib, "cuStreamDestroy_v2", &gu.StreamDestroy);
+    ok &= gu_sym(lib, "cuStreamSynchronize", &gu.StreamSynchronize);
+    ok &= gu_sym(lib, "cuCtxSynchronize", &gu.CtxSynchronize);
+    ok &= gu_sym(lib, "cuEventCreate", &gu.EventCreate);
+    ok &= gu_sym(lib, "cuEventRecord", &gu.EventRecord);
+    ok &= gu_sym(lib, "cuEventSynchronize", &gu.EventSynchronize);
+    ok &= gu_sym(lib, "cuEventElapsedTime", &gu.EventElapsedTime);
+    ok &= gu_sym(lib, "cuStreamBeginCapture_v2", &gu.BeginCapture);
+    ok &= gu_sym(lib, "cuStreamEndCapture", &gu.EndCapture);
+    ok &= gu_sym(lib, "cuGraphInstantiateWithFlags", &gu.GraphInstantiate);
+    ok &= gu_sym(lib, "cuGraphLaunch", &gu.GraphLaunch);
+    ok &= gu_sym(lib, "cuGraphDestroy", &gu.GraphDestroy);
+    ok &= gu_sym(lib, "cuGraphExecDestroy", &gu.GraphExecDestroy);
+    ok &= gu_sym(lib, "cuGetErrorName", &gu.GetErrorName);
+    if (!ok) return -1;
+    int dev, n = 0;
+    gu_ctx ctx;
+    if (gu.Init(0) || gu.DeviceGetCount(&n) || ordinal >= n || gu.DeviceGet(&dev, ordinal) ||
+        gu.PrimaryCtxRetain(&ctx, dev) || gu.CtxSetCurrent(ctx))
+        return -1;
+    return 0;
+}
+
+static int gu_check(int r, const char *what, int line) {
+    if (r == 0) return 0;
+    const char *name = "?";
+    gu.GetErrorName(r, &name);
+    fprintf(stderr, "CUDA call failed at line %d: %s: %s (%d)\n", line, what, name, r);
+    return r;
+}
+#define GU(call) gu_check((call), #call, __LINE__)
+
+#endif

@@ -1,0 +1,199 @@
+/*
+ * jit_compile.c — compile every supported CUDA kernel configuration without
+ * a GPU: through the library's own NVRTC JIT path (compile only, PTX for
+ * compute_90a by default), or list the configurations for nvcc (CI).
+ *
+ *   build/jit_compile                 NVRTC every configuration, print times
+ *   build/jit_compile --arch sm_90a   the same, to CUBIN
+ *   build/jit_compile --list          one line per kernel: entry file, name, -D...
+ *   build/jit_compile --filter STR    only names containing STR
+ *   build/jit_compile --warm [-j N] [--arch sm_90a]
+ *       read attention configurations from stdin, one per line as
+ *       "paged mask window softcap pos qt kvt ot dqk dvo hq hkv" (what
+ *       tests/gpu/harness_configs.py prints), and compile each (and its
+ *       merge kernel) into the disk cache ($FLASHINFER_CACHE_DIR), N at once
+ *
+ * The configurations cover every value of every compile-time option at
+ * least once (head dims, dtypes, FP8, group sizes and row blocks, paged /
+ * ragged, each mask and variant); the library compiles any other
+ * combination on first use the same way.
+ */
+#include "cuda/cuda_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { F32 = 0, F16 = 1, BF16 = 2, E4M3 = 3, E5M2 = 4 };
+
+/* dqk dvo qt kvt ot group rows paged mask window softcap pos */
+static const fi_attn_config attn_configs[] = {
+    {128, 128, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0}, /* decode 32/8 bf16: the benchmark's */
+    {128, 128, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0},
+    {128, 128, BF16, BF16, BF16, 8, 8, 1, 0, 0, 0, 0}, /* 32/4 */
+    {128, 128, BF16, BF16, BF16, 1, 1, 1, 0, 0, 0, 0}, /* MHA */
+    {128, 128, F16, F16, F16, 2, 2, 1, 0, 0, 0, 0},
+    {128, 128, F16, F16, F16, 3, 3, 1, 0, 0, 0, 0},
+    {128, 128, BF16, BF16, BF16, 16, 8, 1, 0, 0, 0, 0}, /* group > rows */
+    {64, 64, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0},
+    {256, 256, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0},
+    {256, 256, F16, F16, F16, 8, 8, 1, 1, 0, 0, 0},
+    {64, 128, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0}, /* qk != vo */
+    {128, 64, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0},
+    {64, 256, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0},
+    {128, 128, F32, F32, F32, 4, 4, 1, 0, 0, 0, 0},
+    {256, 256, F32, F32, F32, 4, 4, 1, 0, 0, 0, 0},
+    {64, 64, F32, F32, F32, 1, 1, 1, 0, 0, 0, 0},
+    {128, 128, F16, F16, F32, 4, 4, 1, 0, 0, 0, 0}, /* mixed dtypes */
+    {128, 128, BF16, F32, F16, 4, 4, 1, 0, 0, 0, 0},
+    {128, 128, BF16, E4M3, BF16, 4, 4, 1, 0, 0, 0, 0}, /* FP8 KV */
+    {128, 128, F16, E5M2, F16, 4, 4, 1, 0, 0, 0, 0},
+    {64, 64, BF16, E4M3, BF16, 8, 8, 1, 0, 0, 0, 0},
+    {256, 256, F16, E4M3, F16, 1, 1, 1, 0, 0, 0, 0},
+    {128, 128, BF16, BF16, BF16, 4, 4, 1, 1, 0, 0, 0}, /* causal */
+    {128, 128, F16, F16, F16, 4, 4, 1, 1, 1, 0, 0},    /* causal + window */
+    {128, 128, F16, F16, F16, 4, 4, 1, 0, 1, 0, 0},    /* window */
+    {128, 128, F16, F16, F16, 4, 4, 1, 0, 0, 1, 0},    /* soft-cap */
+    {128, 128, F16, F16, F16, 4, 4, 1, 1, 0, 0, 2},    /* ALiBi */
+    {128, 128, F16, F16, F16, 4, 4, 1, 1, 0, 0, 1},    /* RoPE */
+    {256, 256, BF16, BF16, BF16, 8, 8, 1, 1, 0, 0, 1},
+    {128, 128, F16, F16, F16, 4, 4, 1, 2, 0, 0, 0},    /* custom mask */
+    {128, 128, F16, F16, F16, 4, 4, 1, 2, 1, 1, 2},    /* everything at once */
+    {128, 128, BF16, BF16, BF16, 4, 4, 0, 1, 0, 0, 0}, /* ragged */
+    {128, 128, F16, F16, F16, 1, 1, 0, 2, 0, 0, 1},
+    {64, 64, F32, F32, F32, 8, 8, 0, 0, 0, 0, 0},
+};
+
+static const int merge_dims[] = {64, 128, 256};
+static const int merge_dtypes[] = {F32, F16, BF16};
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int nspecs(void) {
+    return (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9;
+}
+
+static void spec_at(int i, fi_kernel_spec *s) {
+    int na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
+    if (i < na) fi_cuda_attn_spec(&attn_configs[i], s);
+    else fi_cuda_merge_spec(merge_dims[(i - na) / 3], merge_dtypes[(i - na) % 3], s);
+}
+
+/* --warm: the specs named on stdin into the disk cache, `jobs` processes. */
+static int warm(const char *arch, int jobs) {
+    enum { MAXW = 4096 };
+    static fi_kernel_spec specs[MAXW];
+    int n = 0;
+    char line[256];
+    while (n < MAXW - 1 && fgets(line, sizeof line, stdin)) {
+        int v[12];
+        if (sscanf(line, "%d %d %d %d %d %d %d %d %d %d %d %d", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]) != 12)
+            continue;
+        fi_attention_params p;
+        fi_attention_params_init(&p);
+        p.kv_format = v[0] ? FI_KV_FORMAT_PAGED : FI_KV_FORMAT_RAGGED;
+        p.mask_mode = v[1] == 1 ? FI_MASK_CAUSAL : v[1] == 2 ? FI_MASK_CUSTOM : FI_MASK_NONE;
+        p.window_left = v[2] ? 1 : -1;
+        p.logits_soft_cap = v[3] ? 1.0f : 0.0f;
+        p.pos_encoding = v[4] == 1 ? FI_POS_ROPE_LLAMA : v[4] == 2 ? FI_POS_ALIBI : FI_POS_NONE;
+        p.q_dtype = (fi_dtype)v[5], p.kv_dtype = (fi_dtype)v[6], p.o_dtype = (fi_dtype)v[7];
+        p.head_dim_qk = v[8], p.head_dim_vo = v[9];
+        p.num_qo_heads = v[10], p.num_kv_heads = v[11] > 0 ? v[11] : 1;
+        fi_attn_config c;
+        fi_cuda_attn_config(&p, p.num_qo_heads / p.num_kv_heads, &c);
+        fi_cuda_attn_spec(&c, &specs[n++]);
+        fi_cuda_merge_spec(p.head_dim_vo, (int)p.o_dtype, &specs[n++]);
+    }
+    /* drop duplicates */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int dup = 0;
+        for (int j = 0; j < m && !dup; j++) dup = !strcmp(specs[j].name, specs[i].name);
+        if (!dup) specs[m++] = specs[i];
+    }
+    double t0 = now();
+    int failed = 0;
+    for (int w = 0; w < jobs; w++) {
+        pid_t pid = jobs > 1 ? fork() : 0;
+        if (pid < 0) return 1;
+        if (pid > 0) continue;
+        int bad = 0;
+        for (int i = w; i < m; i += jobs) {
+            int cached = 0;
+            if (fi_cuda_jit_warm(&specs[i], arch, &cached)) {
+                printf("FAIL %s: %s\n", specs[i].name, fi_last_error());
+                bad = 1;
+            }
+        }
+        fflush(stdout);
+        if (jobs > 1) _exit(bad);
+        failed = bad;
+    }
+    for (int w = 0; w < jobs && jobs > 1; w++) {
+        int status = 0;
+        if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) failed = 1;
+    }
+    char dir[512];
+    fi_cuda_cache_dir(dir, sizeof dir);
+    printf("warm: %d kernels for %s in %s, %d processes, %.1f s%s\n", m, arch, dir, jobs,
+           now() - t0, failed ? ", FAILURES" : "");
+    return failed;
+}
+
+int main(int argc, char **argv) {
+    const char *arch = "compute_90a", *filter = NULL;
+    int list = 0, do_warm = 0, jobs = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--arch") && i + 1 < argc) arch = argv[++i];
+        else if (!strcmp(argv[i], "--warm")) do_warm = 1;
+        else if (!strcmp(argv[i], "-j") && i + 1 < argc) jobs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+        else if (!strcmp(argv[i], "--list")) list = 1;
+        else {
+            fprintf(stderr, "usage: %s [--arch compute_90a|sm_90a] [--filter STR] [--list]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (do_warm) return warm(strcmp(arch, "compute_90a") ? arch : "sm_90a", jobs > 0 ? jobs : 1);
+    int failed = 0, done = 0;
+    double total = 0;
+    for (int i = 0; i < nspecs(); i++) {
+        fi_kernel_spec s;
+        spec_at(i, &s);
+        if (filter && !strstr(s.name, filter)) continue;
+        if (list) {
+            printf("%s %s", s.entry_file, s.name);
+            for (int d = 0; d < s.num_defines; d++) printf(" %s", s.defines[d]);
+            printf("\n");
+            continue;
+        }
+        char *image = NULL;
+        size_t size = 0;
+        double t0 = now();
+        fi_status st = fi_cuda_jit_compile(&s, arch, &image, &size);
+        double dt = now() - t0;
+        total += dt;
+        done++;
+        if (st) {
+            failed++;
+            printf("FAIL %-48s %s\n", s.name, fi_last_error());
+            if (st == FI_STATUS_NO_DEVICE) return 1; /* no NVRTC: nothing else will work */
+        } else {
+            printf("ok   %-48s %7.0f ms  %8zu bytes\n", s.name, 1e3 * dt, size);
+        }
+        free(image);
+    }
+    if (!list)
+        printf("%d kernels compiled by NVRTC for %s in %.1f s, %d failed\n", done, arch, total,
+               failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# run_device.sh — the CUDA backend on the GPU machine, in one call: build
+# there, JIT (cold compile vs warm load), graph capture/replay across
+# batches, the attention harness on the cuda backend against the fp64
+# oracle, and BENCH.md's decode cells. Logs under $OUT (or /tmp/fi-out);
+# a short table last.
+#   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fi-out}
+mkdir -p "$OUT"
+QUICK="" BENCH=1 HARNESS=1
+for a in "$@"; do
+    case $a in
+        --quick) QUICK="--quick" ;;
+        --no-bench) BENCH=0 ;;
+        --no-harness) HARNESS=0 ;;
+    esac
+done
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export FLASHINFER_CACHE_DIR=${FLASHINFER_CACHE_DIR:-/tmp/flashinfer-c-cache}
+JOBS=$(nproc)
+status=0
+t0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+
+stamp "machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv \
+    | tee "$OUT/gpu.txt"
+nvcc --version | tail -1
+
+stamp "build"
+if ! make -j"$JOBS" -s lib gpu build/test_attention > "$OUT/build.log" 2>&1; then
+    tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+fi
+
+stamp "test_cuda (JIT cold/warm, device ordinals, graph replay across batches)"
+FLASHINFER_CACHE_DIR=$(mktemp -d) ./build/test_cuda 2>&1 | tee "$OUT/test_cuda.log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+if [ "$HARNESS" = 1 ]; then
+    stamp "JIT cache warm-up for the harness ($JOBS processes)"
+    ./build/test_attention --list --backend cuda $QUICK | python3 tests/gpu/harness_configs.py \
+        | ./build/jit_compile --warm -j "$JOBS" 2>&1 | tee "$OUT/warm.log"
+    stamp "attention harness, backend cuda, one process per suite"
+    pids=()
+    for s in oracle format variant dtype headdim plan edge determinism; do
+        ./build/test_attention --backend cuda --filter "cuda/$s/" $QUICK > "$OUT/harness_$s.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || status=1; done
+    grep -h "^FAIL" "$OUT"/harness_*.log | head -40
+    for s in format variant dtype headdim plan edge determinism; do
+        printf '%-12s %s\n' "$s" "$(grep -hiE 'total|passed|failed' "$OUT/harness_$s.log" | tail -1)"
+    done | tee "$OUT/harness_summary.txt"
+fi
+
+if [ "$BENCH" = 1 ]; then
+    stamp "decode benchmark (BENCH.md cells)"
+    ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
+fi
+
+stamp "done (status $status)"
+[ -f "$OUT/harness_summary.txt" ] && cat "$OUT/harness_summary.txt"
+[ -f "$OUT/bench.log" ] && grep "^|" "$OUT/bench.log"
+exit $status

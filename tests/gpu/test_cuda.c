@@ -1,0 +1,301 @@
+/*
+ * test_cuda.c — CUDA-only checks that the attention harness
+ * (tests/test_attention.c, which covers formats x variants x dtypes on every
+ * backend) does not make. Runs on the GPU machine (tests/gpu/run_device.sh).
+ *
+ *   jit     one configuration compiled cold by NVRTC into an empty disk
+ *           cache, then loaded warm from it by a fresh context: both times
+ *   graph   a CUDA graph captured around fi_plan_run on a non-blocking
+ *           stream, replayed after fi_plan_update with other batches within
+ *           the plan's bounds (decode, mixed, one long split request): every
+ *           replay matches the fp64 oracle, and bitwise the eager run of the
+ *           same batch
+ *   device  device_id out of range gives FI_STATUS_NO_DEVICE
+ */
+#include "flashinfer.h"
+#include "cuda/cuda_backend.h"
+#include "gpu_util.h"
+#include "../oracle.h"
+#include "../util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { HQ = 8, HKV = 2, D = 128, PS = 16, POOL = 512, MAXB = 8, MAXQ = 64 };
+
+static int failures;
+#define CHECK(cond, ...)                                           \
+    do {                                                           \
+        if (!(cond)) {                                             \
+            failures++;                                            \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);            \
+            printf(__VA_ARGS__);                                   \
+            printf(" [%s]\n", fi_last_error());                    \
+        }                                                          \
+    } while (0)
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static fi_attention_params make_params(void) {
+    fi_attention_params p;
+    fi_attention_params_init(&p);
+    p.num_qo_heads = HQ;
+    p.num_kv_heads = HKV;
+    p.head_dim_qk = p.head_dim_vo = D;
+    p.page_size = PS;
+    p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
+    return p;
+}
+
+/* --------------------------------------------------------------- jit */
+
+static void test_jit(void) {
+    fi_attention_params p = make_params();
+    p.mask_mode = FI_MASK_CAUSAL; /* a configuration of its own */
+    fi_plan_config cfg;
+    fi_plan_config_init(&cfg);
+    double ms[2] = {0, 0};
+    for (int pass = 0; pass < 2; pass++) {
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        opt.device = FI_DEVICE_CUDA;
+        fi_context *ctx = NULL;
+        fi_plan *plan = NULL;
+        CHECK(fi_context_create(&opt, &ctx) == FI_OK, "context");
+        if (!ctx) return;
+        double t0 = now();
+        CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan create");
+        ms[pass] = 1e3 * (now() - t0);
+        fi_cuda_jit_stats s = fi_cuda_jit_get_stats(ctx);
+        if (pass == 0)
+            printf("jit: cold: %d kernels compiled by NVRTC in %.1f ms (plan create %.1f ms)\n",
+                   s.compiled, 1e3 * s.compile_seconds, ms[0]);
+        else
+            printf("jit: warm: %d kernels loaded from the disk cache in %.2f ms (plan create "
+                   "%.2f ms), %d compiled\n",
+                   s.disk_loads, 1e3 * s.disk_load_seconds, ms[1], s.compiled);
+        if (pass == 1) CHECK(s.compiled == 0 && s.disk_loads == 2, "warm pass should only load");
+        fi_plan_destroy(plan);
+        fi_context_destroy(ctx);
+    }
+}
+
+/* ------------------------------------------------------------- graph */
+
+typedef struct batch {
+    int32_t n, qo[MAXB], kv[MAXB];
+    int32_t qo_indptr[MAXB + 1], kv_indptr[MAXB + 1], last[MAXB], indices[POOL];
+    fi_batch view;
+} batch;
+
+static void make_batch(batch *b, int n, const int32_t *qo, const int32_t *kv, tu_rng *rng) {
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    int32_t perm[POOL];
+    for (int i = 0; i < POOL; i++) perm[i] = i;
+    for (int i = POOL - 1; i > 0; i--) {
+        int j = tu_rng_int(rng, 0, i), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        b->qo[i] = qo[i], b->kv[i] = kv[i];
+        int pages = (kv[i] + PS - 1) / PS;
+        b->qo_indptr[i + 1] = b->qo_indptr[i] + qo[i];
+        b->kv_indptr[i + 1] = b->kv_indptr[i] + pages;
+        b->last[i] = pages ? kv[i] - PS * (pages - 1) : 0;
+        for (int j = 0; j < pages; j++) b->indices[used + j] = perm[used + j];
+        used += pages;
+    }
+    b->view = (fi_batch){n, b->qo_indptr, b->kv_indptr, b->indices, b->last, NULL};
+}
+
+typedef struct bufs {
+    tu_buf q, k, v;            /* host */
+    gu_ptr dq, dk, dv, do_, dl;/* device */
+    size_t qb, kb, ob, lb;
+} bufs;
+
+static int bufs_init(bufs *B, tu_rng *rng) {
+    int64_t qs[3] = {MAXQ, HQ, D}, ks[4] = {POOL, PS, HKV, D};
+    if (tu_buf_alloc(&B->q, FI_DTYPE_BF16, 3, qs) || tu_buf_alloc(&B->k, FI_DTYPE_BF16, 4, ks) ||
+        tu_buf_alloc(&B->v, FI_DTYPE_BF16, 4, ks))
+        return -1;
+    tu_fill_uniform(rng, &B->k.t, -1, 1, 0);
+    tu_fill_uniform(rng, &B->v.t, -1, 1, 0);
+    B->qb = B->q.bytes, B->kb = B->k.bytes, B->ob = B->q.bytes, B->lb = MAXQ * HQ * 4;
+    if (GU(gu.MemAlloc(&B->dq, B->qb)) || GU(gu.MemAlloc(&B->dk, B->kb)) ||
+        GU(gu.MemAlloc(&B->dv, B->kb)) || GU(gu.MemAlloc(&B->do_, B->ob)) ||
+        GU(gu.MemAlloc(&B->dl, B->lb)) || GU(gu.HtoD(B->dk, B->k.base, B->kb)) ||
+        GU(gu.HtoD(B->dv, B->v.base, B->kb)))
+        return -1;
+    return 0;
+}
+
+static fi_run_args run_args(const bufs *B, gu_stream s) {
+    fi_run_args a;
+    memset(&a, 0, sizeof a);
+    int64_t qs[3] = {MAXQ, HQ, D}, ks[4] = {POOL, PS, HKV, D}, ls[2] = {MAXQ, HQ};
+    a.q = fi_tensor_contiguous((void *)(uintptr_t)B->dq, FI_DTYPE_BF16, 3, qs);
+    a.k = fi_tensor_contiguous((void *)(uintptr_t)B->dk, FI_DTYPE_BF16, 4, ks);
+    a.v = fi_tensor_contiguous((void *)(uintptr_t)B->dv, FI_DTYPE_BF16, 4, ks);
+    a.o = fi_tensor_contiguous((void *)(uintptr_t)B->do_, FI_DTYPE_BF16, 3, qs);
+    a.lse = fi_tensor_contiguous((void *)(uintptr_t)B->dl, FI_DTYPE_F32, 2, ls);
+    a.stream = s;
+    return a;
+}
+
+/* Fresh q for batch b; poisoned outputs. */
+static void prepare(bufs *B, const batch *b, tu_rng *rng) {
+    tu_fill_uniform(rng, &B->q.t, -1, 1, 0);
+    GU(gu.HtoD(B->dq, B->q.base, B->qb));
+    GU(gu.MemsetD8(B->do_, 0xff, B->ob));
+    GU(gu.MemsetD8(B->dl, 0xff, B->lb));
+    GU(gu.CtxSynchronize()); /* the legacy stream does not order `s` */
+    (void)b;
+}
+
+/* Download O, LSE; compare with the oracle. Returns the raw O bytes. */
+static void check_oracle(const char *what, bufs *B, const batch *b, uint16_t *o_bits) {
+    fi_attention_params p = make_params();
+    int nq = b->qo_indptr[b->n];
+    float *lse = malloc((size_t)nq * HQ * 4);
+    double *ref = malloc((size_t)nq * HQ * D * 8), *got = malloc((size_t)nq * HQ * D * 8);
+    double *lref = malloc((size_t)nq * HQ * 8), *lgot = malloc((size_t)nq * HQ * 8);
+    GU(gu.CtxSynchronize());
+    GU(gu.DtoH(o_bits, B->do_, (size_t)nq * HQ * D * 2));
+    GU(gu.DtoH(lse, B->dl, (size_t)nq * HQ * 4));
+    oracle_attention(&p, &b->view, &B->q.t, &B->k.t, &B->v.t, NULL, ref, lref);
+    for (int64_t i = 0; i < (int64_t)nq * HQ * D; i++) got[i] = tu_load(o_bits, FI_DTYPE_BF16, i);
+    for (int64_t i = 0; i < (int64_t)nq * HQ; i++) lgot[i] = lse[i];
+    tu_cmp c, cl;
+    int64_t bad = tu_compare(got, ref, (int64_t)nq * HQ * D, 1e-2, 2e-2, &c);
+    int64_t badl = tu_compare(lgot, lref, (int64_t)nq * HQ, 1e-3, 1e-3, &cl);
+    printf("graph: %-34s O max err %.2e, LSE max err %.2e: %s\n", what, c.max_abs_err,
+           cl.max_abs_err, bad || badl ? "FAIL" : "ok");
+    CHECK(!bad && !badl, "%s: %lld O and %lld LSE values off (worst O %g vs %g)", what,
+          (long long)bad, (long long)badl, c.worst_got, c.worst_ref);
+    free(lse), free(ref), free(got), free(lref), free(lgot);
+}
+
+static void test_graph(void) {
+    tu_rng rng;
+    tu_rng_seed(&rng, 1234);
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.device = FI_DEVICE_CUDA;
+    fi_context *ctx = NULL;
+    CHECK(fi_context_create(&opt, &ctx) == FI_OK, "context");
+    if (!ctx) return;
+    printf("graph: %s\n", fi_context_describe(ctx));
+    bufs B;
+    memset(&B, 0, sizeof B);
+    if (bufs_init(&B, &rng)) {
+        CHECK(0, "buffers");
+        return;
+    }
+    fi_attention_params p = make_params();
+    fi_plan_config cfg;
+    fi_plan_config_init(&cfg);
+    cfg.max_batch_size = MAXB;
+    cfg.max_total_qo = MAXQ;
+    cfg.max_total_kv = POOL;
+    fi_plan *plan = NULL;
+    CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan");
+    if (!plan) return;
+
+    batch bs[3];
+    int32_t qa[] = {1, 1, 1}, ka[] = {700, 35, 1500};
+    int32_t qb[] = {1, 4, 1, 1, 9}, kb[] = {2000, 40, 300, 17, 64};
+    int32_t qc[] = {1}, kc[] = {7000};
+    make_batch(&bs[0], 3, qa, ka, &rng);
+    make_batch(&bs[1], 5, qb, kb, &rng);
+    make_batch(&bs[2], 1, qc, kc, &rng);
+    const char *names[3] = {"decode 3 requests", "mixed 5 requests", "one long request (split)"};
+    size_t obytes = (size_t)MAXQ * HQ * D * 2;
+    uint16_t *eager = malloc(obytes), *replay = malloc(obytes);
+
+    gu_stream s = NULL;
+    GU(gu.StreamCreate(&s, 1 /* non-blocking */));
+    fi_run_args a = run_args(&B, s);
+    gu_exec exec = NULL;
+    /* The plan's first update goes on the default stream; the graph is
+     * captured on `s` after the first batch's eager run. */
+    for (int round = 0; round < 4; round++) {
+        int i = round % 3;
+        batch *b = &bs[i];
+        CHECK(fi_plan_update(plan, &b->view) == FI_OK, "update %d", i);
+        fi_plan_info info = {.struct_size = sizeof info};
+        fi_plan_get_info(plan, &info);
+        prepare(&B, b, &rng);
+        CHECK(fi_plan_run(plan, &a) == FI_OK, "eager run");
+        char what[96];
+        snprintf(what, sizeof what, "eager %s (%d items, %d split)", names[i], info.num_items,
+                 info.num_split_items);
+        check_oracle(what, &B, b, eager);
+        if (!exec) {
+            gu_graph g = NULL;
+            int r1 = GU(gu.BeginCapture(s, 0));
+            CHECK(fi_plan_run(plan, &a) == FI_OK, "captured run");
+            int r2 = GU(gu.EndCapture(s, &g));
+            CHECK(!r1 && !r2 && g && !GU(gu.GraphInstantiate(&exec, g, 0)), "capture");
+            if (g) gu.GraphDestroy(g);
+            if (!exec) break;
+        }
+        GU(gu.MemsetD8(B.do_, 0xff, B.ob));
+        GU(gu.MemsetD8(B.dl, 0xff, B.lb));
+        GU(gu.CtxSynchronize());
+        GU(gu.GraphLaunch(exec, s));
+        snprintf(what, sizeof what, "replay %s", names[i]);
+        check_oracle(what, &B, b, replay);
+        int nq = b->qo_indptr[b->n];
+        CHECK(!memcmp(eager, replay, (size_t)nq * HQ * D * 2), "replay of %s is not bitwise the "
+              "eager run", names[i]);
+    }
+    if (exec) gu.GraphExecDestroy(exec);
+    fi_plan_destroy(plan);
+    fi_context_destroy(ctx);
+    free(eager), free(replay);
+}
+
+/* ------------------------------------------------------------ device */
+
+static void test_device(void) {
+    int n = 0;
+    gu.DeviceGetCount(&n);
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.device = FI_DEVICE_CUDA;
+    opt.device_id = n;
+    fi_context *ctx = NULL;
+    CHECK(fi_context_create(&opt, &ctx) == FI_STATUS_NO_DEVICE, "device_id=%d of %d", n, n);
+    printf("device: device_id=%d -> \"%s\"\n", n, fi_last_error());
+    if (n > 1) {
+        opt.device_id = 1;
+        CHECK(fi_context_create(&opt, &ctx) == FI_OK, "device 1");
+        if (ctx) printf("device: %s\n", fi_context_describe(ctx));
+        fi_context_destroy(ctx);
+    } else {
+        printf("device: one GPU here; device_id 1 not checked\n");
+    }
+}
+
+int main(void) {
+    if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
+        printf("no CUDA device: nothing to test\n");
+        return 0;
+    }
+    test_jit();
+    test_device();
+    test_graph();
+    printf("test_cuda: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
+           failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}
