@@ -4,18 +4,41 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+
+/* CPUID and XCR0 directly: clang 14's __builtin_cpu_supports lacks some of
+ * these names. The OS must also save the wider registers (XCR0). */
+typedef struct x86_features {
+    bool avx2, fma, f16c, avx512;
+} x86_features;
+
+static x86_features x86_detect(void) {
+    x86_features f = {false, false, false, false};
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    bool osxsave = (c >> 27) & 1;
+    f.fma = (c >> 12) & 1;
+    f.f16c = (c >> 29) & 1;
+    if (!osxsave) return f;
+    unsigned xa, xd;
+    __asm__ __volatile__("xgetbv" : "=a"(xa), "=d"(xd) : "c"(0));
+    bool ymm = (xa & 0x6) == 0x6, zmm = (xa & 0xe6) == 0xe6;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+    f.avx2 = ymm && ((b >> 5) & 1);
+    /* F (16), DQ (17), BW (30), VL (31). The kernels use no BF16
+     * instructions (docs/CPU_KERNELS.md), so AVX512_BF16 is not required. */
+    f.avx512 = zmm && ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
+    return f;
+}
+
 static bool has_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    x86_features f = x86_detect();
+    return f.avx512 && f.fma && f.f16c;
 }
 
 static bool has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    x86_features f = x86_detect();
+    return f.avx2 && f.fma && f.f16c;
 }
 #endif
 

@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define FI_CPU_BM 64      /* packed query rows per row block */
+#define FI_CPU_BM 128     /* packed query rows per row block */
 #define FI_CPU_BN 64      /* keys per key block */
 #define FI_CPU_MAX_D 256  /* largest head dim */
 /* Bytes of per-worker scratch a SIMD table may use for packed K/V and P. */
