@@ -84,7 +84,10 @@ def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
     idx = i32(kv_indices, names[1])
     if idx.shape[0] < ptr[-1]:
         raise ValueError(f"{names[1]} has {idx.shape[0]} entries but {names[0]}[-1]={ptr[-1]}")
-    return ptr, idx, last
+    # The C plan references the page table until the next plan (it does not
+    # copy it); FlashInfer's plan copies it, so callers may reuse their arrays
+    # at once. A copy of our own keeps that promise.
+    return ptr, idx[: ptr[-1]].copy(), last
 
 
 def kv_lengths(ptr, last, page_size):

@@ -214,3 +214,17 @@ def test_c_plan_recreated_only_past_its_bounds(fi):
     bigger_handle, bigger = plan([30] * 100)
     assert bigger.batch >= 100 and bigger.batch > bounds.batch
     assert plan([3] * 50)[1] == bigger  # stays grown
+
+
+def test_caller_may_reuse_page_table_after_plan(fi, backend):
+    """As with FlashInfer's plan(), the caller's index arrays can change after plan()."""
+    page_size, h, d = 4, 4, 64
+    indptr, indices, last = batches.page_table([9, 14], page_size, num_pages=12)
+    kv = make_cache(12, page_size, h, d, torch.float32, "NHD", True)
+    q = torch.randn(2, h, d)
+    b_indices = backend(indices.clone())
+    w = fi.BatchDecodeWithPagedKVCacheWrapper(backend(torch.empty(1)))
+    w.plan(backend(indptr), b_indices, backend(last), h, h, d, page_size, q_data_type="float32")
+    b_indices[:] = 0  # the caller reuses its buffer for something else
+    ref_o, _ = reference_decode(q, kv, indptr, indices, last, page_size, "NHD")
+    assert_close(w.run(backend(q), backend(kv)), ref_o, torch.float32)
