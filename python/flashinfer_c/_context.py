@@ -70,9 +70,10 @@ def get(device):
     if kind == "cuda":
         if not fn.device_available(S.DEVICE_CUDA):
             raise RuntimeError(
-                f"flashinfer_c: this tensor is on {device_str(device)}, but the CUDA backend "
-                "is not built into libflashinfer yet; only the CPU backend exists. Use CPU "
-                "torch tensors or numpy arrays (tensor.cpu())."
+                f"flashinfer_c: this tensor is on {device_str(device)}, but libflashinfer "
+                "cannot run on CUDA here: the CUDA backend is not built into it yet, or no "
+                "GPU and driver were found. Use CPU torch tensors or numpy arrays "
+                "(tensor.cpu())."
             )
     elif kind != "cpu":
         raise ValueError(
