@@ -84,21 +84,23 @@ static void rope_rotate(const fi_cpu_job *j, float *x, int32_t pos) {
     }
 }
 
-/* Scratch q rows: converted, rotated, scaled; padding rows zeroed. */
-static void stage_q(const fi_cpu_job *j, const rowblock *b, fi_cpu_scratch *sc) {
+/* Scratch q rows from row `off`: converted, rotated, scaled; padding rows
+ * (up to a multiple of 8) zeroed. */
+static void stage_q(const fi_cpu_job *j, const rowblock *b, fi_cpu_scratch *sc, int32_t off) {
     fi_dtype qd = j->plan->params.q_dtype;
     for (int32_t r = 0; r < b->rows; r++) {
         int32_t p = b->row0 + r, t = b->q_start + p / j->group;
         int32_t head = b->hkv * j->group + p % j->group;
         const uint8_t *src = j->q + (b->qo_base + t) * j->q_tok + head * j->q_head;
-        float *dst = sc->q + (size_t)r * j->dqk;
+        float *dst = sc->q + (size_t)(off + r) * j->dqk;
         fi_load_row_f32(dst, src, qd, j->q_elem, j->dqk, 1.0f);
         if (j->rope) rope_rotate(j, dst, b->kv_len - b->qo_len + t);
         for (int32_t d = 0; d < j->dqk; d++) dst[d] *= j->q_scale;
     }
-    int32_t pad = (b->rows + 7) & ~7;
+    int32_t pad = (off + b->rows + 7) & ~7;
     if (pad > FI_CPU_BM) pad = FI_CPU_BM;
-    memset(sc->q + (size_t)b->rows * j->dqk, 0, sizeof(float) * (size_t)(pad - b->rows) * j->dqk);
+    memset(sc->q + (size_t)(off + b->rows) * j->dqk, 0,
+           sizeof(float) * (size_t)(pad - off - b->rows) * j->dqk);
 }
 
 /* Row pointers of keys [j0, j0 + n) of KV head hkv. */
@@ -182,14 +184,14 @@ static void block_visibility(const fi_cpu_job *j, const rowblock *b, int32_t j0,
 
 /* The row block's output: O / l and LSE = m + log2 l, or 0 and -inf. */
 static void write_rows(const fi_cpu_job *j, const rowblock *b, const fi_work_item *it,
-                       const fi_cpu_scratch *sc) {
+                       const fi_cpu_scratch *sc, int32_t off) {
     fi_dtype od = j->plan->params.o_dtype;
     for (int32_t r = 0; r < b->rows; r++) {
         int32_t p = b->row0 + r, t = b->q_start + p / j->group;
         int32_t head = b->hkv * j->group + p % j->group;
-        float l = sc->l[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float lse = l > 0.0f ? sc->m[r] + log2f(l) : -INFINITY;
-        const float *acc = sc->o + (size_t)r * j->dvo;
+        float l = sc->l[off + r], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float lse = l > 0.0f ? sc->m[off + r] + log2f(l) : -INFINITY;
+        const float *acc = sc->o + (size_t)(off + r) * j->dvo;
         if (it->partial_row >= 0) {
             int64_t row = (int64_t)(it->partial_row + t - it->q_start) * j->h_qo + head;
             float *dst = j->plan->partial_o + row * j->dvo;
@@ -222,46 +224,78 @@ static void key_block(const fi_cpu_job *j, const rowblock *b, fi_cpu_tile *tl,
     j->simd->pv(tl);
 }
 
-static void row_block(const fi_cpu_job *j, const fi_work_item *it, rowblock *b,
+/* The tile of head `h`'s rows: scratch rows from off = (h - first) * rows. */
+static fi_cpu_tile head_tile(const fi_cpu_job *j, const rowblock *b, fi_cpu_scratch *sc,
+                             int32_t off) {
+    fi_cpu_tile tl = {
+        .rows = b->rows, .dqk = j->dqk, .dvo = j->dvo,
+        .q = sc->q + (size_t)off * j->dqk, .qx = sc->qx + (size_t)off * j->dqk,
+        .s = sc->s + (size_t)off * FI_CPU_BN, .o = sc->o + (size_t)off * j->dvo,
+        .m = sc->m + off, .l = sc->l + off, .alpha = sc->alpha + off, .work = sc->work,
+        .k_dtype = j->k_dtype, .v_dtype = j->v_dtype,
+        .k_scale = j->stage_k ? 1.0f : j->k_scale, .v_scale = j->stage_v ? 1.0f : j->v_scale,
+    };
+    return tl;
+}
+
+/* Rows [row0, row0 + rows) of `heads` consecutive KV heads from b->hkv, in
+ * scratch one head after another. Key blocks are walked in order, every
+ * head per block: with a paged NHD cache this reads each page's heads
+ * together (one TLB walk and a prefetchable stream per page, not one per
+ * head); the next (head, block)'s rows are prefetched during each. */
+static void row_block(const fi_cpu_job *j, const fi_work_item *it, rowblock *b, int32_t heads,
                       fi_cpu_scratch *sc) {
+    int32_t first = b->hkv, total = heads * b->rows;
     b->t_first = b->q_start + b->row0 / j->group;
     b->t_last = b->q_start + (b->row0 + b->rows - 1) / j->group;
     int32_t kbeg, kend, lo, hi;
     token_range(j, b, b->t_first, &kbeg, &hi);
     token_range(j, b, b->t_last, &lo, &kend);
-    for (int32_t r = 0; r < b->rows; r++) sc->m[r] = -INFINITY, sc->l[r] = 0.0f;
-    memset(sc->o, 0, sizeof(float) * (size_t)b->rows * j->dvo);
+    for (int32_t r = 0; r < total; r++) sc->m[r] = -INFINITY, sc->l[r] = 0.0f;
+    memset(sc->o, 0, sizeof(float) * (size_t)total * j->dvo);
     if (kbeg < kend) {
-        stage_q(j, b, sc);
-        fi_cpu_tile tl = {
-            .rows = b->rows, .dqk = j->dqk, .dvo = j->dvo,
-            .q = sc->q, .s = sc->s, .o = sc->o, .m = sc->m, .l = sc->l, .alpha = sc->alpha,
-            .qx = sc->qx, .work = sc->work, .k_dtype = j->k_dtype, .v_dtype = j->v_dtype,
-            .k_scale = j->stage_k ? 1.0f : j->k_scale, .v_scale = j->stage_v ? 1.0f : j->v_scale,
-        };
-        if (j->simd->prepare_q) j->simd->prepare_q(&tl);
-        int32_t cur = 0, n = kend - kbeg < FI_CPU_BN ? kend - kbeg : FI_CPU_BN;
-        kv_rows(j, &j->k, b, b->hkv, kbeg, n, sc->kp);
-        kv_rows(j, &j->v, b, b->hkv, kbeg, n, sc->vp);
-        for (int32_t j0 = kbeg; j0 < kend; j0 += FI_CPU_BN, cur ^= 1) {
-            n = kend - j0 < FI_CPU_BN ? kend - j0 : FI_CPU_BN;
-            /* The next block: of this head, else (one row block per head)
-             * the next head's first, so the stream never stalls. */
-            int32_t nj = j0 + FI_CPU_BN, nh = b->hkv;
-            if (nj >= kend && b->single && b->hkv + 1 < j->h_kv) nj = kbeg, nh = b->hkv + 1;
-            int32_t nn = nj < kend ? (kend - nj < FI_CPU_BN ? kend - nj : FI_CPU_BN) : 0;
-            const uint8_t **kn = sc->kp + (cur ^ 1) * FI_CPU_BN, **vn = sc->vp + (cur ^ 1) * FI_CPU_BN;
-            if (nn > 0) {
-                kv_rows(j, &j->k, b, nh, nj, nn, kn);
-                kv_rows(j, &j->v, b, nh, nj, nn, vn);
-            }
-            tl.k = sc->kp + cur * FI_CPU_BN, tl.v = sc->vp + cur * FI_CPU_BN;
-            tl.k_next = kn, tl.v_next = vn, tl.keys_next = nn;
-            key_block(j, b, &tl, sc, j0, n);
+        for (int32_t h = 0; h < heads; h++) {
+            b->hkv = first + h;
+            stage_q(j, b, sc, h * b->rows);
+            fi_cpu_tile tl = head_tile(j, b, sc, h * b->rows);
+            if (j->simd->prepare_q) j->simd->prepare_q(&tl);
         }
-        if (j->simd->finish_o) j->simd->finish_o(&tl);
+        int32_t cur = 0, n = kend - kbeg < FI_CPU_BN ? kend - kbeg : FI_CPU_BN;
+        kv_rows(j, &j->k, b, first, kbeg, n, sc->kp);
+        kv_rows(j, &j->v, b, first, kbeg, n, sc->vp);
+        for (int32_t j0 = kbeg; j0 < kend; j0 += FI_CPU_BN) {
+            n = kend - j0 < FI_CPU_BN ? kend - j0 : FI_CPU_BN;
+            for (int32_t h = 0; h < heads; h++, cur ^= 1) {
+                /* Next: this block's next head, else the next block's first
+                 * head, else (one row block per head) the next head's first. */
+                int32_t nh = first + h + 1, nj = j0;
+                if (h + 1 == heads) nh = first, nj = j0 + FI_CPU_BN;
+                if (nj >= kend && b->single && first + heads < j->h_kv) nj = kbeg, nh = first + heads;
+                int32_t nn = nj < kend ? (kend - nj < FI_CPU_BN ? kend - nj : FI_CPU_BN) : 0;
+                const uint8_t **kn = sc->kp + (cur ^ 1) * FI_CPU_BN;
+                const uint8_t **vn = sc->vp + (cur ^ 1) * FI_CPU_BN;
+                if (nn > 0) {
+                    kv_rows(j, &j->k, b, nh, nj, nn, kn);
+                    kv_rows(j, &j->v, b, nh, nj, nn, vn);
+                }
+                b->hkv = first + h;
+                fi_cpu_tile tl = head_tile(j, b, sc, h * b->rows);
+                tl.k = sc->kp + cur * FI_CPU_BN, tl.v = sc->vp + cur * FI_CPU_BN;
+                tl.k_next = kn, tl.v_next = vn, tl.keys_next = nn;
+                key_block(j, b, &tl, sc, j0, n);
+            }
+        }
+        for (int32_t h = 0; h < heads && j->simd->finish_o; h++) {
+            b->hkv = first + h;
+            fi_cpu_tile tl = head_tile(j, b, sc, h * b->rows);
+            j->simd->finish_o(&tl);
+        }
     }
-    write_rows(j, b, it, sc);
+    for (int32_t h = 0; h < heads; h++) {
+        b->hkv = first + h;
+        write_rows(j, b, it, sc, h * b->rows);
+    }
+    b->hkv = first;
 }
 
 void fi_cpu_attend_item(const fi_cpu_job *j, const fi_work_item *it, fi_cpu_scratch *sc) {
@@ -275,10 +309,14 @@ void fi_cpu_attend_item(const fi_cpu_job *j, const fi_work_item *it, fi_cpu_scra
     };
     int32_t rows = (it->q_end - it->q_start) * j->group;
     b.single = rows <= FI_CPU_BM;
-    for (b.hkv = 0; b.hkv < j->h_kv; b.hkv++) {
+    /* Small items (decode) take every KV head in one row block; a head's
+     * rows stay in the SIMD table's small-row path (below the GEMM rows). */
+    int32_t heads = 1;
+    if (rows < 16 && rows * j->h_kv <= FI_CPU_BM) heads = j->h_kv;
+    for (b.hkv = 0; b.hkv < j->h_kv; b.hkv += heads) {
         for (b.row0 = 0; b.row0 < rows; b.row0 += FI_CPU_BM) {
             b.rows = rows - b.row0 < FI_CPU_BM ? rows - b.row0 : FI_CPU_BM;
-            row_block(j, it, &b, sc);
+            row_block(j, it, &b, heads, sc);
         }
     }
 }
