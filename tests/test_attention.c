@@ -650,7 +650,7 @@ static double case_tol(const case_spec *c, const problem *p) {
  * dtypes only f32 rounding remains, except with fused RoPE, where a kernel
  * may round the rotated q/k back to their dtype (FP8 K to f16). */
 static double case_lse_tol(const case_spec *c, const problem *p) {
-    double tol = 2e-5;
+    double tol = 1e-5;
     if (c->pos == FI_POS_ROPE_LLAMA) {
         double t = case_tol(c, p), tq = dtype_tol(c->q_dt);
         double tk = (c->kv_dt == FI_DTYPE_E4M3 || c->kv_dt == FI_DTYPE_E5M2) ? dtype_tol(FI_DTYPE_F16)
@@ -753,7 +753,9 @@ static int run_and_check(const case_spec *c, fi_plan *plan, const fi_attention_p
                 bad = 1;
                 break;
             }
-        if (!c->no_lse && tu_compare(got_l, ref_l, nl, 1e-3, 1e-4, &cl)) {
+        /* logits ~1e5 carry f32 errors ~0.1 (or a capped tanh's ~1e-3
+         * relative), so LSE is held to 1e-3 relative here */
+        if (!c->no_lse && tu_compare(got_l, ref_l, nl, 1e-2, 1e-3, &cl)) {
             tu_note("%s: LSE: %lld of %lld out of tolerance; worst [%lld] got %.9g want %.9g",
                     what, (long long)cl.bad, (long long)cl.n, (long long)cl.worst, cl.worst_got,
                     cl.worst_ref);
