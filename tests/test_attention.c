@@ -70,6 +70,16 @@ static struct {
     int (*htod)(cu_ptr, const void *, size_t);
     int (*dtoh)(void *, cu_ptr, size_t);
     int (*sync)(void);
+    /* streams and graphs, for the replay test */
+    int (*stream_create)(void **, unsigned);
+    int (*stream_destroy)(void *);
+    int (*stream_sync)(void *);
+    int (*begin_capture)(void *, int);
+    int (*end_capture)(void *, void **);
+    int (*graph_instantiate)(void **, void *, unsigned long long);
+    int (*graph_launch)(void *, void *);
+    int (*graph_exec_destroy)(void *);
+    int (*graph_destroy)(void *);
 } cu;
 
 static int cuda_load(void) {
@@ -87,6 +97,15 @@ static int cuda_load(void) {
     *(void **)&cu.htod = dlsym(h, "cuMemcpyHtoD_v2");
     *(void **)&cu.dtoh = dlsym(h, "cuMemcpyDtoH_v2");
     *(void **)&cu.sync = dlsym(h, "cuCtxSynchronize");
+    *(void **)&cu.stream_create = dlsym(h, "cuStreamCreate");
+    *(void **)&cu.stream_destroy = dlsym(h, "cuStreamDestroy_v2");
+    *(void **)&cu.stream_sync = dlsym(h, "cuStreamSynchronize");
+    *(void **)&cu.begin_capture = dlsym(h, "cuStreamBeginCapture_v2");
+    *(void **)&cu.end_capture = dlsym(h, "cuStreamEndCapture");
+    *(void **)&cu.graph_instantiate = dlsym(h, "cuGraphInstantiateWithFlags");
+    *(void **)&cu.graph_launch = dlsym(h, "cuGraphLaunch");
+    *(void **)&cu.graph_exec_destroy = dlsym(h, "cuGraphExecDestroy");
+    *(void **)&cu.graph_destroy = dlsym(h, "cuGraphDestroy");
     if (!cu.init || !cu.device_get || !cu.primary_retain || !cu.set_current || !cu.mem_alloc ||
         !cu.mem_free || !cu.htod || !cu.dtoh || !cu.sync)
         return 0;
@@ -168,7 +187,9 @@ static fi_tensor dbuf_dev_view(const dbuf *d, const fi_tensor *host_view) {
 
 static int dbuf_upload(const backend *be, dbuf *d) {
     if (be->device != FI_DEVICE_CUDA) return 0;
-    return cu.htod((cu_ptr)(uintptr_t)d->dev_base, d->h.base, d->h.bytes);
+    /* synchronise: a pageable copy may still be in flight on return, and
+     * runs on other streams are not ordered after it */
+    return cu.htod((cu_ptr)(uintptr_t)d->dev_base, d->h.base, d->h.bytes) || cu.sync();
 }
 
 static int dbuf_download(const backend *be, dbuf *d) {
@@ -668,8 +689,22 @@ static double case_lse_tol(const case_spec *c, const problem *p) {
 
 /* Run the plan on the problem (poisoned outputs first), then compare O and
  * LSE with the oracle. Returns 0 if everything holds; notes say what not. */
+/* How a run is launched: NULL = fi_plan_run; else e.g. a CUDA graph replay. */
+typedef struct runner {
+    fi_status (*run)(void *self, fi_plan *plan, const fi_run_args *args);
+    void *self;
+} runner;
+
+static int run_and_check_with(const case_spec *c, fi_plan *plan, const fi_attention_params *pa,
+                              problem *p, const char *what, const runner *rn);
+
 static int run_and_check(const case_spec *c, fi_plan *plan, const fi_attention_params *pa,
                          problem *p, const char *what) {
+    return run_and_check_with(c, plan, pa, p, what, NULL);
+}
+
+static int run_and_check_with(const case_spec *c, fi_plan *plan, const fi_attention_params *pa,
+                              problem *p, const char *what, const runner *rn) {
     const backend *be = c->be;
     tu_buf_poison(&p->o.h);
     tu_buf_poison(&p->lse.h);
@@ -688,7 +723,7 @@ static int run_and_check(const case_spec *c, fi_plan *plan, const fi_attention_p
     args.lse = p->lse.dev;
     if (c->no_lse) args.lse.data = NULL;
     if (c->mask == FI_MASK_CUSTOM) args.custom_mask = p->mask.dev;
-    fi_status st = fi_plan_run(plan, &args);
+    fi_status st = rn ? rn->run(rn->self, plan, &args) : fi_plan_run(plan, &args);
     if (st != FI_OK) {
         tu_note("%s: fi_plan_run: %s: %s", what, fi_status_string(st), fi_last_error());
         return -1;
@@ -1428,6 +1463,135 @@ static void batch_invariance(backend *be, fi_dtype dt, int causal) {
     tu_record(c.suite, name, bad ? TU_FAIL : TU_PASS);
 }
 
+/* ============================================================ CUDA graphs */
+
+typedef struct graph_runner {
+    void *stream, *exec;
+} graph_runner;
+
+static fi_status graph_replay(void *self, fi_plan *plan, const fi_run_args *args) {
+    graph_runner *g = self;
+    (void)plan; (void)args; /* both were captured */
+    int r = cu.graph_launch(g->exec, g->stream);
+    if (!r) r = cu.stream_sync(g->stream);
+    if (r) tu_note("cuGraphLaunch / cuStreamSynchronize: CUresult %d", r);
+    return r ? FI_STATUS_BACKEND_ERROR : FI_OK;
+}
+
+/* Point dst's device views at src's device memory (same shapes): a graph
+ * captured on src's tensors then reads dst's data once it is uploaded. */
+static void alias_device(const backend *be, problem *dst, const problem *src) {
+    dbuf *d[] = {&dst->q, &dst->k, &dst->v, &dst->o, &dst->lse, &dst->mask};
+    const dbuf *s[] = {&src->q, &src->k, &src->v, &src->o, &src->lse, &src->mask};
+    for (int i = 0; i < 6; i++) {
+        if (be->device == FI_DEVICE_CUDA && d[i]->dev_base) cu.mem_free((cu_ptr)(uintptr_t)d[i]->dev_base);
+        d[i]->dev_base = s[i]->dev_base;
+        d[i]->dev = s[i]->dev;
+    }
+    dst->qd = src->qd;
+    dst->kd = src->kd;
+    dst->vd = src->vd;
+}
+
+/* DESIGN.md: run reads only fixed addresses and a fixed grid, so a graph
+ * captured once replays correctly after fi_plan_update with another batch.
+ * Warm-up run (JIT), capture on a stream, replay; re-plan a batch of the
+ * same totals but other lengths into the same buffers, replay again. */
+static void graph_case(backend *be, fi_mask_mode mask, fi_dtype dt) {
+    case_spec c = default_spec("graph", be);
+    c.mask = mask;
+    c.q_dt = c.kv_dt = c.o_dt = dt;
+    c.shape = "replay_after_replan";
+    c.quick = 1;
+    char name[256];
+    case_name(&c, name, sizeof name);
+    if (!tu_backend_selected(be->device_name) || !tu_selected(name)) return;
+    if (tu_opt.list) { printf("%s\n", name); return; }
+    fi_context *ctx = backend_context(be);
+    if (!ctx) { tu_note("backend %s: %s", be->name, be->why_not); tu_record(c.suite, name, TU_SKIP); return; }
+    if (!cu.stream_create || !cu.begin_capture || !cu.graph_instantiate || !cu.graph_launch) {
+        tu_note("this driver lacks the graph API");
+        tu_record(c.suite, name, TU_SKIP);
+        return;
+    }
+    uint64_t seed = tu_case_seed(name);
+    tu_crash_context(name, seed);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    /* same total_q (29) and pages at page_size 16 (27), other lengths */
+    int32_t qo1[4] = {1, 7, 1, 20}, kv1[4] = {300, 50, 17, 20};
+    int32_t qo2[4] = {10, 1, 17, 1}, kv2[4] = {40, 280, 17, 50};
+    problem p1, p2;
+    memset(&p2, 0, sizeof p2);
+    float slopes[64];
+    fi_attention_params pa = case_params(&c, slopes);
+    fi_plan *plan = NULL;
+    graph_runner g = {NULL, NULL};
+    void *graph = NULL;
+    int bad = problem_build(&c, &rng, 4, qo1, kv1, &p1) != 0 || problem_build(&c, &rng, 4, qo2, kv2, &p2) != 0;
+    fi_status st = FI_OK;
+    if (!bad) {
+        fi_plan_config cfg = case_config(&c, &p1, &p2);
+        st = fi_plan_create(ctx, &pa, &cfg, &plan);
+        if (st == FI_OK) st = fi_plan_update(plan, &p1.batch);
+        if (st == FI_OK) bad |= run_and_check(&c, plan, &pa, &p1, "batch 1 warm-up") != 0;
+    }
+    if (!bad && st == FI_OK) {
+        fi_run_args args;
+        memset(&args, 0, sizeof args);
+        args.q = p1.qd; args.k = p1.kd; args.v = p1.vd;
+        args.o = p1.o.dev; args.lse = p1.lse.dev;
+        if (c.mask == FI_MASK_CUSTOM) args.custom_mask = p1.mask.dev;
+        int r = cu.stream_create(&g.stream, 1 /* non-blocking */);
+        if (!r) r = cu.begin_capture(g.stream, 2 /* relaxed */);
+        if (!r) {
+            args.stream = g.stream;
+            st = fi_plan_run(plan, &args);
+            r = cu.end_capture(g.stream, &graph);
+        }
+        if (!r && st == FI_OK) r = cu.graph_instantiate(&g.exec, graph, 0);
+        if (r || st != FI_OK) {
+            tu_note("capture: CUresult %d, fi_plan_run %s: %s", r, fi_status_string(st),
+                    st ? fi_last_error() : "");
+            bad = 1;
+        }
+    }
+    runner rn = {graph_replay, &g};
+    if (!bad && st == FI_OK) bad |= run_and_check_with(&c, plan, &pa, &p1, "batch 1 replay", &rn) != 0;
+    if (!bad && st == FI_OK) {
+        alias_device(be, &p2, &p1);
+        st = fi_plan_update(plan, &p2.batch);
+        if (st == FI_OK) {
+            problem_fill(&c, &rng, &p2); /* uploads batch 2's data into the captured buffers */
+            bad |= run_and_check_with(&c, plan, &pa, &p2, "batch 2 replay after re-plan", &rn) != 0;
+        }
+    }
+    if (st != FI_OK) {
+        tu_note("plan: %s: %s", fi_status_string(st), fi_last_error());
+        bad = 1;
+    }
+    if (g.exec) cu.graph_exec_destroy(g.exec);
+    if (graph) cu.graph_destroy(graph);
+    if (g.stream) cu.stream_destroy(g.stream);
+    fi_plan_destroy(plan);
+    /* p2 borrows p1's device memory once aliased: drop its pointers first */
+    if (p2.q.dev_base == p1.q.dev_base) {
+        dbuf *d[] = {&p2.q, &p2.k, &p2.v, &p2.o, &p2.lse, &p2.mask};
+        for (int i = 0; i < 6; i++) d[i]->dev_base = NULL;
+    }
+    problem_free(be, &p1);
+    problem_free(be, &p2);
+    if (bad) tu_note("seed %llu; rerun: build/test_attention --filter '%s'", (unsigned long long)seed, name);
+    tu_record(c.suite, name, bad ? TU_FAIL : TU_PASS);
+}
+
+static void suite_graph(backend *be) {
+    if (be->device != FI_DEVICE_CUDA) return; /* graphs are a CUDA feature */
+    graph_case(be, FI_MASK_CAUSAL, FI_DTYPE_F16);
+    graph_case(be, FI_MASK_NONE, FI_DTYPE_BF16);
+    graph_case(be, FI_MASK_CUSTOM, FI_DTYPE_F16);
+}
+
 static void suite_determinism(backend *be) {
     const char *shapes[] = {"decode", "mixed"};
     for (int s = 0; s < 2; s++)
@@ -1461,6 +1625,7 @@ int main(int argc, char **argv) {
         suite_plan(be);
         suite_edge(be);
         suite_determinism(be);
+        suite_graph(be);
     }
     if (tu_opt.list) return 0;
     for (int b = 0; b < NUM_BACKENDS; b++) fi_context_destroy(backends[b].ctx);
