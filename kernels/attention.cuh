@@ -135,31 +135,55 @@ FI_DEV void kv_offsets(const fi_attn_args &a, const int32_t *kv_indices, const I
     *vo = page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head;
 }
 
-/* Keys [j0, j0 + BN) into one stage: K rows then V rows; keys >= k1 zeroed. */
+constexpr int PER = (BN * CH + NT - 1) / NT; /* 16-byte chunks per thread per tile */
+
+/* Page ids of this thread's rows of one tile (-1: no row), fetched a tile
+ * ahead so that the page-table latency hides behind a tile of compute. */
+struct Pages {
+    int32_t id[PER];
+};
+
+FI_DEV void fetch_pages(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j0,
+                        Pages &P) {
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = threadIdx.x + k * NT, j = j0 + i / CH;
+        P.id[k] = -1;
+        if (i < BN * CH && j < it.k1) {
+            if constexpr (PAGED) {
+                int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
+                P.id[k] = kv_indices[it.kv_base + pi];
+            } else {
+                P.id[k] = 0;
+            }
+        }
+    }
+}
+
+/* Keys [j0, j0 + BN) into one stage: K rows then V rows; keys >= k1 zeroed.
+ * P holds the tile's page ids (vector path). */
 FI_DEV void load_tile(const fi_attn_args &a, const int32_t *kv_indices, const Item &it,
-                      unsigned char *st, int j0) {
+                      unsigned char *st, int j0, const Pages &P) {
     unsigned char *ks = st, *vs = st + BN * KROW;
     if (a.kv_vec_ok) {
-        /* All of this thread's row addresses first (their page-table loads
-         * in flight together), then the copies. */
-        constexpr int PER = (BN * CH + NT - 1) / NT;
-        int64_t ko[PER], vo[PER];
-        bool ok[PER];
 #pragma unroll
         for (int k = 0; k < PER; k++) {
-            const int i = threadIdx.x + k * NT, j = j0 + i / CH;
-            ok[k] = i < BN * CH && j < it.k1;
-            ko[k] = vo[k] = 0;
-            if (ok[k]) kv_offsets(a, kv_indices, it, j, &ko[k], &vo[k]);
-        }
-#pragma unroll
-        for (int k = 0; k < PER; k++) {
-            const int i = threadIdx.x + k * NT, key = i / CH, ch = i % CH;
+            const int i = threadIdx.x + k * NT, key = i / CH, ch = i % CH, j = j0 + key;
             if (i >= BN * CH) break;
+            const bool ok = P.id[k] >= 0;
+            int64_t page = 0, slot;
+            if constexpr (PAGED) {
+                page = ok ? P.id[k] : 0;
+                slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
+            } else {
+                slot = it.kv_base + j;
+            }
+            const int64_t ko = ok ? page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head : 0;
+            const int64_t vo = ok ? page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head : 0;
             if (ch < KCH)
-                fi_cp_async16(ks + key * KROW + ch * 16, a.k + ko[k] + ch * 16, ok[k] ? 16 : 0);
+                fi_cp_async16(ks + key * KROW + ch * 16, a.k + ko + ch * 16, ok ? 16 : 0);
             if (ch < VCH)
-                fi_cp_async16(vs + key * VROW + ch * 16, a.v + vo[k] + ch * 16, ok[k] ? 16 : 0);
+                fi_cp_async16(vs + key * VROW + ch * 16, a.v + vo + ch * 16, ok ? 16 : 0);
         }
     } else { /* rows not 16-byte aligned or not contiguous: element by element */
         for (int i = threadIdx.x; i < BN * DQK; i += NT) {
@@ -271,27 +295,34 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
                 for (int off = TX / 2; off >= 1; off >>= 1)
                     s[i][r] += __shfl_xor_sync(0xffffffffu, s[i][r], off);
 
-        /* masks and logit transforms */
+        /* masks and logit transforms; a tile every row sees whole (the
+         * common case of decode) skips the per-element checks */
+        const int t_first = rb / GROUP, t_last = (rb + RM - 1) / GROUP;
+        bool whole = j0 + BN <= it.k1 && rb + RM <= it.rows && !CUSTOM && !TRANSFORM;
+        if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + t_first;
+        if constexpr (WINDOW) whole = whole && j0 >= diag0 + t_last - a.window_left;
+        if (!whole) {
 #pragma unroll
-        for (int i = 0; i < KSUB; i++) {
-            const int j = j0 + g * KPG + kb + i;
+            for (int i = 0; i < KSUB; i++) {
+                const int j = j0 + g * KPG + kb + i;
 #pragma unroll
-            for (int r = 0; r < RM; r++) {
-                const int p = rb + r, diag = diag0 + p / GROUP;
-                bool vis = j < it.k1 && p < it.rows;
-                if constexpr (CAUSAL) vis = vis && j <= diag;
-                if constexpr (WINDOW) vis = vis && j >= diag - a.window_left;
-                if constexpr (CUSTOM) {
-                    if (vis) {
-                        int64_t bit = it.mask_bit0 + (int64_t)(it.q0 + p / GROUP) * it.kv_len + j;
-                        vis = (a.mask[bit >> 3] >> (bit & 7)) & 1;
+                for (int r = 0; r < RM; r++) {
+                    const int p = rb + r, diag = diag0 + p / GROUP;
+                    bool vis = j < it.k1 && p < it.rows;
+                    if constexpr (CAUSAL) vis = vis && j <= diag;
+                    if constexpr (WINDOW) vis = vis && j >= diag - a.window_left;
+                    if constexpr (CUSTOM) {
+                        if (vis) {
+                            int64_t bit = it.mask_bit0 + (int64_t)(it.q0 + p / GROUP) * it.kv_len + j;
+                            vis = (a.mask[bit >> 3] >> (bit & 7)) & 1;
+                        }
                     }
+                    float x = s[i][r];
+                    if constexpr (SOFTCAP) x = a.softcap * tanhf(x * a.softcap_rcp);
+                    if constexpr (ALIBI) x = fmaf(S.slope[r], (float)(j - diag), x);
+                    if constexpr (TRANSFORM) x *= LOG2E;
+                    s[i][r] = vis ? x : FI_NEG_INF;
                 }
-                float x = s[i][r];
-                if constexpr (SOFTCAP) x = a.softcap * tanhf(x * a.softcap_rcp);
-                if constexpr (ALIBI) x = fmaf(S.slope[r], (float)(j - diag), x);
-                if constexpr (TRANSFORM) x *= LOG2E;
-                s[i][r] = vis ? x : FI_NEG_INF;
             }
         }
 
@@ -302,14 +333,14 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
 #pragma unroll
             for (int i = 0; i < KSUB; i++) mx = fmaxf(mx, s[i][r]);
             const float mref = mx == FI_NEG_INF ? 0.0f : mx;
-            const float scale = exp2f(S.m[r] - mref);
+            const float scale = fi_exp2(S.m[r] - mref);
             S.m[r] = mx;
             S.l[r] *= scale;
 #pragma unroll
             for (int e = 0; e < EV; e++) S.o[r][e] *= scale;
 #pragma unroll
             for (int i = 0; i < KSUB; i++) {
-                float pr = exp2f(s[i][r] - mref);
+                float pr = fi_exp2(s[i][r] - mref);
                 s[i][r] = pr;
                 S.l[r] += pr;
             }
@@ -430,15 +461,22 @@ FI_ATTN_NAME(const fi_attn_args a) {
             const int ntiles = (it.k1 - it.k0 + BN - 1) / BN;
             for (int rb = 0; rb < it.rows; rb += RM) {
                 load_q(a, it, rb, c, alibi, S);
+                Pages P; /* the page ids of the next tile to load */
+                if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0, P);
 #pragma unroll
                 for (int s = 0; s < STAGES - 1; s++) {
-                    if (s < ntiles) load_tile(a, kv_indices, it, smem + s * STAGE_BYTES, it.k0 + s * BN);
+                    if (s < ntiles) {
+                        load_tile(a, kv_indices, it, smem + s * STAGE_BYTES, it.k0 + s * BN, P);
+                        if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0 + (s + 1) * BN, P);
+                    }
                     fi_cp_async_commit();
                 }
                 for (int t = 0; t < ntiles; t++) {
                     const int tn = t + STAGES - 1;
-                    if (tn < ntiles)
-                        load_tile(a, kv_indices, it, smem + (tn % STAGES) * STAGE_BYTES, it.k0 + tn * BN);
+                    if (tn < ntiles) {
+                        load_tile(a, kv_indices, it, smem + (tn % STAGES) * STAGE_BYTES, it.k0 + tn * BN, P);
+                        if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0 + (tn + 1) * BN, P);
+                    }
                     fi_cp_async_commit();
                     fi_cp_async_wait<STAGES - 1>();
                     __syncthreads();

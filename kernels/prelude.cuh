@@ -149,6 +149,13 @@ FI_DEV void fi_zero_raw(char *dst) {
     else *reinterpret_cast<uint8_t *>(dst) = 0;
 }
 
+/* 2^x in one MUFU op (relative error ~2^-22); 2^-inf = 0. */
+FI_DEV float fi_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* ---------------------------------------------------------------- cp.async */
 
 FI_DEV uint32_t fi_smem_addr(const void *p) {

@@ -99,12 +99,13 @@ static int32_t cuda_num_workers(const fi_context *ctx) {
 const fi_backend fi_cuda_backend = {
     .name = "cuda",
     /* Packed-row tiles; the CUDA-core kernel runs any tile as blocks of up to
-     * 8 rows. Cost constants are placeholders until measured (keys dominate
-     * decode, so the assignment is by KV length). */
+     * 8 rows, each block streaming the item's keys: cost ~ rows * keys / 8.
+     * Placeholders until measured (bench_cost on the GPU). */
     .q_tiles = {8, 32, 128},
     .num_q_tiles = 3,
-    .cost_per_q_row = 8.0,
-    .cost_per_key = 1.0,
+    .cost_per_q_row = 1.0,
+    .cost_per_key = 0.0,
+    .cost_per_row_key = 0.125,
     .context_init = cuda_context_init,
     .context_fini = cuda_context_fini,
     .num_workers = cuda_num_workers,

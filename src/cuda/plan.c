@@ -58,8 +58,12 @@ void fi_cuda_plan_fini(fi_plan *plan) {
     plan->backend_state = NULL;
 }
 
-/* Kernels for the plan's params, and the grid: x = workers, y = the largest
- * divisor of H_kv that keeps every CTA resident at once (persistent). */
+/* Kernels for the plan's params, and the grid: x = workers, y = KV heads.
+ * One CTA per (worker, KV head): the heads of a worker's items run side by
+ * side (their pages are read at about the same time), measured faster than
+ * keeping every CTA resident with heads looped inside a CTA (y = 2 for
+ * 32/8 heads: 2.47 vs 2.65 TB/s, docs/CUDA_KERNELS.md). When the grid is
+ * larger than the resident CTAs it runs in waves. */
 static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const fi_attention_params *p = &plan->params;
     fi_attn_config cfg;
@@ -74,10 +78,7 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     int blocks = 0;
     FI_CU(ps->cc->cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, ps->attn, 128, 0);
     ps->blocks_per_sm = blocks > 0 ? blocks : 1;
-    int64_t resident = (int64_t)ps->blocks_per_sm * ps->cc->sm_count;
-    int32_t n = plan->config.num_workers, hkv = p->num_kv_heads, gy = 1;
-    for (int32_t d = 1; d <= hkv; d++)
-        if (hkv % d == 0 && (int64_t)n * d <= resident) gy = d;
+    int32_t n = plan->config.num_workers, hkv = p->num_kv_heads, gy = hkv;
     const char *env = getenv("FLASHINFER_CUDA_GRID_Y"); /* tuning experiments */
     if (env && atoi(env) > 0) gy = atoi(env) < hkv ? atoi(env) : hkv;
     ps->grid_x = (unsigned)n;

@@ -12,7 +12,9 @@
  * device-to-device copy ceiling (4.22 TB/s, BENCH.md).
  *
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
- *                      [--cells 1x1024,256x4096] [--workers N]
+ *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
+ * --contiguous: each request's pages are one run of consecutive pages (as
+ * FlashInfer's benchmarks lay them out) instead of pages drawn at random.
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -63,7 +65,7 @@ typedef struct cell_plan {
 
 int main(int argc, char **argv) {
     const char *json = NULL;
-    int reps = 30, only_b = 0, only_l = 0, workers = 0;
+    int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0;
     const char *cells = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -71,6 +73,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) only_b = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kv") && i + 1 < argc) only_l = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
     if (reps < 30) reps = 30;
@@ -86,7 +89,8 @@ int main(int argc, char **argv) {
         printf("context: %s\n", fi_last_error());
         return 1;
     }
-    printf("%s\n", fi_context_describe(ctx));
+    printf("%s; pages %s\n", fi_context_describe(ctx),
+           contiguous ? "contiguous per request" : "random");
     tu_rng rng;
     tu_rng_seed(&rng, 42);
     size_t kvbytes = (size_t)POOL * PS * HKV * D * 2;
@@ -149,8 +153,12 @@ int main(int argc, char **argv) {
                 c->indices = malloc(sizeof(int32_t) * (size_t)B * pages);
                 for (int i = 0; i <= B; i++) c->qo_indptr[i] = i, c->kv_indptr[i] = i * pages;
                 for (int i = 0; i < B; i++) c->last[i] = PS;
-                for (int64_t j = 0; j < (int64_t)B * pages; j++)
-                    c->indices[j] = tu_rng_int(&rng, 0, POOL - 1);
+                for (int i = 0; i < B; i++) { /* random pages, or a random run */
+                    int32_t start = tu_rng_int(&rng, 0, POOL - 1);
+                    for (int j = 0; j < pages; j++)
+                        c->indices[(int64_t)i * pages + j] =
+                            contiguous ? (start + j) % POOL : tu_rng_int(&rng, 0, POOL - 1);
+                }
                 fi_batch fb = {B, c->qo_indptr, c->kv_indptr, c->indices, c->last, NULL};
                 bad = fi_plan_create(ctx, &p, &cfg, &c->plan) != FI_OK;
                 double t0 = now();

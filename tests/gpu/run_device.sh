@@ -58,9 +58,13 @@ fi
 if [ "$BENCH" = 1 ]; then
     stamp "decode benchmark (BENCH.md cells)"
     ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
+    stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
+    ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
+        | tee "$OUT/bench_contig.log" | grep -v "^|"
 fi
 
 stamp "done (status $status)"
 [ -f "$OUT/harness_summary.txt" ] && cat "$OUT/harness_summary.txt"
-[ -f "$OUT/bench.log" ] && grep "^|" "$OUT/bench.log"
+[ -f "$OUT/bench.log" ] && echo "random pages:" && grep "^|" "$OUT/bench.log"
+[ -f "$OUT/bench_contig.log" ] && echo "contiguous pages:" && grep "^|" "$OUT/bench_contig.log"
 exit $status
