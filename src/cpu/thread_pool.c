@@ -145,12 +145,15 @@ static void wait_pending(fi_thread_pool *pool) {
     pthread_mutex_unlock(&pool->mu);
 }
 
+/* Runs are serialised per pool (also with one thread): they share the
+ * per-thread scratch of the context. */
 void fi_thread_pool_run(fi_thread_pool *pool, fi_pool_fn fn, void *arg) {
+    pthread_mutex_lock(&pool->run_lock);
     if (pool->n == 1) {
         fn(arg, 0, 1);
+        pthread_mutex_unlock(&pool->run_lock);
         return;
     }
-    pthread_mutex_lock(&pool->run_lock);
     pool->fn = fn;
     pool->arg = arg;
     atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_relaxed);
