@@ -17,8 +17,8 @@ double bench_median(double *v, int n);       /* sorts v */
 /* Read bandwidth in GB/s (1e9 B/s) with `threads` threads streaming over a
  * buffer far larger than the caches; the best of a few passes. */
 double bench_read_bandwidth(int threads);
-/* fp32 FMA peak in GFLOP/s with `threads` threads (independent FMA chains on
- * the widest vectors the compiler targets; an estimate, not a guarantee). */
+/* fp32 FMA peak in GFLOP/s with `threads` threads: 12 independent FMA
+ * chains on the widest vectors the CPU has (AVX-512, AVX2, else scalar). */
 double bench_fma_peak(int threads);
 
 /* A paged decode/prefill batch: NHD pages, random K/V/Q. */
