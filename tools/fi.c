@@ -23,10 +23,9 @@ static int cmd_info(void) {
     fi_context_destroy(ctx);
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    printf("CPU features seen: avx512f=%d avx512bf16=%d avx2=%d fma=%d f16c=%d\n",
+    printf("CPU features seen: avx512f=%d avx512bf16=%d avx2=%d fma=%d\n",
            !!__builtin_cpu_supports("avx512f"), !!__builtin_cpu_supports("avx512bf16"),
-           !!__builtin_cpu_supports("avx2"), !!__builtin_cpu_supports("fma"),
-           !!__builtin_cpu_supports("f16c"));
+           !!__builtin_cpu_supports("avx2"), !!__builtin_cpu_supports("fma"));
 #endif
     return 0;
 }
