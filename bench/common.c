@@ -31,8 +31,16 @@ typedef struct read_job {
     uint64_t sum;
 } read_job;
 
+static uint64_t read_avx512(const uint64_t *p, size_t n);
+
 static void *read_worker(void *arg) {
     read_job *j = arg;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512f")) {
+        j->sum = read_avx512(j->data, j->n);
+        return NULL;
+    }
+#endif
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (size_t i = 0; i + 4 <= j->n; i += 4) {
         s0 += j->data[i];
@@ -82,31 +90,54 @@ double bench_read_bandwidth(int threads) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* 12 chains of 16-lane FMAs: 2 * 16 * 12 flops per iteration. */
+/* 12 independent chains, written out so they stay in registers. */
+#define FMA12(fma, a, b)                                                        \
+    do {                                                                        \
+        x0 = fma(x0, a, b); x1 = fma(x1, a, b); x2 = fma(x2, a, b);             \
+        x3 = fma(x3, a, b); x4 = fma(x4, a, b); x5 = fma(x5, a, b);             \
+        x6 = fma(x6, a, b); x7 = fma(x7, a, b); x8 = fma(x8, a, b);             \
+        x9 = fma(x9, a, b); x10 = fma(x10, a, b); x11 = fma(x11, a, b);         \
+    } while (0)
+
 __attribute__((target("avx512f"))) static double fma_avx512(void) {
-    __m512 acc[FMA_CHAINS];
-    for (int c = 0; c < FMA_CHAINS; c++) acc[c] = _mm512_set1_ps((float)c * 1e-3f);
+    /* Distinct starts: equal chains would let the compiler compute one. */
+#define S512(k) _mm512_set1_ps(0.1f + 0.01f * (k))
+    __m512 x0 = S512(0), x1 = S512(1), x2 = S512(2), x3 = S512(3), x4 = S512(4), x5 = S512(5);
+    __m512 x6 = S512(6), x7 = S512(7), x8 = S512(8), x9 = S512(9), x10 = S512(10), x11 = S512(11);
     const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-    for (int it = 0; it < FMA_ITERS; it++)
-        for (int c = 0; c < FMA_CHAINS; c++) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
-    float s = 0.0f;
-    for (int c = 0; c < FMA_CHAINS; c++) s += _mm512_reduce_add_ps(acc[c]);
-    return s == 12345.0f ? 0.0 : 2.0 * 16 * FMA_CHAINS * (double)FMA_ITERS;
+    for (int it = 0; it < FMA_ITERS; it++) FMA12(_mm512_fmadd_ps, a, b);
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
+                             _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)));
+    return _mm512_reduce_add_ps(s) == 12345.0f ? 0.0 : 2.0 * 16 * FMA_CHAINS * (double)FMA_ITERS;
 }
 
-/* 12 chains of 8-lane FMAs. */
 __attribute__((target("avx2,fma"))) static double fma_avx2(void) {
-    __m256 acc[FMA_CHAINS];
-    for (int c = 0; c < FMA_CHAINS; c++) acc[c] = _mm256_set1_ps((float)c * 1e-3f);
+#define S256(k) _mm256_set1_ps(0.1f + 0.01f * (k))
+    __m256 x0 = S256(0), x1 = S256(1), x2 = S256(2), x3 = S256(3), x4 = S256(4), x5 = S256(5);
+    __m256 x6 = S256(6), x7 = S256(7), x8 = S256(8), x9 = S256(9), x10 = S256(10), x11 = S256(11);
     const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-    for (int it = 0; it < FMA_ITERS; it++)
-        for (int c = 0; c < FMA_CHAINS; c++) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
-    float lanes[8], s = 0.0f;
-    for (int c = 0; c < FMA_CHAINS; c++) {
-        _mm256_storeu_ps(lanes, acc[c]);
-        for (int l = 0; l < 8; l++) s += lanes[l];
+    for (int it = 0; it < FMA_ITERS; it++) FMA12(_mm256_fmadd_ps, a, b);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
+                             _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(x8, x9), _mm256_add_ps(x10, x11)));
+    float lanes[8], t = 0.0f;
+    _mm256_storeu_ps(lanes, s);
+    for (int l = 0; l < 8; l++) t += lanes[l];
+    return t == 12345.0f ? 0.0 : 2.0 * 8 * FMA_CHAINS * (double)FMA_ITERS;
+}
+
+/* Streaming read with 64-byte loads and 4 accumulators. */
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint64_t *p, size_t n) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(p + i));
+        s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(p + i + 8));
+        s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + i + 16));
+        s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + i + 24));
     }
-    return s == 12345.0f ? 0.0 : 2.0 * 8 * FMA_CHAINS * (double)FMA_ITERS;
+    s0 = _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3));
+    return (uint64_t)_mm512_reduce_add_epi64(s0);
 }
 #endif
 
@@ -136,19 +167,24 @@ static void *fma_worker(void *arg) {
     return NULL;
 }
 
+/* The best of three passes: a shared machine only ever slows a pass down. */
 double bench_fma_peak(int threads) {
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
     pthread_t tid[256];
-    double flops[256];
-    double t0 = bench_now();
-    for (int t = 0; t < threads; t++) pthread_create(&tid[t], NULL, fma_worker, &flops[t]);
-    double total = 0.0;
-    for (int t = 0; t < threads; t++) {
-        pthread_join(tid[t], NULL);
-        total += flops[t];
+    double flops[256], best = 0.0;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = bench_now();
+        for (int t = 0; t < threads; t++) pthread_create(&tid[t], NULL, fma_worker, &flops[t]);
+        double total = 0.0;
+        for (int t = 0; t < threads; t++) {
+            pthread_join(tid[t], NULL);
+            total += flops[t];
+        }
+        double gflops = total / (bench_now() - t0) / 1e9;
+        if (gflops > best) best = gflops;
     }
-    return total / (bench_now() - t0) / 1e9;
+    return best;
 }
 
 /* ------------------------------------------------------------- batches */

@@ -17,7 +17,7 @@ double bench_median(double *v, int n);       /* sorts v */
 /* Read bandwidth in GB/s (1e9 B/s) with `threads` threads streaming over a
  * buffer far larger than the caches; the best of a few passes. */
 double bench_read_bandwidth(int threads);
-/* fp32 FMA peak in GFLOP/s with `threads` threads: 12 independent FMA
+/* fp32 FMA peak in GFLOP/s with `threads` threads (best of 3): 12 independent FMA
  * chains on the widest vectors the CPU has (AVX-512, AVX2, else scalar). */
 double bench_fma_peak(int threads);
 

@@ -185,6 +185,8 @@ struct fi_plan {
     int32_t *kv_len;              /* [max_batch_size] keys per request */
     int64_t *mask_offset;         /* [max_batch_size + 1] custom mask bytes */
     int32_t max_kv_len;           /* longest request of the batch */
+    int32_t num_pages;            /* entries of kv_indices the batch uses */
+    bool pages_checked;           /* page ids scanned (by the first run) */
     int32_t max_page_index;       /* largest page id in kv_indices (-1: none) */
     int64_t mask_bytes;           /* custom mask bytes the batch reads */
 

@@ -31,6 +31,23 @@ static fi_status check_kv(const fi_plan *plan, const fi_tensor *t, const char *n
     return check_rows(t, name, nhd ? 0 : 1, plan->kv_indptr[plan->batch_size], "KV tokens");
 }
 
+/* The page ids of a fresh plan, once: all >= 0, and the largest, which the
+ * K/V tensors must cover. One vectorised pass; the offending entry is
+ * searched for only when there is one. */
+static fi_status check_pages(fi_plan *plan) {
+    if (plan->pages_checked) return FI_OK;
+    int32_t lo, hi;
+    fi_int32_range(plan->kv_indices, plan->num_pages, &lo, &hi);
+    if (lo < 0)
+        for (int32_t j = 0; j < plan->num_pages; j++)
+            if (plan->kv_indices[j] < 0)
+                return INVALID("kv_indices[%d]=%d: page ids must be >= 0", (int)j,
+                               (int)plan->kv_indices[j]);
+    plan->max_page_index = hi;
+    plan->pages_checked = true;
+    return FI_OK;
+}
+
 static fi_status check_args(const fi_plan *plan, const fi_run_args *a) {
     const fi_attention_params *p = &plan->params;
     int64_t q_shape[3] = {-1, p->num_qo_heads, p->head_dim_qk};
@@ -62,7 +79,8 @@ fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args) {
     if (!plan->planned)
         return fi_error(FI_STATUS_NOT_PLANNED,
                         "fi_plan_run: no batch planned; call fi_plan_update first");
-    fi_status st = check_args(plan, args);
+    fi_status st = check_pages(plan);
+    if (!st) st = check_args(plan, args);
     if (st) return st;
     return plan->ctx->backend->run(plan, args);
 }

@@ -1,8 +1,9 @@
 /* plan_update.c — fi_plan_update: validate and copy a batch, then schedule it.
  * Nothing is allocated: every array lives in the plan's fixed workspace.
- * The page table is validated but referenced, not copied (as FlashInfer's
- * plan does): it is the one O(pages) array, and copying it would dominate
- * the plan's cost. */
+ * The page table is referenced, not copied or read (as FlashInfer's plan):
+ * it is the one O(pages) array and would dominate the plan's cost. Its page
+ * ids are checked once, by the plan's first fi_plan_run, before any kernel
+ * reads memory (plan_run.c). */
 #include "core/schedule.h"
 
 #include <string.h>
@@ -19,15 +20,6 @@ static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
                     (int)plan->config.max_total_kv);
     if (nnz > 0 && !b->kv_indices) return INVALID("kv_indices is NULL");
     if (n > 0 && !b->kv_last_page_len) return INVALID("kv_last_page_len is NULL");
-    /* One vectorised pass; the offending entry is searched for only when
-     * there is one. */
-    int32_t lo, hi;
-    fi_int32_range(b->kv_indices, nnz, &lo, &hi);
-    if (lo < 0)
-        for (int32_t j = 0; j < nnz; j++)
-            if (b->kv_indices[j] < 0)
-                return INVALID("kv_indices[%d]=%d: page ids must be >= 0", (int)j,
-                               (int)b->kv_indices[j]);
     for (int32_t i = 0; i < n; i++) {
         int32_t pages = b->kv_indptr[i + 1] - b->kv_indptr[i], last = b->kv_last_page_len[i];
         if (pages > 0 && (last < 1 || last > ps))
@@ -43,8 +35,9 @@ static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
         plan->kv_len[i] = (int32_t)len;
     }
     plan->kv_indices = b->kv_indices;
+    plan->num_pages = nnz;
+    plan->pages_checked = false; /* the first fi_plan_run scans the page ids */
     memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
-    plan->max_page_index = hi;
     return FI_OK;
 }
 
@@ -54,7 +47,8 @@ static fi_status copy_ragged(fi_plan *plan, const fi_batch *b) {
         return OVER("kv_indptr[%d]=%d tokens > plan bound max_total_kv=%d", (int)n,
                     (int)b->kv_indptr[n], (int)plan->config.max_total_kv);
     for (int32_t i = 0; i < n; i++) plan->kv_len[i] = b->kv_indptr[i + 1] - b->kv_indptr[i];
-    plan->max_page_index = -1;
+    plan->num_pages = 0;
+    plan->pages_checked = true;
     return FI_OK;
 }
 
