@@ -255,6 +255,7 @@ typedef struct fi_plan_info {
     double total_cost;
 } fi_plan_info;
 
+FI_API void fi_plan_info_init(fi_plan_info *info);
 FI_API fi_status fi_plan_get_info(const fi_plan *plan, fi_plan_info *info);
 
 /* The tensors of one attention call (one layer). D_qk/D_vo are head dims.

@@ -184,7 +184,8 @@ int fi_demo(int argc, char **argv) {
         fprintf(stderr, "fi demo: %s: %s\n", fi_status_string(st), fi_last_error());
         return 1;
     }
-    fi_plan_info info = {.struct_size = sizeof info};
+    fi_plan_info info;
+    fi_plan_info_init(&info);
     fi_plan_get_info(plan, &info);
 
     double keys = 0, pairs = 0;

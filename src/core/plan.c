@@ -125,6 +125,12 @@ void fi_plan_destroy(fi_plan *plan) {
 
 size_t fi_plan_workspace_size(const fi_plan *plan) { return plan ? plan->workspace_bytes : 0; }
 
+void fi_plan_info_init(fi_plan_info *info) {
+    if (!info) return;
+    memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+}
+
 fi_status fi_plan_get_info(const fi_plan *plan, fi_plan_info *info) {
     if (!plan || !info) return INVALID("fi_plan_get_info: NULL argument");
     if (info->struct_size != sizeof *info)
