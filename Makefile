@@ -101,7 +101,7 @@ sanitize:
 
 bench: $(BENCH_BIN)
 
-install: lib
+install: lib $(TOOL_BIN)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/flashinfer.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
