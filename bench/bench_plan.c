@@ -102,6 +102,7 @@ static fi_schedule_input schedule_input(const fi_plan *plan) {
         .window_left = plan->params.window_left, .num_workers = plan->config.num_workers,
         .q_tiles = be->q_tiles, .num_q_tiles = be->num_q_tiles,
         .cost_per_q_row = be->cost_per_q_row, .cost_per_key = be->cost_per_key,
+        .cost_per_row_key = be->cost_per_row_key,
         .disable_split_kv = plan->config.disable_split_kv != 0,
         .fixed_split_size = plan->config.fixed_split_size};
     return in;

@@ -610,6 +610,110 @@ static void case_decode_budget(int32_t count) {
     }
 }
 
+/* The assignment against a plain LPT written here: items by cost, longest
+ * first, ties in generation order (request, token, key), each to the first
+ * least-loaded worker, with the scheduler's cost formula. The scheduler's
+ * fast paths (a scan for few workers, rounds over the sorted workers, a
+ * tournament tree when rounds get short) must give the same queues and
+ * the same load bits. Batches: random, equal lengths, and long prefill
+ * tiles followed by many short decodes (the case that hands work to the
+ * tree). */
+static const fi_schedule_input *ref_in;
+static const fi_work_item *ref_items;
+static const double *ref_cost;
+
+static int by_cost_then_gen(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    if (ref_cost[a] != ref_cost[b]) return ref_cost[a] < ref_cost[b] ? 1 : -1;
+    const fi_work_item *p = &ref_items[a], *q = &ref_items[b];
+    if (p->request != q->request) return p->request < q->request ? -1 : 1;
+    if (p->q_start != q->q_start) return p->q_start < q->q_start ? -1 : 1;
+    return (p->kv_start > q->kv_start) - (p->kv_start < q->kv_start);
+}
+
+static int check_reference_lpt(const fi_schedule *s, const fi_schedule_input *in) {
+    int32_t n = s->num_items, N = in->num_workers;
+    double heads = in->num_kv_heads, rc = heads * in->cost_per_q_row * in->group_size;
+    double kc = heads * in->cost_per_key, pc = heads * in->cost_per_row_key * in->group_size;
+    double *cost = malloc(sizeof(double) * ((size_t)n + 1)), *load = calloc((size_t)N, sizeof(double));
+    int32_t *ids = malloc(sizeof(int32_t) * ((size_t)n + 1)), *at = calloc((size_t)N, sizeof(int32_t));
+    int bad = !cost || !load || !ids || !at;
+    for (int32_t i = 0; i < n && !bad; i++) {
+        const fi_work_item *it = &s->items[i];
+        int32_t t = it->q_end - it->q_start, k = it->kv_end - it->kv_start;
+        cost[i] = rc * t + kc * k + pc * (double)t * (double)k;
+        ids[i] = i;
+    }
+    ref_in = in;
+    ref_items = s->items;
+    ref_cost = cost;
+    if (!bad && N > 1) qsort(ids, (size_t)n, sizeof *ids, by_cost_then_gen);
+    if (!bad && N == 1) { /* one worker: nothing sorted, the queue in generation order */
+        double *zero = calloc((size_t)n + 1, sizeof(double));
+        ref_cost = zero;
+        if (zero) qsort(ids, (size_t)n, sizeof *ids, by_cost_then_gen);
+        else bad = 1;
+        free(zero);
+    }
+    for (int32_t w = 0; w < N && !bad; w++) at[w] = s->worker_indptr[w];
+    for (int32_t r = 0; r < n && !bad; r++) {
+        int32_t i = ids[r], w = 0;
+        for (int32_t v = 1; v < N; v++) w = load[v] < load[w] ? v : w;
+        load[w] += cost[i];
+        if (at[w] >= s->worker_indptr[w + 1] || memcmp(&s->items[at[w]], &s->items[i], sizeof *s->items)) {
+            tu_note("item %d of the reference order: not next on worker %d", (int)r, (int)w);
+            bad = 1;
+        }
+        at[w]++;
+    }
+    for (int32_t w = 0; w < N && !bad; w++)
+        if (memcmp(&load[w], &s->worker_cost[w], sizeof(double))) {
+            tu_note("worker %d: load %.17g, reference %.17g", (int)w, s->worker_cost[w], load[w]);
+            bad = 1;
+        }
+    free(cost); free(load); free(ids); free(at);
+    return bad;
+}
+
+static void case_reference_lpt(int32_t count) {
+    static const int32_t tiles[] = {16, 64, 128};
+    static int32_t qo[MAX_B + 1], kv[MAX_B];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "reference-lpt/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        int32_t B = tu_rng_int(&g, 1, MAX_B), shape = k % 3, N = tu_rng_int(&g, 1, 300);
+        for (int32_t r = 0; r < B; r++) {
+            int32_t q = 1, x = tu_rng_int(&g, 1, 4096);
+            if (shape == 1) x = 2048 + 512 * (r % 2); /* two lengths: many equal costs */
+            if (shape == 2 && r < B / 16) { q = 128; x = tu_rng_int(&g, 2048, 8192); }
+            qo[r + 1] = qo[r] + q;
+            kv[r] = x;
+        }
+        if (shape == 2) /* prefill requests first in the batch, then decodes */
+            for (int32_t r = 0; r < B; r++) qo[r + 1] = qo[r] + (r < B / 16 ? 128 : 1);
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
+                                .group_size = 4, .num_kv_heads = 8, .causal = true,
+                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
+                                .num_q_tiles = 3, .cost_per_q_row = tu_rng_int(&g, 0, 1),
+                                .cost_per_key = 1, .cost_per_row_key = 0.1 * tu_rng_int(&g, 0, 1),
+                                .disable_split_kv = tu_rng_int(&g, 0, 3) == 0};
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, B, qo[B], N);
+        fi_schedule s;
+        double ratio;
+        /* check_schedule's costs leave out cost_per_row_key */
+        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
+                  (in.cost_per_row_key == 0 && check_schedule(&s, &in, &ratio)) ||
+                  check_reference_lpt(&s, &in);
+        if (bad) tu_note("B %d, N %d, shape %d", (int)B, (int)N, (int)shape);
+        tu_record("LPT equals a plain reference", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&s);
+    }
+}
+
 /* ------------------------------------------------ through the public API */
 
 enum { A_HQO = 8, A_HKV = 2, A_D = 64, A_MAXB = 16 };
@@ -847,6 +951,7 @@ int main(int argc, char **argv) {
     case_fixed_split_invariance(n / 4);
     case_bounds();
     case_decode_budget(n / 10);
+    case_reference_lpt(n / 20);
     api_cases();
     return tu_summary("test_schedule");
 }

@@ -71,6 +71,11 @@ void fi_schedule_limits_for_fixed_split(fi_schedule_limits *lim,
 
 /* ------------------------------------------------------------- memory */
 
+/* Buckets of the longest-first sort's counting pass (at most). */
+#define FI_SORT_BUCKETS 4096
+#define SORT_F 2  /* buckets per item, times 2, of the items' sort */
+#define LOADS_F 8 /* and of the sort of a round's loads */
+
 /* The scheduler's working memory; lives inside the one allocation. */
 typedef struct scratch {
     fi_work_item *gen; /* [max_items] items in generation order */
@@ -78,7 +83,9 @@ typedef struct scratch {
     uint32_t *key;     /* [max_items] radix keys: the top 32 bits of ~cost */
     int32_t *order;    /* [max_items] item indices, longest first */
     int32_t *tmp;      /* [max_items] radix ping-pong */
-    int32_t *worker;   /* [max_items] assigned worker */
+    int32_t *worker;   /* [max_items] worker of the i-th item of order[] */
+    int32_t *next;     /* [max_workers] LPT buckets: next worker in the list */
+    uint32_t *hist;    /* [FI_SORT_BUCKETS + 1] at most: counting passes */
     int32_t leaves;    /* power of two >= max_workers */
     int32_t *tree;     /* [2 * leaves] tournament tree: winners' worker ids */
     uint64_t *val;     /* [2 * leaves] winners' loads (bits of doubles >= 0,
@@ -89,9 +96,18 @@ typedef struct scratch {
     void *mem;         /* the allocation, for free() */
 } scratch;
 
+/* Buckets of a counting pass over n keys: the power of two >= n * f / 2,
+ * 16 .. FI_SORT_BUCKETS. */
+static int32_t sort_buckets(int64_t n, int f) {
+    int32_t b = 16;
+    while (b < FI_SORT_BUCKETS && 2 * (int64_t)b < n * f) b *= 2;
+    return b;
+}
+
 typedef struct layout {
     size_t items, indptr, wcost, mout, mindptr, msrc;
-    size_t sc, gen, cost, key, order, tmp, worker, tree, val, cursor, cand_len, cand_tok;
+    size_t sc, gen, cost, key, order, tmp, worker, next, hist, tree, val, cursor, cand_len,
+        cand_tok;
     int32_t leaves;
     size_t total;
 } layout;
@@ -118,6 +134,9 @@ static void make_layout(const fi_schedule_limits *l, layout *o) {
     o->order = take(&at, ni * sizeof(int32_t));
     o->tmp = take(&at, ni * sizeof(int32_t));
     o->worker = take(&at, ni * sizeof(int32_t));
+    o->next = take(&at, nw * sizeof(int32_t));
+    int32_t nb = sort_buckets(l->max_items, SORT_F), nw_b = sort_buckets(l->max_workers, LOADS_F);
+    o->hist = take(&at, ((size_t)(nb > nw_b ? nb : nw_b) + 1) * sizeof(uint32_t));
     o->leaves = 1;
     while (o->leaves < l->max_workers) o->leaves *= 2;
     o->tree = take(&at, 2 * (size_t)o->leaves * sizeof(int32_t));
@@ -165,6 +184,8 @@ fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits) {
     sc->order = (int32_t *)(base + o.order);
     sc->tmp = (int32_t *)(base + o.tmp);
     sc->worker = (int32_t *)(base + o.worker);
+    sc->next = (int32_t *)(base + o.next);
+    sc->hist = (uint32_t *)(base + o.hist);
     sc->leaves = o.leaves;
     sc->tree = (int32_t *)(base + o.tree);
     sc->val = (uint64_t *)(base + o.val);
@@ -216,6 +237,17 @@ static inline int32_t fixed_chunks(int32_t a, int32_t b, int32_t F) {
     return (int32_t)(((int64_t)b + F - 1) / F - a / F);
 }
 
+static inline uint64_t dbits(double x) {
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+static inline double bitsd(uint64_t b) {
+    double x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
 typedef struct gen_state {
     fi_schedule *s;
     scratch *sc;
@@ -223,7 +255,20 @@ typedef struct gen_state {
     double row_cost;  /* cost of one token's packed rows, all KV heads */
     double key_cost;  /* cost of one key, all KV heads */
     double pair_cost; /* cost of one (token's packed rows, key) pair, all KV heads */
+    /* Facts for the sort, as bits of the costs (doubles >= 0 order as their
+     * bits): the last cost, whether no cost so far exceeded its
+     * predecessor, the smallest nonzero cost minus 1 and the largest. */
+    uint64_t last, nz_min1, max;
+    bool desc;
 } gen_state;
+
+static inline void gen_reset(gen_state *g) {
+    g->n = 0;
+    g->last = UINT64_MAX;
+    g->nz_min1 = UINT64_MAX;
+    g->max = 0;
+    g->desc = true;
+}
 
 static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t a,
                         int32_t b, int32_t partial_row) {
@@ -234,8 +279,14 @@ static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t
     it->kv_start = a;
     it->kv_end = b;
     it->partial_row = partial_row;
-    g->sc->cost[g->n++] = g->row_cost * (q1 - q0) + g->key_cost * (b - a) +
-                          g->pair_cost * (double)(q1 - q0) * (double)(b - a);
+    double c = g->row_cost * (q1 - q0) + g->key_cost * (b - a) +
+               g->pair_cost * (double)(q1 - q0) * (double)(b - a);
+    g->sc->cost[g->n++] = c;
+    uint64_t k = dbits(c);
+    g->desc &= k <= g->last;
+    g->last = k;
+    g->nz_min1 = k - 1 < g->nz_min1 ? k - 1 : g->nz_min1; /* 0 - 1 wraps: ignored */
+    g->max = k > g->max ? k : g->max;
 }
 
 /* Per-batch facts gathered in one pass over the tiles. */
@@ -377,17 +428,15 @@ static void generate(gen_state *g, const fi_schedule_input *in, int32_t T, int32
 /* ------------------------------------------------------------- LPT */
 
 /* order[] = item indices by cost, longest first; ties keep generation order
- * (request, token, key). Non-negative doubles order as their bit patterns:
+ * (request, token, key). This one is the fallback of sort_longest_first:
  * a stable LSD radix sort on the top 32 bits (skipping the bytes where every
  * key agrees), then the runs of equal top bits, whose costs differ by less
  * than 2^-20 relative, are put in exact order by a stable insertion sort. */
-static void sort_longest_first(scratch *sc, int32_t n) {
+static void sort_radix(scratch *sc, int32_t n) {
     uint32_t hist[4][256];
     memset(hist, 0, sizeof hist);
     for (int32_t i = 0; i < n; i++) {
-        uint64_t bits;
-        memcpy(&bits, &sc->cost[i], sizeof bits);
-        uint32_t k = ~(uint32_t)(bits >> 32);
+        uint32_t k = ~(uint32_t)(dbits(sc->cost[i]) >> 32);
         sc->key[i] = k;
         sc->order[i] = i;
         hist[0][k & 255]++;
@@ -422,40 +471,203 @@ static void sort_longest_first(scratch *sc, int32_t n) {
     if (src != sc->order) memcpy(sc->order, src, (size_t)n * sizeof *src);
 }
 
-static inline uint64_t dbits(double x) {
-    uint64_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-static inline double bitsd(uint64_t b) {
-    double x;
-    memcpy(&x, &b, sizeof x);
-    return x;
+/* order[] = item indices by cost, longest first; ties keep generation order
+ * (request, token, key): the one stable order, whatever computes it.
+ * g: the generation's facts. Already non-increasing: the identity. Else one
+ * stable counting pass into buckets of the cost's bits, the largest first
+ * (bucket (max - bits) >> shift, about n / 2 of them over the nonzero costs'
+ * range, zero costs last in a bucket of their own); the bits of doubles >= 0
+ * grow with the value and their top bits with its logarithm, so a bucket is
+ * a narrow ratio of costs and an earlier bucket holds only larger costs.
+ * Then an insertion pass orders each bucket exactly. Should that pass move
+ * items more than ~8 times per item (costs bunched by a wide range), the
+ * radix sort above redoes the work. */
+static void sort_longest_first(scratch *sc, int32_t n, const gen_state *g) {
+    int32_t *order = sc->order;
+    const double *cost = sc->cost;
+    if (g->desc || g->max == 0) {
+        for (int32_t i = 0; i < n; i++) order[i] = i;
+        return;
+    }
+    int32_t nb = sort_buckets(n, SORT_F);
+    uint64_t span = g->max - (g->nz_min1 + 1);
+    int shift = 0;
+    while ((span >> shift) >= (uint64_t)nb) shift++;
+    uint32_t *hist = sc->hist, *key = sc->key;
+    memset(hist, 0, ((size_t)nb + 1) * sizeof *hist);
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t b = dbits(cost[i]);
+        uint32_t k = b ? (uint32_t)((g->max - b) >> shift) : (uint32_t)nb;
+        key[i] = k;
+        hist[k]++;
+    }
+    for (uint32_t v = 0, sum = 0; v <= (uint32_t)nb; v++) {
+        uint32_t c = hist[v];
+        hist[v] = sum;
+        sum += c;
+    }
+    for (int32_t i = 0; i < n; i++) order[hist[key[i]]++] = i;
+    int64_t budget = 8 * (int64_t)n + 1024;
+    for (int32_t i = 1; i < n; i++) {
+        int32_t j = order[i], p = i;
+        double c = cost[j];
+        while (p > 0 && cost[order[p - 1]] < c) { /* stops at j's bucket's start */
+            order[p] = order[p - 1];
+            p--;
+        }
+        order[p] = j;
+        if ((budget -= i - p) < 0) {
+            sort_radix(sc, n);
+            return;
+        }
+    }
 }
 
 /* Each item, longest first, to the least-loaded worker, the lowest id on
- * ties. A tournament tree over P >= N leaves (padding leaves load +inf):
- * node v holds the winner of its subtree, and a left subtree's ids are all
- * below the right one's, so "left wins ties" is "lowest id wins". After a
- * worker's load grows, only its path is replayed, carrying the winner in
- * registers: each step reads a sibling that did not change, and selects
- * with masks, as a branch there would be mispredicted half the time. */
-static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
-    int32_t P = sc->leaves, *id = sc->tree, m = 0;
-    uint64_t *val = sc->val;
-    /* While workers are idle, the next item (cost > 0) goes to the first
-     * idle one: item i to worker i, no tree needed. */
-    for (; m < n && m < N && sc->cost[sc->order[m]] > 0; m++) {
-        sc->worker[sc->order[m]] = m;
-        val[P + m] = dbits(sc->cost[sc->order[m]]);
-        sc->cursor[m] = 1;
+ * ties, i.e. to the worker of the smallest (load, id). worker[i] is the
+ * worker of item order[i], cursor[w] worker w's item count and wcost[w] its
+ * load; every load is the same chain of additions in item order, whichever
+ * path below picks the worker, so they all give the same schedule.
+ *
+ * While workers are idle, item i goes to worker i. Then, with few workers,
+ * a scan of the loads; with more, rounds: with the workers sorted by
+ * (load, id) in A, the next items go to A[0], A[1], ... for as long as A[k]
+ * is below every load this round has made (A[k] is then the least of all);
+ * longest first, LPT keeps the loads level, so a round is usually all N
+ * workers. The loads it made are sorted (a counting pass over their bits,
+ * which are near each other, and an insertion pass) and merged with the
+ * rest of A: O(1) per item and O(N) per round. A round shorter than N / 4
+ * (loads far apart, as when long items give way to short ones) hands the
+ * next N items to a tournament tree, O(log N) each, and A is sorted anew. */
+static void assign_tree(scratch *sc, int32_t from, int32_t to, int32_t N, double *wcost);
+
+static inline bool pair_less(uint64_t a, int32_t ia, uint64_t b, int32_t ib) {
+    return a < b || (a == b && ia < ib);
+}
+
+/* perm[0 .. k) = 0 .. k-1 ordered by (ld[j], id[j]); ld within [lo, hi]. */
+static void sort_loads(scratch *sc, const uint64_t *ld, const int32_t *id, int32_t k,
+                       uint64_t lo, uint64_t hi, int32_t *perm) {
+    int32_t nb = sort_buckets(k, LOADS_F);
+    uint32_t *hist = sc->hist, *key = (uint32_t *)sc->cand_len;
+    int shift = 0;
+    while (((hi - lo) >> shift) >= (uint64_t)nb) shift++;
+    memset(hist, 0, (size_t)nb * sizeof *hist);
+    for (int32_t j = 0; j < k; j++) hist[key[j] = (uint32_t)((ld[j] - lo) >> shift)]++;
+    for (uint32_t v = 0, sum = 0; v < (uint32_t)nb; v++) {
+        uint32_t c = hist[v];
+        hist[v] = sum;
+        sum += c;
     }
-    for (int32_t w = m; w < P; w++) {
-        val[P + w] = w < N ? 0 : dbits(INFINITY);
-        if (w < N) sc->cursor[w] = 0;
+    for (int32_t j = 0; j < k; j++) perm[hist[key[j]]++] = j;
+    for (int32_t j = 1; j < k; j++) {
+        int32_t x = perm[j], p = j;
+        while (p > 0 && pair_less(ld[x], id[x], ld[perm[p - 1]], id[perm[p - 1]])) {
+            perm[p] = perm[p - 1];
+            p--;
+        }
+        perm[p] = x;
+    }
+}
+
+static void assign_lpt(scratch *sc, int32_t n, int32_t N, double *wcost) {
+    const int32_t *order = sc->order;
+    const double *cost = sc->cost;
+    int32_t *worker = sc->worker, *cnt = sc->cursor, m = 0;
+    for (; m < n && m < N && cost[order[m]] > 0; m++) {
+        worker[m] = m;
+        wcost[m] = cost[order[m]];
+        cnt[m] = 1;
+    }
+    for (int32_t w = m; w < N; w++) {
+        wcost[w] = 0;
+        cnt[w] = 0;
     }
     if (m == n) return;
-    for (int32_t w = 0; w < P; w++) id[P + w] = w;
+    if (N <= 8) { /* a scan: the first of the least loads */
+        for (int32_t i = m; i < n; i++) {
+            int32_t best = 0;
+            for (int32_t w = 1; w < N; w++) best = wcost[w] < wcost[best] ? w : best;
+            worker[i] = best;
+            cnt[best]++;
+            wcost[best] += cost[order[i]];
+        }
+        return;
+    }
+    /* A: idle workers, then workers m-1 .. 0 (loads not increasing with the
+     * id), each run of equal loads by increasing id. B follows A. */
+    uint64_t *ld = sc->val;
+    int32_t *id = sc->tree, *perm = sc->next, t = 0;
+    for (int32_t w = m; w < N; w++) ld[t] = 0, id[t++] = w;
+    for (int32_t e = m; e > 0;) {
+        int32_t b = e - 1;
+        while (b > 0 && wcost[b - 1] == wcost[e - 1]) b--;
+        for (int32_t w = b; w < e; w++) ld[t] = dbits(wcost[w]), id[t++] = w;
+        e = b;
+    }
+    uint64_t *bl = ld + N;
+    int32_t *bid = id + N;
+    for (int32_t i = m; i < n;) {
+        int32_t R = n - i < N ? n - i : N, k = 0;
+        uint64_t run = UINT64_MAX, lo = UINT64_MAX, hi = 0;
+        int32_t run_id = INT32_MAX;
+        for (; k < R && pair_less(ld[k], id[k], run, run_id); k++) {
+            int32_t w = id[k];
+            double x = bitsd(ld[k]) + cost[order[i + k]];
+            uint64_t xb = dbits(x);
+            worker[i + k] = w;
+            cnt[w]++;
+            wcost[w] = x;
+            bl[k] = xb;
+            bid[k] = w;
+            if (pair_less(xb, w, run, run_id)) run = xb, run_id = w;
+            lo = xb < lo ? xb : lo;
+            hi = xb > hi ? xb : hi;
+        }
+        i += k;
+        if (i == n) return;
+        if (4 * k < N) { /* a short round: N items by the tree, then sort A anew */
+            int32_t to = n - i < N ? n : i + N;
+            assign_tree(sc, i, to, N, wcost);
+            i = to;
+            if (i == n) return;
+            lo = UINT64_MAX, hi = 0;
+            for (int32_t w = 0; w < N; w++) {
+                bl[w] = dbits(wcost[w]);
+                bid[w] = w;
+                lo = bl[w] < lo ? bl[w] : lo;
+                hi = bl[w] > hi ? bl[w] : hi;
+            }
+            sort_loads(sc, bl, bid, N, lo, hi, perm);
+            for (int32_t j = 0; j < N; j++) ld[j] = bl[perm[j]], id[j] = perm[j];
+            continue;
+        }
+        sort_loads(sc, bl, bid, k, lo, hi, perm);
+        /* merge B (by perm) with A[k ..] into A, in place from the front */
+        int32_t a = k, c = 0, o = 0;
+        while (c < k && a < N) {
+            int32_t j = perm[c];
+            if (pair_less(bl[j], bid[j], ld[a], id[a])) ld[o] = bl[j], id[o++] = bid[j], c++;
+            else ld[o] = ld[a], id[o++] = id[a++];
+        }
+        for (; c < k; c++) ld[o] = bl[perm[c]], id[o++] = bid[perm[c]];
+    }
+}
+
+/* Items order[from .. n) by a tournament tree over P >= N leaves (padding
+ * leaves load +inf), starting from the loads in wcost: node v holds the
+ * winner of its subtree, and a left subtree's ids are all below the right
+ * one's, so "left wins ties" is "lowest id wins". After a worker's load
+ * grows, only its path is replayed, carrying the winner in registers: each
+ * step reads a sibling that did not change, and selects with masks, as a
+ * branch there would be mispredicted half the time. */
+static void assign_tree(scratch *sc, int32_t from, int32_t n, int32_t N, double *wcost) {
+    int32_t P = sc->leaves, *id = sc->tree;
+    uint64_t *val = sc->val;
+    for (int32_t w = 0; w < P; w++) {
+        val[P + w] = w < N ? dbits(wcost[w]) : dbits(INFINITY);
+        id[P + w] = w;
+    }
     for (int32_t v = P - 1; v >= 1; v--) {
         int32_t c = val[2 * v + 1] < val[2 * v] ? 2 * v + 1 : 2 * v;
         val[v] = val[c];
@@ -465,11 +677,11 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
      * the loop-carried chain is only the compares and selects. */
     int32_t w = id[1];
     uint64_t root = val[1];
-    for (int32_t i = m; i < n; i++) {
-        int32_t j = sc->order[i], win = w;
-        sc->worker[j] = w;
+    for (int32_t i = from; i < n; i++) {
+        int32_t win = w;
+        sc->worker[i] = w;
         sc->cursor[w]++;
-        uint64_t x = dbits(bitsd(root) + sc->cost[j]);
+        uint64_t x = dbits(bitsd(root) + sc->cost[sc->order[i]]);
         val[P + w] = x;
         for (int32_t v = P + w; v > 1; v >>= 1) {
             uint64_t y = val[v ^ 1];
@@ -484,6 +696,7 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N) {
         w = win;
         root = x;
     }
+    for (int32_t k = 0; k < N; k++) wcost[k] = bitsd(val[P + k]);
 }
 
 /* Items grouped by worker, each queue longest first; cursor[w] arrives as
@@ -496,8 +709,7 @@ static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N) {
         sc->cursor[w] = ptr[w];
     }
     for (int32_t i = 0; i < n; i++) {
-        int32_t j = sc->order[i];
-        s->items[sc->cursor[sc->worker[j]]++] = sc->gen[j];
+        s->items[sc->cursor[sc->worker[i]]++] = sc->gen[sc->order[i]];
     }
 }
 
@@ -568,8 +780,10 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     int32_t tile = choose_q_tile(in, F > 0);
     int32_t T = tile / in->group_size > 1 ? tile / in->group_size : 1;
     double heads = in->num_kv_heads;
-    gen_state g = {s, sc, 0, heads * in->cost_per_q_row * in->group_size,
-                   heads * in->cost_per_key, heads * in->cost_per_row_key * in->group_size};
+    gen_state g = {.s = s, .sc = sc, .row_cost = heads * in->cost_per_q_row * in->group_size,
+                   .key_cost = heads * in->cost_per_key,
+                   .pair_cost = heads * in->cost_per_row_key * in->group_size};
+    gen_reset(&g);
     survey sv;
     survey_batch(in, T, F, &sv, F > 0 ? NULL : &g, l->max_items);
 
@@ -592,20 +806,19 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     s->num_merge_rows = 0;
     s->merge_indptr[0] = 0;
     if (F > 0 || L > 0) { /* else the survey's write-through items stand */
-        g.n = 0;
+        gen_reset(&g);
         generate(&g, in, T, L, F);
     }
     s->num_items = g.n;
     s->kv_chunk = s->num_partial_rows > 0 ? (F > 0 ? F : L) : 0;
 
-    if (N > 1) sort_longest_first(sc, g.n);
+    if (N > 1) sort_longest_first(sc, g.n, &g);
     else for (int32_t i = 0; i < g.n; i++) sc->order[i] = i;
-    assign_lpt(sc, g.n, N);
+    assign_lpt(sc, g.n, N, s->worker_cost);
     emit_queues(s, sc, g.n, N);
     s->total_cost = 0.0;
     s->max_worker_cost = 0.0;
     for (int32_t w = 0; w < N; w++) {
-        s->worker_cost[w] = bitsd(sc->val[sc->leaves + w]);
         s->total_cost += s->worker_cost[w];
         if (s->worker_cost[w] > s->max_worker_cost) s->max_worker_cost = s->worker_cost[w];
     }
