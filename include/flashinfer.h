@@ -19,6 +19,8 @@
  *    written in a comment right above it.
  *  - Plan/run: a plan is made once per batch (fi_plan_update) from the batch
  *    metadata and reused by fi_plan_run for every layer.
+ *  - Threads: a context and its plans are used by one thread at a time;
+ *    separate contexts may run concurrently.
  *
  * Semantics (masks, RoPE, ALiBi, LSE in base 2, merge) are those of
  * FlashInfer; see docs/ARCHITECTURE.md.

@@ -11,7 +11,8 @@
 #define INVALID(...) fi_error(FI_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 #define OVER(...) fi_error(FI_STATUS_BOUND_EXCEEDED, __VA_ARGS__)
 
-/* Page table: indices in range, last_page_len consistent; fills kv_len. */
+/* Paged lengths: last_page_len consistent, bounds; fills kv_len. The page
+ * table itself is only referenced here (see the top of the file). */
 static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
     int32_t n = b->batch_size, ps = plan->params.page_size;
     int32_t nnz = b->kv_indptr[n];
