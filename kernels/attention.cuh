@@ -449,6 +449,7 @@ FI_ATTN_NAME(const fi_attn_args a) {
             it.req = wi[0];
             it.q0 = wi[1];
             it.rows = (wi[2] - wi[1]) * GROUP;
+            if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) continue; /* attention_tc.cuh's */
             it.k0 = wi[3];
             it.k1 = wi[4];
             it.prow = wi[5];

@@ -57,6 +57,10 @@ typedef struct fi_attn_args {
     int32_t page_shift;        /* log2(page_size) when a power of two, else -1 */
     int32_t kv_vec_ok;         /* K/V rows 16-byte aligned and contiguous */
     int32_t window_left;
+    int32_t tc_min_rows;       /* > 0: items with >= this many packed rows run
+                                  on the tensor-core kernel (attention_tc.cuh),
+                                  the CUDA-core kernel skips them; 0: none */
+    int32_t q_vec_ok;          /* Q rows 16-byte aligned and contiguous */
     float q_scale;             /* sm_scale * k_scale (* log2 e when no transform) */
     float softcap;             /* c of c * tanh(x / c) */
     float softcap_rcp;         /* 1 / c */

@@ -66,6 +66,7 @@ static void cu_load_once(void) {
     LOAD(StreamIsCapturing, "cuStreamIsCapturing");
     LOAD(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
     LOAD(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    LOAD(FuncSetAttribute, "cuFuncSetAttribute");
 #undef LOAD
     if (missing) {
         snprintf(cu_why, sizeof cu_why, "CUDA driver too old: libcuda lacks %s", missing);

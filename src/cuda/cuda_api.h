@@ -30,6 +30,7 @@ enum {
     FI_CU_CAPTURE_NONE = 0,              /* CU_STREAM_CAPTURE_STATUS_NONE */
     FI_CU_CAPTURE_MODE_RELAXED = 2,      /* CU_STREAM_CAPTURE_MODE_RELAXED */
     FI_CU_ERROR_NOT_READY = 600,         /* CUDA_ERROR_NOT_READY */
+    FI_CU_FUNC_MAX_DYN_SMEM = 8,         /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 };
 
 /* The driver entry points (symbol names as exported by libcuda.so.1). */
@@ -68,6 +69,7 @@ typedef struct fi_cu_api {
     CUresult (*ThreadExchangeStreamCaptureMode)(int *mode);
     CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction f,
                                                           int block_size, size_t dyn_smem);
+    CUresult (*FuncSetAttribute)(CUfunction f, int attr, int value);
 } fi_cu_api;
 
 /* NVRTC (nvrtc.h), loaded from libnvrtc.so*. */

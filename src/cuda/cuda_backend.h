@@ -33,6 +33,15 @@ typedef struct fi_attn_config {
 void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_config *c);
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
 void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *spec);
+/* The tensor-core kernel (kernels/attention_tc.cuh): whether it supports the
+ * configuration (16-bit Q == KV dtype, head dims 64/128, no fused RoPE), its
+ * spec, and its dynamic shared memory in bytes. */
+int fi_cuda_attn_tc_supported(const fi_attn_config *c);
+void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+int fi_cuda_attn_tc_smem(const fi_attn_config *c);
+/* Items with at least this many packed rows (tokens x group) go to the
+ * tensor-core kernel when the plan has one. */
+#define FI_CUDA_TC_MIN_ROWS 16
 
 /* ------------------------------------------------------------------- JIT */
 
@@ -107,6 +116,10 @@ typedef struct fi_cuda_plan {
     CUstream ordered_stream; /* a stream known to be ordered after that copy */
     CUstream last_stream;    /* the stream of the last run */
     CUfunction attn, merge;
+    CUfunction attn_tc;      /* tensor-core kernel, NULL when unsupported */
+    int tc_smem;             /* its dynamic shared memory */
+    int has_tc_items;        /* this schedule has items for attn_tc */
+    int has_cc_items;        /* ... and for attn */
     unsigned grid_x, grid_y, merge_grid;
     int blocks_per_sm;
     char attn_name[96];

@@ -75,6 +75,15 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     if (st) return st;
     fi_cuda_merge_spec(p->head_dim_vo, (int)p->o_dtype, &spec);
     if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->merge))) return st;
+    /* Items with many packed rows run on tensor cores where the
+     * configuration allows (kernels/attention_tc.cuh); both kernels share
+     * the grid, each skips the other's items. */
+    if (fi_cuda_attn_tc_supported(&cfg)) {
+        fi_cuda_attn_tc_spec(&cfg, &spec);
+        if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->attn_tc))) return st;
+        ps->tc_smem = fi_cuda_attn_tc_smem(&cfg);
+        FI_CU(ps->cc->cu, FuncSetAttribute, ps->attn_tc, FI_CU_FUNC_MAX_DYN_SMEM, ps->tc_smem);
+    }
     int blocks = 0;
     FI_CU(ps->cc->cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, ps->attn, 128, 0);
     ps->blocks_per_sm = blocks > 0 ? blocks : 1;
@@ -170,6 +179,13 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
     if (!call && ps->upload_recorded && (r = cu->EventSynchronize(ps->uploaded)) != 0)
         call = "cuEventSynchronize";
     if (!call) {
+        const fi_schedule *s = &plan->schedule;
+        ps->has_tc_items = ps->has_cc_items = 0;
+        for (int32_t i = 0; i < s->num_items; i++) {
+            int64_t rows = (int64_t)(s->items[i].q_end - s->items[i].q_start) * plan->group_size;
+            if (ps->attn_tc && rows >= FI_CUDA_TC_MIN_ROWS) ps->has_tc_items = 1;
+            else ps->has_cc_items = 1;
+        }
         size_t bytes = pack(plan, ps->staging);
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
             call = "cuMemcpyHtoDAsync";

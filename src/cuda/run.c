@@ -65,6 +65,10 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     for (int s = 0; s < 31; s++)
         if ((1 << s) == a->page_size) a->page_shift = s;
     a->kv_vec_ok = rows_aligned(&ra->k, ks) && rows_aligned(&ra->v, vs);
+    int64_t qs[4] = {bstride(&ra->q, 0), bstride(&ra->q, 1), 16, bstride(&ra->q, 2)};
+    a->q_vec_ok = rows_aligned(&ra->q, qs);
+    /* the tensor-core kernel gathers K/V rows with 16-byte copies only */
+    a->tc_min_rows = ps->attn_tc && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
     a->window_left = p->window_left;
     bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
     bool transform = p->logits_soft_cap > 0.0f || p->pos_encoding == FI_POS_ALIBI;
@@ -104,8 +108,16 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
     fi_attn_args a;
     make_args(plan, ps, ra, &a);
     void *params[] = {&a};
-    FI_CU(cu, LaunchKernel, ps->attn, ps->grid_x, ps->grid_y, 1, 128, 1, 1, 0, stream, params,
-          NULL);
+    /* Two attention kernels on one grid, each skipping the other's items
+     * (a.tc_min_rows); a captured run holds both, as a later plan may need
+     * either. */
+    bool cap = capturing != FI_CU_CAPTURE_NONE, tc = a.tc_min_rows > 0;
+    if (cap || !tc || ps->has_cc_items)
+        FI_CU(cu, LaunchKernel, ps->attn, ps->grid_x, ps->grid_y, 1, 128, 1, 1, 0, stream, params,
+              NULL);
+    if (tc && (cap || ps->has_tc_items))
+        FI_CU(cu, LaunchKernel, ps->attn_tc, ps->grid_x, ps->grid_y, 1, 128, 1, 1,
+              (unsigned)ps->tc_smem, stream, params, NULL);
     /* A captured run always holds the merge: a later plan may split. */
     if (plan->schedule.num_merge_rows > 0 || capturing != FI_CU_CAPTURE_NONE)
         FI_CU(cu, LaunchKernel, ps->merge, ps->merge_grid, 1, 1, 128, 1, 1, 0, stream, params,

@@ -71,3 +71,39 @@ void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *s) {
     add_define(s, "-DFI_OT=%d", ot);
     add_define(s, "-DFI_MERGE_NAME=%s", s->name);
 }
+
+/* Tensor-core kernel: Q and KV one 16-bit dtype (FP8 KV and f32 stay on the
+ * CUDA-core kernel), O any of f32/f16/bf16, head dims 64 or 128 (256 would
+ * need a smaller tile: not yet), no fused RoPE (not yet). */
+int fi_cuda_attn_tc_supported(const fi_attn_config *c) {
+    const char *env = getenv("FLASHINFER_CUDA_TC"); /* "0": CUDA cores only */
+    if (env && env[0] == '0') return 0;
+    bool dt = (c->qt == FI_DTYPE_F16 || c->qt == FI_DTYPE_BF16) && c->kvt == c->qt;
+    bool dims = (c->dqk == 64 || c->dqk == 128) && (c->dvo == 64 || c->dvo == 128);
+    return dt && dims && c->pos != 1;
+}
+
+/* 128-row Q block + 2 stages of 64 keys of K and V, 16-bit (attention_tc.cuh). */
+int fi_cuda_attn_tc_smem(const fi_attn_config *c) {
+    return 128 * c->dqk * 2 + 2 * 64 * (c->dqk + c->dvo) * 2;
+}
+
+/* fi_attn_tc_d128x128_q2o2_g4_paged_m1w0c0p0 */
+void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+    memset(s, 0, sizeof *s);
+    s->entry_file = "attention_tc.cuh";
+    snprintf(s->name, sizeof s->name, "fi_attn_tc_d%dx%d_q%do%d_g%d_%s_m%dw%dc%dp%d", c->dqk,
+             c->dvo, c->qt, c->ot, c->group, c->paged ? "paged" : "ragged", c->mask, c->window,
+             c->softcap, c->pos);
+    add_define(s, "-DFI_DQK=%d", c->dqk);
+    add_define(s, "-DFI_DVO=%d", c->dvo);
+    add_define(s, "-DFI_QT=%d", c->qt);
+    add_define(s, "-DFI_OT=%d", c->ot);
+    add_define(s, "-DFI_GROUP=%d", c->group);
+    add_define(s, "-DFI_PAGED=%d", c->paged);
+    add_define(s, "-DFI_MASK=%d", c->mask);
+    add_define(s, "-DFI_WINDOW=%d", c->window);
+    add_define(s, "-DFI_SOFTCAP=%d", c->softcap);
+    add_define(s, "-DFI_POS=%d", c->pos);
+    add_define(s, "-DFI_ATTN_TC_NAME=%s", s->name);
+}

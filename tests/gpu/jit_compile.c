@@ -6,6 +6,7 @@
  *   build/jit_compile                 NVRTC every configuration, print times
  *   build/jit_compile --arch sm_90a   the same, to CUBIN
  *   build/jit_compile --list          one line per kernel: entry file, name, -D...
+ *                                     (attention, merge, then the standalone ops)
  *   build/jit_compile --filter STR    only names containing STR
  *   build/jit_compile --warm [-j N] [--arch sm_90a]
  *       read attention configurations from stdin, one per line as
@@ -19,6 +20,7 @@
  * combination on first use the same way.
  */
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,14 +78,51 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int nspecs(void) {
-    return (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9;
+/* Tensor-core kernels (kernels/attention_tc.cuh): every attention
+ * configuration above that it supports (the prefill benchmark's, causal
+ * bf16 32/8 d 128, paged and ragged, among them), plus these. */
+static const fi_attn_config tc_configs[] = {
+    {64, 64, F16, F16, F16, 1, 1, 0, 1, 1, 0, 0},
+    {128, 128, BF16, BF16, F32, 8, 8, 1, 2, 0, 1, 2},
+};
+
+static int ntc(void) {
+    int n = 0, na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
+    for (int i = 0; i < na; i++) n += fi_cuda_attn_tc_supported(&attn_configs[i]);
+    return n + (int)(sizeof tc_configs / sizeof tc_configs[0]);
 }
 
-static void spec_at(int i, fi_kernel_spec *s) {
+static int nspecs_attn(void) {
+    return (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9 + ntc();
+}
+
+static void spec_at_attn(int i, fi_kernel_spec *s) {
     int na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-    if (i < na) fi_cuda_attn_spec(&attn_configs[i], s);
-    else fi_cuda_merge_spec(merge_dims[(i - na) / 3], merge_dtypes[(i - na) % 3], s);
+    if (i < na) {
+        fi_cuda_attn_spec(&attn_configs[i], s);
+        return;
+    }
+    if (i < na + 9) {
+        fi_cuda_merge_spec(merge_dims[(i - na) / 3], merge_dtypes[(i - na) % 3], s);
+        return;
+    }
+    int k = i - na - 9;
+    for (int j = 0; j < na; j++) {
+        if (!fi_cuda_attn_tc_supported(&attn_configs[j])) continue;
+        if (k-- == 0) {
+            fi_cuda_attn_tc_spec(&attn_configs[j], s);
+            return;
+        }
+    }
+    fi_cuda_attn_tc_spec(&tc_configs[k], s);
+}
+
+/* Then the standalone ops' kernels (kernels/ops.cuh, src/cuda/ops.c). */
+static int nspecs(void) { return nspecs_attn() + fi_cuda_ops_num_ci_specs(); }
+
+static void spec_at(int i, fi_kernel_spec *s) {
+    if (i < nspecs_attn()) spec_at_attn(i, s);
+    else fi_cuda_ops_ci_spec(i - nspecs_attn(), s);
 }
 
 /* --warm: the specs named on stdin into the disk cache, `jobs` processes. */
@@ -92,7 +131,7 @@ static int warm(const char *arch, int jobs) {
     static fi_kernel_spec specs[MAXW];
     int n = 0;
     char line[256];
-    while (n < MAXW - 1 && fgets(line, sizeof line, stdin)) {
+    while (n < MAXW - 3 && fgets(line, sizeof line, stdin)) {
         int v[12];
         if (sscanf(line, "%d %d %d %d %d %d %d %d %d %d %d %d", &v[0], &v[1], &v[2], &v[3],
                    &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]) != 12)
@@ -111,6 +150,7 @@ static int warm(const char *arch, int jobs) {
         fi_cuda_attn_config(&p, p.num_qo_heads / p.num_kv_heads, &c);
         fi_cuda_attn_spec(&c, &specs[n++]);
         fi_cuda_merge_spec(p.head_dim_vo, (int)p.o_dtype, &specs[n++]);
+        if (fi_cuda_attn_tc_supported(&c)) fi_cuda_attn_tc_spec(&c, &specs[n++]);
     }
     /* drop duplicates */
     int m = 0;

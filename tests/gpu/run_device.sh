@@ -4,17 +4,20 @@
 # batches, the attention harness on the cuda backend against the fp64
 # oracle, and BENCH.md's decode cells. Logs under $OUT (or /tmp/fi-out);
 # a short table last.
-#   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness]
+#   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
+#                           [--no-torch]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
 mkdir -p "$OUT"
-QUICK="" BENCH=1 HARNESS=1
+QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1
 for a in "$@"; do
     case $a in
         --quick) QUICK="--quick" ;;
         --no-bench) BENCH=0 ;;
         --no-harness) HARNESS=0 ;;
+        --no-decode) DECODE=0 ;;
+        --no-torch) TORCH=0 ;;
     esac
 done
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -56,6 +59,16 @@ if [ "$HARNESS" = 1 ]; then
 fi
 
 if [ "$BENCH" = 1 ]; then
+    stamp "prefill benchmark (BENCH.md cells, tensor-core kernel)"
+    ./build/bench_prefill --json "$OUT/bench_prefill.json" 2>&1 | tee "$OUT/bench_prefill.log" \
+        | grep -v "^|" || status=1
+    if [ "$TORCH" = 1 ] && python3 -c "import torch" 2>/dev/null; then
+        stamp "torch SDPA (flash, cuDNN) on the prefill cells"
+        python3 tests/gpu/bench_prefill_torch.py --json "$OUT/bench_prefill_torch.json" 2>&1 \
+            | tee "$OUT/bench_prefill_torch.log"
+    fi
+fi
+if [ "$BENCH" = 1 ] && [ "$DECODE" = 1 ]; then
     stamp "decode benchmark (BENCH.md cells)"
     ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
     stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
@@ -65,6 +78,7 @@ fi
 
 stamp "done (status $status)"
 [ -f "$OUT/harness_summary.txt" ] && cat "$OUT/harness_summary.txt"
+[ -f "$OUT/bench_prefill.log" ] && echo "prefill:" && grep "^|" "$OUT/bench_prefill.log"
 [ -f "$OUT/bench.log" ] && echo "random pages:" && grep "^|" "$OUT/bench.log"
 [ -f "$OUT/bench_contig.log" ] && echo "contiguous pages:" && grep "^|" "$OUT/bench_contig.log"
 exit $status

@@ -1,0 +1,427 @@
+/*
+ * attention_tc.cuh — the plan's work items with many packed query rows, on
+ * tensor cores (FlashAttention-2 style): mma.sync m16n8k16 (f16/bf16 inputs,
+ * f32 accumulate), ldmatrix from swizzled shared memory, a 2-stage cp.async
+ * K/V pipeline gathered through the page table, online softmax in registers,
+ * causal and window masks skipping whole KV tiles.
+ *
+ * Launched beside the CUDA-core kernel (attention.cuh) on the same grid
+ * (x = workers, y = KV heads), 128 threads: this kernel takes the items with
+ * at least a.tc_min_rows packed rows, the CUDA-core kernel the others
+ * (a.tc_min_rows == 0: this kernel does nothing).
+ *
+ * One (item, KV head): packed rows p = token * GROUP + head-in-group, as in
+ * attention.cuh, in blocks of BM = 128 rows; warp w owns rows [32w, 32w+32)
+ * of a block as two m16 tiles. Keys in tiles of BN = 64:
+ *
+ *   S = Q K^T          (mma, A = Q by ldmatrix, B = K by ldmatrix)
+ *   scale, mask, soft-cap, ALiBi on the accumulators (log2 domain)
+ *   m' = max(m, rowmax S); P = 2^(S - m'); l = l 2^(m - m') + rowsum P
+ *   O = O 2^(m - m') + P V   (A = P from the S registers, B = V by
+ *                             ldmatrix.trans)
+ *
+ * Shared memory (dynamic): Q [BM][DQK], then 2 stages of K [BN][DQK] and
+ * V [BN][DVO], 16-bit elements; a row's 16-byte chunk c sits at chunk
+ * c ^ (row & 7), so ldmatrix's eight row addresses hit distinct banks.
+ *
+ * Supported (the host checks, src/cuda/spec.c): Q and KV of one 16-bit dtype
+ * (f16 or bf16), O f16/bf16/f32, DQK and DVO in {64, 128}, every mask,
+ * window, soft-cap and ALiBi, paged or ragged; no fused RoPE, no FP8 KV
+ * (those run on the CUDA-core kernel). K/V rows must be 16-byte aligned and
+ * contiguous (a.tc_min_rows is 0 otherwise).
+ *
+ * Configuration (-D): FI_DQK FI_DVO FI_QT FI_OT FI_GROUP FI_PAGED FI_MASK
+ * FI_WINDOW FI_SOFTCAP FI_POS FI_ATTN_TC_NAME.
+ */
+#include "prelude.cuh"
+
+#ifndef FI_DQK
+#define FI_DQK 128
+#define FI_DVO 128
+#define FI_QT 2
+#define FI_OT 2
+#define FI_GROUP 4
+#define FI_PAGED 1
+#define FI_MASK 1
+#define FI_WINDOW 0
+#define FI_SOFTCAP 0
+#define FI_POS 0
+#define FI_ATTN_TC_NAME fi_attn_tc_default
+#endif
+
+namespace fi_tc {
+
+constexpr int DQK = FI_DQK, DVO = FI_DVO;
+constexpr int QT = FI_QT, OT = FI_OT;
+constexpr int GROUP = FI_GROUP;
+constexpr bool PAGED = FI_PAGED != 0;
+constexpr bool CAUSAL = FI_MASK == 1, CUSTOM = FI_MASK == 2;
+constexpr bool WINDOW = FI_WINDOW != 0, SOFTCAP = FI_SOFTCAP != 0;
+constexpr bool ALIBI = FI_POS == 2;
+constexpr bool TRANSFORM = SOFTCAP || ALIBI;
+constexpr bool BF16 = QT == FI_T_BF16;
+
+constexpr int NT = 128, NWARP = 4, MT = 2;   /* m16 tiles per warp */
+constexpr int BM = NWARP * MT * 16;          /* 128 packed rows per block */
+constexpr int BN = 64;                       /* keys per tile */
+constexpr int NTILE = BN / 8;                /* n8 tiles of S */
+constexpr int DT = DVO / 8;                  /* n8 tiles of O */
+constexpr int KCH = DQK / 8, VCH = DVO / 8;  /* 16-byte chunks per row */
+constexpr int Q_BYTES = BM * DQK * 2;
+constexpr int K_BYTES = BN * DQK * 2, V_BYTES = BN * DVO * 2;
+constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
+constexpr int STAGES = 2;
+constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES; /* = fi_cuda_attn_tc_smem() */
+constexpr float LOG2E = 1.4426950408889634f;
+
+static_assert(QT == FI_T_F16 || QT == FI_T_BF16, "16-bit Q/KV");
+static_assert((DQK == 64 || DQK == 128) && (DVO == 64 || DVO == 128), "head dims");
+
+/* Byte offset of 16-byte chunk ch of row r in a tile of NCH chunks per row. */
+template <int NCH>
+FI_DEV uint32_t swz(int r, int ch) {
+    return (uint32_t)(r * NCH * 16 + ((ch ^ (r & 7)) << 4));
+}
+
+FI_DEV void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+FI_DEV void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* c += a b, m16n8k16, f32 accumulators. */
+FI_DEV void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    if constexpr (BF16) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+/* Two f32 as a pair of 16-bit values, lo in the low half. */
+FI_DEV uint32_t pack2(float lo, float hi) {
+    uint32_t r;
+    if constexpr (BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+struct Item {
+    int req, q0, rows, k0, k1, prow;
+    int qo_len, kv_len;
+    int64_t qo_base, kv_base, mask_bit0;
+    int hkv;
+};
+
+/* Q rows [rb, rb + BM) of the item into shared memory (zeros past rows). */
+FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, unsigned char *qs) {
+    for (int i = threadIdx.x; i < BM * KCH; i += NT) {
+        const int r = i / KCH, ch = i % KCH, p = rb + r;
+        const bool ok = p < it.rows;
+        const int t = p / GROUP, head = it.hkv * GROUP + p % GROUP;
+        const char *src = a.q + (ok ? (it.qo_base + it.q0 + t) * a.q_tok + (int64_t)head * a.q_head : 0);
+        unsigned char *dst = qs + swz<KCH>(r, ch);
+        if (a.q_vec_ok) {
+            fi_cp_async16(dst, src + ch * 16, ok ? 16 : 0);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                reinterpret_cast<uint16_t *>(dst)[e] =
+                    ok ? *reinterpret_cast<const uint16_t *>(src + (int64_t)(ch * 8 + e) * a.q_dim) : 0;
+        }
+    }
+}
+
+/* Keys [j0, j0 + BN) into one stage (K then V); keys >= k1 zero-filled. */
+FI_DEV void load_kv(const fi_attn_args &a, const int32_t *kv_indices, const Item &it,
+                    unsigned char *st, int j0) {
+    unsigned char *ks = st, *vs = st + K_BYTES;
+    constexpr int CH = KCH > VCH ? KCH : VCH;
+#pragma unroll 1
+    for (int i0 = 0; i0 < BN * CH; i0 += NT) {
+        const int i = i0 + threadIdx.x, key = i / CH, ch = i % CH, j = j0 + key;
+        const bool ok = j < it.k1;
+        int64_t page = 0, slot;
+        if constexpr (PAGED) {
+            const int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
+            page = ok ? kv_indices[it.kv_base + pi] : 0;
+            slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
+        } else {
+            slot = it.kv_base + j;
+        }
+        const int64_t ko = ok ? page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head : 0;
+        const int64_t vo = ok ? page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head : 0;
+        if (ch < KCH) fi_cp_async16(ks + swz<KCH>(key, ch), a.k + ko + ch * 16, ok ? 16 : 0);
+        if (ch < VCH) fi_cp_async16(vs + swz<VCH>(key, ch), a.v + vo + ch * 16, ok ? 16 : 0);
+    }
+}
+
+} /* namespace fi_tc */
+
+extern "C" __global__ void __launch_bounds__(fi_tc::NT, 2)
+FI_ATTN_TC_NAME(const fi_attn_args a) {
+    using namespace fi_tc;
+    extern __shared__ __align__(128) unsigned char smem[];
+    if (a.tc_min_rows <= 0) return;
+    {
+        uint32_t dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < (uint32_t)SMEM_BYTES) __trap(); /* the host launched it wrong */
+    }
+    const fi_meta *meta = (const fi_meta *)a.meta;
+    const int w = blockIdx.x;
+    if (w >= meta->num_workers) return;
+    const int32_t *qo_indptr = (const int32_t *)(a.meta + meta->off_qo_indptr);
+    const int32_t *kv_indptr = (const int32_t *)(a.meta + meta->off_kv_indptr);
+    const int32_t *kv_indices = (const int32_t *)(a.meta + meta->off_kv_indices);
+    const int32_t *kv_len = (const int32_t *)(a.meta + meta->off_kv_len);
+    const int64_t *mask_offset = (const int64_t *)(a.meta + meta->off_mask_offset);
+    const int32_t *items = (const int32_t *)(a.meta + meta->off_items);
+    const int32_t *worker_indptr = (const int32_t *)(a.meta + meta->off_worker_indptr);
+    const float *alibi = (const float *)(a.meta + meta->off_alibi);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
+    unsigned char *qs = smem;
+    unsigned char *kvs = smem + Q_BYTES;
+    const uint32_t qs_a = fi_smem_addr(qs), kvs_a = fi_smem_addr(kvs);
+
+    for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y) {
+        for (int n = ib; n < ie; n++) {
+            const int32_t *wi = items + 6 * (int64_t)n; /* fi_work_item */
+            Item it;
+            it.rows = (wi[2] - wi[1]) * GROUP;
+            if (it.rows < a.tc_min_rows) continue; /* the CUDA-core kernel's */
+            it.req = wi[0];
+            it.q0 = wi[1];
+            it.k0 = wi[3];
+            it.k1 = wi[4];
+            it.prow = wi[5];
+            it.qo_base = qo_indptr[it.req];
+            it.qo_len = qo_indptr[it.req + 1] - qo_indptr[it.req];
+            it.kv_len = kv_len[it.req];
+            it.kv_base = kv_indptr[it.req];
+            it.mask_bit0 = CUSTOM ? mask_offset[it.req] * 8 : 0;
+            it.hkv = hkv;
+            const int diag0 = it.kv_len - it.qo_len + it.q0;
+            for (int rb = 0; rb < it.rows; rb += BM) {
+                const int rlast = (rb + BM < it.rows ? rb + BM : it.rows) - 1;
+                /* the block's visible key range, whole tiles from k0 */
+                int kend = it.k1, kbeg = it.k0;
+                if constexpr (CAUSAL) kend = kend < diag0 + rlast / GROUP + 1 ? kend : diag0 + rlast / GROUP + 1;
+                if constexpr (WINDOW) {
+                    const int lo = diag0 + rb / GROUP - a.window_left;
+                    kbeg = kbeg > lo ? kbeg : lo;
+                }
+                if (kbeg > it.k0) kbeg = it.k0 + (kbeg - it.k0) / BN * BN;
+                const int ntiles = kend > kbeg ? (kend - kbeg + BN - 1) / BN : 0;
+
+                /* this thread's rows: [mt][h] = rb + warp*32 + mt*16 + g + 8h */
+                float m[MT][2], l[MT][2], slope[MT][2];
+                float o[MT][DT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        m[mt][h] = FI_NEG_INF;
+                        l[mt][h] = 0.0f;
+                        const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                        slope[mt][h] = ALIBI && p < it.rows ? alibi[it.hkv * GROUP + p % GROUP] : 0.0f;
+                    }
+#pragma unroll
+                    for (int d = 0; d < DT; d++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) o[mt][d][e] = 0.0f;
+                }
+
+                load_q(a, it, rb, qs);
+                if (ntiles > 0) load_kv(a, kv_indices, it, kvs, kbeg);
+                fi_cp_async_commit();
+                for (int t = 0; t < ntiles; t++) {
+                    const int j0 = kbeg + t * BN;
+                    if (t + 1 < ntiles)
+                        load_kv(a, kv_indices, it, kvs + ((t + 1) % STAGES) * STAGE_BYTES, j0 + BN);
+                    fi_cp_async_commit();
+                    fi_cp_async_wait<1>();
+                    __syncthreads();
+                    const uint32_t ks_a = kvs_a + (t % STAGES) * STAGE_BYTES;
+                    const uint32_t vs_a = ks_a + K_BYTES;
+
+                    /* S = Q K^T */
+                    float s[MT][NTILE][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) s[mt][nt][e] = 0.0f;
+#pragma unroll
+                    for (int kk = 0; kk < DQK / 16; kk++) {
+                        uint32_t qa[MT][4];
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+                            ldsm_x4(qs_a + swz<KCH>(warp * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)),
+                                    qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+#pragma unroll
+                        for (int np = 0; np < NTILE / 2; np++) {
+                            uint32_t b0, b1, b2, b3;
+                            ldsm_x4(ks_a + swz<KCH>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                    kk * 2 + ((lane >> 3) & 1)),
+                                    b0, b1, b2, b3);
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++) {
+                                mma(s[mt][2 * np], qa[mt], b0, b1);
+                                mma(s[mt][2 * np + 1], qa[mt], b2, b3);
+                            }
+                        }
+                    }
+
+                    /* logits: scale, transforms, masks (a tile every row of
+                     * the block sees whole skips the mask) */
+                    bool whole = j0 + BN <= it.k1 && rb + BM <= it.rows && !CUSTOM;
+                    if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + rb / GROUP;
+                    if constexpr (WINDOW) whole = whole && j0 >= diag0 + rlast / GROUP - a.window_left;
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                            const int diag = diag0 + p / GROUP;
+#pragma unroll
+                            for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    float x = s[mt][nt][2 * h + e] * a.q_scale;
+                                    const int j = j0 + nt * 8 + 2 * tq + e;
+                                    if constexpr (SOFTCAP) x = a.softcap * tanhf(x * a.softcap_rcp);
+                                    if constexpr (ALIBI) x = fmaf(slope[mt][h], (float)(j - diag), x);
+                                    if constexpr (TRANSFORM) x *= LOG2E;
+                                    if (!whole) {
+                                        bool vis = j < it.k1 && p < it.rows;
+                                        if constexpr (CAUSAL) vis = vis && j <= diag;
+                                        if constexpr (WINDOW) vis = vis && j >= diag - a.window_left;
+                                        if constexpr (CUSTOM) {
+                                            if (vis) {
+                                                int64_t bit = it.mask_bit0 +
+                                                              (int64_t)(it.q0 + p / GROUP) * it.kv_len + j;
+                                                vis = (a.mask[bit >> 3] >> (bit & 7)) & 1;
+                                            }
+                                        }
+                                        if (!vis) x = FI_NEG_INF;
+                                    }
+                                    s[mt][nt][2 * h + e] = x;
+                                }
+                        }
+
+                    /* online softmax, a row's four lanes together */
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            float mx = m[mt][h];
+#pragma unroll
+                            for (int nt = 0; nt < NTILE; nt++)
+                                mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                            const float mref = mx == FI_NEG_INF ? 0.0f : mx;
+                            const float scale = fi_exp2(m[mt][h] - mref);
+                            m[mt][h] = mx;
+                            float sum = 0.0f;
+#pragma unroll
+                            for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    const float pr = fi_exp2(s[mt][nt][2 * h + e] - mref);
+                                    s[mt][nt][2 * h + e] = pr;
+                                    sum += pr;
+                                }
+                            l[mt][h] = fmaf(l[mt][h], scale, sum);
+#pragma unroll
+                            for (int d = 0; d < DT; d++) {
+                                o[mt][d][2 * h] *= scale;
+                                o[mt][d][2 * h + 1] *= scale;
+                            }
+                        }
+
+                    /* O += P V */
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; kk++) {
+                        uint32_t pa[MT][4];
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                            pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                            pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                            pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                        }
+#pragma unroll
+                        for (int dp = 0; dp < DT / 2; dp++) {
+                            uint32_t b0, b1, b2, b3;
+                            ldsm_x4_t(vs_a + swz<VCH>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                                      dp * 2 + (lane >> 4)),
+                                      b0, b1, b2, b3);
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++) {
+                                mma(o[mt][2 * dp], pa[mt], b0, b1);
+                                mma(o[mt][2 * dp + 1], pa[mt], b2, b3);
+                            }
+                        }
+                    }
+                    __syncthreads(); /* the stage is refilled next */
+                }
+                fi_cp_async_wait<0>();
+
+                /* O / l and LSE (log2 domain), or the item's partial rows */
+                const int H = a.num_qo_heads;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        float L = l[mt][h];
+                        L += __shfl_xor_sync(0xffffffffu, L, 1);
+                        L += __shfl_xor_sync(0xffffffffu, L, 2);
+                        const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                        if (p >= it.rows) continue;
+                        const float inv = L > 0.0f ? a.v_scale / L : 0.0f;
+                        const float lse = L > 0.0f ? m[mt][h] + log2f(L) : FI_NEG_INF;
+                        const int t = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
+                        if (it.prow >= 0) {
+                            const int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
+                            float *po = a.partial_o + row * DVO;
+#pragma unroll
+                            for (int d = 0; d < DT; d++) {
+                                float2 v2 = make_float2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
+                                *reinterpret_cast<float2 *>(po + d * 8 + 2 * tq) = v2;
+                            }
+                            if (tq == 0) a.partial_lse[row] = lse;
+                        } else {
+                            const int64_t tok = it.qo_base + t;
+                            char *ob = a.o + tok * a.o_tok + (int64_t)head * a.o_head;
+#pragma unroll
+                            for (int d = 0; d < DT; d++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++)
+                                    fi_store_elem<OT>(ob + (int64_t)(d * 8 + 2 * tq + e) * a.o_dim,
+                                                      o[mt][d][2 * h + e] * inv);
+                            if (tq == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
+                        }
+                    }
+                __syncthreads(); /* Q and the stages are reused by the next block */
+            }
+        }
+    }
+}
