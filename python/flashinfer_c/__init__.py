@@ -4,8 +4,8 @@
 
 Same names, arguments, defaults and return conventions as FlashInfer
 (docs/PYTHON_COMPAT.md lists every difference). numpy arrays and torch CPU
-tensors run on the CPU backend; torch CUDA tensors will run on the CUDA
-backend once it exists (today they raise a RuntimeError that says so).
+tensors run on the CPU backend; torch CUDA tensors on the CUDA backend, on
+the tensors' device and the caller's current torch stream.
 """
 
 from . import attention, cascade, decode, page, prefill, quantization, rope, sparse, utils
@@ -13,6 +13,7 @@ from ._arrays import DTypeError
 from ._context import describe
 from ._lib import (
     BackendError,
+    BackendUnsupportedError,
     BoundExceededError,
     FlashInferCError,
     InternalError,
@@ -21,6 +22,7 @@ from ._lib import (
     NotPlannedError,
     OutOfMemoryError,
     UnsupportedError,
+    cuda_available,
 )
 from ._lib import path as library_path
 from ._lib import version as library_version
@@ -86,6 +88,7 @@ __all__ = [
     "single_prefill_with_kv_cache",
     "single_prefill_with_kv_cache_return_lse",
     # flashinfer_c's own
+    "cuda_available",
     "describe",
     "library_path",
     "library_version",
@@ -98,6 +101,7 @@ __all__ = [
     "NotPlannedError",
     "NoDeviceError",
     "BackendError",
+    "BackendUnsupportedError",
     "InternalError",
     "attention",
     "cascade",

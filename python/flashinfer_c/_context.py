@@ -1,10 +1,11 @@
 """Contexts: one per device, created on first use, and the stream to run on.
 
 A tensor's device picks the context: numpy arrays and CPU torch tensors use
-the process's CPU context; a torch CUDA tensor on device n will use the
-CUDA context of device n and the caller's current torch stream on it. The
-CUDA backend does not exist yet, so asking for it raises a RuntimeError
-that says so (the library itself answers FI_STATUS_NO_DEVICE).
+the process's CPU context; a torch CUDA tensor on device n uses the CUDA
+context of ordinal n, and every call is queued on the caller's current torch
+stream on that device (torch.cuda.current_stream(n)), so it orders with the
+caller's own work. Where libflashinfer cannot run on CUDA (no driver, no
+GPU), asking for a CUDA context raises a RuntimeError that says so.
 
 Environment: FLASHINFER_C_NUM_THREADS (CPU worker threads, default all
 cores), FLASHINFER_C_CPU_SIMD (auto, avx512, avx2, neon or generic).
@@ -42,14 +43,19 @@ class Context:
     def describe(self):
         return fn.context_describe(self.handle).decode()
 
-    def stream(self, x):
-        """The stream argument for a call on array `x`: NULL on the CPU, else the
-        caller's current torch stream on x's device, so our work orders with theirs."""
+    def current_stream(self):
+        """The caller's current torch stream on this device (None on the CPU)."""
         if self.device[0] == "cpu":
             return None
         import torch
 
-        return torch.cuda.current_stream(x.device).cuda_stream
+        return torch.cuda.current_stream(self.device[1])
+
+    def stream(self, x=None):
+        """The stream argument of a C call: NULL on the CPU, else the handle
+        (CUstream) of the caller's current torch stream on this device."""
+        stream = self.current_stream()
+        return None if stream is None else stream.cuda_stream
 
     def __del__(self):
         if getattr(self, "handle", None):
@@ -71,9 +77,8 @@ def get(device):
         if not fn.device_available(S.DEVICE_CUDA):
             raise RuntimeError(
                 f"flashinfer_c: this tensor is on {device_str(device)}, but libflashinfer "
-                "cannot run on CUDA here: the CUDA backend is not built into it yet, or no "
-                "GPU and driver were found. Use CPU torch tensors or numpy arrays "
-                "(tensor.cpu())."
+                "cannot run on CUDA here: its CUDA backend found no driver (libcuda.so.1) or "
+                "no GPU. Use CPU torch tensors or numpy arrays (tensor.cpu())."
             )
     elif kind != "cpu":
         raise ValueError(
@@ -104,19 +109,46 @@ def check_same_device(device, arrays):
         )
 
 
-def check_capture(device, graph_ready, what):
-    """Refuse to record `what` into a CUDA graph unless the wrapper was built for it."""
-    if device[0] != "cuda" or graph_ready:
-        return
+def capturing(device):
+    """Whether the caller's current stream is being captured into a CUDA graph."""
+    if device[0] != "cuda":
+        return False
     import torch
 
-    if torch.cuda.is_current_stream_capturing():
+    return torch.cuda.is_current_stream_capturing()
+
+
+def check_capture(device, graph_ready, what):
+    """Refuse to record `what` into a CUDA graph unless the wrapper was built for it.
+    Returns whether the current stream is capturing."""
+    if not capturing(device):
+        return False
+    if not graph_ready:
         raise RuntimeError(
             f"{what} is being captured in a CUDA graph, but the wrapper was made without "
-            "use_cuda_graph=True and its fixed buffers; a replay would read stale addresses"
+            "use_cuda_graph=True: a later plan() could move or resize its C plan, and a "
+            "replay would then read stale memory. Make the wrapper with use_cuda_graph=True "
+            "and its fixed indptr/indices/last_page_len buffers to capture it"
         )
+    return True
 
 
-def describe(device=("cpu", 0)):
-    """One line naming the backend, threads and SIMD level of a device's context."""
-    return get(device).describe()
+def parse_device(device):
+    """("cpu", 0) or ("cuda", n) from such a tuple, "cpu", "cuda", "cuda:n" or a
+    torch.device; a bare "cuda" is torch's current CUDA device."""
+    if isinstance(device, tuple):
+        return device
+    kind, _, index = str(device).partition(":")
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:n]'")
+    if kind == "cuda" and not index:
+        import torch
+
+        return (kind, torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return (kind, int(index) if index else 0)
+
+
+def describe(device="cpu"):
+    """One line naming a device's backend: threads and SIMD level on the CPU,
+    the GPU and its architecture on CUDA ("cuda:0")."""
+    return get(parse_device(device)).describe()

@@ -164,6 +164,13 @@ class InternalError(FlashInferCError, RuntimeError):
     status = S.STATUS_INTERNAL
 
 
+class BackendUnsupportedError(FlashInferCError, NotImplementedError):
+    """An op that the backend of the tensors' device does not implement (yet):
+    raised instead of a silent fall-back to another device."""
+
+    status = S.STATUS_UNSUPPORTED
+
+
 _ERRORS = {
     cls.status: cls
     for cls in (
@@ -187,6 +194,24 @@ def check(status, what):
     name = (fn.status_string(status) or b"?").decode()
     cls = _ERRORS.get(status, InternalError)
     raise cls(f"{what}: {message or name} ({name})")
+
+
+def check_op(status, what, device):
+    """check() for a standalone op: on a CUDA device, FI_STATUS_UNSUPPORTED (the
+    CUDA backend lacks the op) becomes a BackendUnsupportedError (a RuntimeError)."""
+    if status == S.STATUS_UNSUPPORTED and device[0] == "cuda":
+        message = (fn.last_error() or b"").decode(errors="replace")
+        raise BackendUnsupportedError(
+            f"{what} on cuda:{device[1]}: {message} (unsupported). The CUDA backend of "
+            f"{path} does not implement this op yet; flashinfer_c does not fall back to the "
+            "CPU on its own: move the tensors with .cpu() to use the CPU backend"
+        )
+    check(status, what)
+
+
+def cuda_available():
+    """Whether libflashinfer's CUDA backend can run here (a driver and a GPU found)."""
+    return bool(fn.device_available(S.DEVICE_CUDA))
 
 
 # --------------------------------------------------- version and ABI check

@@ -7,6 +7,14 @@ C plan is created again only when the Spec changes or a batch exceeds the
 bounds, which then grow to the next power of two so that a growing batch
 recreates it a logarithmic number of times. With fixed bounds (CUDA-graph
 wrappers) a batch over them is an error that names the buffer to enlarge.
+
+On CUDA, fi_plan_update uploads the batch with one asynchronous copy on the
+stream the C plan last ran on. The caller's contract (FlashInfer's) is that
+plan() is ordered on the caller's current stream, like its own copies; so
+update() makes that upload stream wait for the current stream (runs and
+graph replays queued there may still read the old batch), and the current
+stream wait for the upload (a graph replayed there must read the new one).
+Both are event waits queued on the GPU; the host does not block on them.
 """
 
 import ctypes
@@ -14,6 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 from . import _structs as S
+from . import _context
 from ._arrays import FI_NAME, DTypeError, fill_view
 from ._lib import check, fn
 
@@ -122,9 +131,12 @@ class Plan:
         self.bounds = None
         self.total_qo = 0
         self.batch_size = 0
+        self.captured = False  # a CUDA graph holds a run of this C plan
+        self._stream = None  # the torch stream the C plan last ran on (CUDA)
         self._batch = None  # the last batch's host arrays (for scaled siblings)
         self._version = 0
         self._siblings = {}
+        self._synced = -1  # for a sibling: the parent's _version it was planned for
         self._destroy = fn.plan_destroy
 
     # ------------------------------------------------------------ planning
@@ -133,6 +145,12 @@ class Plan:
         self, spec, qo_indptr, kv_indptr, kv_indices=None, last_page_len=None, mask_indptr=None
     ):
         """Schedule a batch (host int32 numpy arrays) under `spec`."""
+        device = self.ctx.device
+        if _context.capturing(device):
+            raise RuntimeError(
+                "plan() was called while the current CUDA stream is being captured into a "
+                "graph: plan outside the captured region; replays read the latest plan"
+            )
         n = qo_indptr.shape[0] - 1
         need = Bounds(max(n, 1), max(int(qo_indptr[-1]), 1), max(int(kv_indptr[-1]), 1))
         self._ensure(spec, need)
@@ -147,9 +165,29 @@ class Plan:
         self._batch = (qo_indptr, kv_indptr, kv_indices, last_page_len, mask_indptr)
         self._version += 1
         self.total_qo = 0
-        check(fn.plan_update(self.handle, ctypes.byref(batch)), "plan")
+        current = upload = None
+        if device[0] == "cuda":
+            import torch
+
+            current = torch.cuda.current_stream(device[1])
+            upload = self._stream
+            if upload is None:  # the C plan has not run: it uploads on the legacy stream
+                upload = torch.cuda.default_stream(device[1])
+            if upload == current:
+                current = upload = None
+            else:
+                upload.wait_stream(current)
+        status = fn.plan_update(self.handle, ctypes.byref(batch))
+        if current is not None:
+            current.wait_stream(upload)
+        check(status, "plan")
         self.total_qo = int(qo_indptr[-1])
         self.batch_size = n
+        if self.fixed is not None:
+            # A graph may have captured a sibling's run: it must see this batch too.
+            for sib in self._siblings.values():
+                sib.update(sib.spec, *self._batch)
+                sib._synced = self._version
 
     def _ensure(self, spec, need):
         if self.fixed is not None:
@@ -162,6 +200,13 @@ class Plan:
             bounds = self.fixed
             if self.handle is not None and spec == self.spec:
                 return
+            if self.captured:
+                raise ValueError(
+                    "plan() changes the attention parameters of a CUDA-graph wrapper whose "
+                    "run() a CUDA graph has captured; the graph would keep running the old "
+                    "C plan. Plan with the captured parameters, or use a new wrapper (and a "
+                    f"new graph) for new ones. Captured: {self.spec}; asked: {spec}"
+                )
         else:
             if self.handle is not None and spec == self.spec and self.bounds.covers(need):
                 return
@@ -181,22 +226,29 @@ class Plan:
             "plan",
         )
         self.handle, self.spec, self.bounds = handle.value, spec, bounds
+        self._stream = None  # a new C plan uploads on the default stream until it runs
 
     def variant(self, spec):
         """This plan's batch under another Spec (another softmax scale or soft-cap).
 
         FlashInfer lets run() change a few numbers that here are fixed at plan
         creation (q_scale/k_scale fold into the softmax scale); such a run gets
-        a sibling plan, re-planned only when this plan's batch has changed.
+        a sibling plan, re-planned only when this plan's batch has changed
+        (in CUDA-graph mode, at every plan(), since a graph may replay it).
         """
         if spec == self.spec:
             return self
         sib = self._siblings.get(spec)
+        if (sib is None or sib._synced != self._version) and _context.capturing(self.ctx.device):
+            raise RuntimeError(
+                "run() is being captured with a q_scale/k_scale/logits_soft_cap other than "
+                "plan()'s, which runs on a second C plan that is not ready: call run() once "
+                "with the same values before capturing (the usual warm-up)"
+            )
         if sib is None:
-            if len(self._siblings) >= 8:
+            if len(self._siblings) >= 8 and self.fixed is None:
                 self._siblings.clear()
             sib = self._siblings[spec] = Plan(self.ctx, self.fixed, self.fixed_names)
-            sib._synced = -1
         if sib._synced != self._version:
             sib.update(spec, *self._batch)
             sib._synced = self._version
@@ -205,7 +257,8 @@ class Plan:
     # ----------------------------------------------------------------- run
 
     def run(self, q, k, v, o, lse=None, custom_mask=None, stream=None):
-        """Attention for the planned batch. k, v: arrays, or fi_tensor views."""
+        """Attention for the planned batch. k, v: arrays, or fi_tensor views.
+        stream: the torch stream to queue it on (CUDA); None on the CPU."""
         spec = self.spec
         args = S.RunArgs()
         _expect(fill_view(args.q, q, "q"), spec.q_dtype, "q", "q_data_type")
@@ -221,8 +274,11 @@ class Plan:
             fill_view(args.lse, lse, "lse")
         if custom_mask is not None:
             fill_view(args.custom_mask, custom_mask, "custom_mask")
-        args.stream = stream
+        if stream is not None:
+            args.stream = stream.cuda_stream
         check(fn.plan_run(self.handle, ctypes.byref(args)), "run")
+        if stream is not None:
+            self._stream = stream  # where the C plan uploads its next batch
 
     # ---------------------------------------------------------- inspection
 

@@ -68,6 +68,15 @@ class WrapperBase:
 
     # ------------------------------------------------------------ planning
 
+    def _refuse_capture(self):
+        """plan() reads the batch on the host and copies it: not in a CUDA graph."""
+        if _context.capturing(self.device):
+            raise RuntimeError(
+                f"{self._name}.plan() was called while the current CUDA stream is being "
+                "captured into a graph: plan outside the captured region (before the "
+                "capture and before each replay); replays read the latest plan"
+            )
+
     def _fix_bounds(self, batch, qo, kv, names):
         self._fixed = Bounds(batch, qo, kv)
         self._fixed_names = names
@@ -114,7 +123,9 @@ class WrapperBase:
         _context.check_same_device(
             self.device, [("q", q), ("out", out), ("lse", lse)] + list(arrays)
         )
-        _context.check_capture(self.device, self._use_cuda_graph, f"{self._name}.run()")
+        capturing = _context.check_capture(
+            self.device, self._use_cuda_graph, f"{self._name}.run()"
+        )
         out, lse = outputs(
             q, plan.spec.head_dim_vo, self._o_name, out, lse, return_lse, self.device
         )
@@ -122,8 +133,12 @@ class WrapperBase:
         if q_scale is not None or k_scale is not None or spec_changes:
             scale = run_scale(plan.spec, q_scale, k_scale)
             runner = plan.variant(replace(plan.spec, sm_scale=scale, **spec_changes))
-        if plan.total_qo:
-            runner.run(q, k, v, out, lse, custom_mask, plan.ctx.stream(q))
+        if capturing:
+            # From now on replays read this C plan's device workspace: it must
+            # never be re-created (Plan._ensure refuses a parameter change).
+            runner.captured = plan.captured = True
+        if plan.total_qo or capturing:
+            runner.run(q, k, v, out, lse, custom_mask, plan.ctx.current_stream())
         apply_v_scale(out, v_scale)
         return (out, lse) if return_lse else out
 

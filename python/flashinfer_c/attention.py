@@ -5,17 +5,10 @@ import numpy as np
 
 from . import _host
 from ._attention import paged_kv_views
+from ._context import parse_device
 from ._wrapper import refuse_extras
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 from .utils import kv_layout_code
-
-
-def _parse_device(device):
-    text = str(device)
-    kind, _, index = text.partition(":")
-    if kind not in ("cpu", "cuda"):
-        raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:n]'")
-    return (kind, int(index) if index else 0)
 
 
 class BatchAttention:
@@ -30,7 +23,7 @@ class BatchAttention:
         self._kv_layout = kv_layout
         self._wrapper = BatchPrefillWithPagedKVCacheWrapper(None, kv_layout)
         self._wrapper._name = "BatchAttention"
-        self._wrapper.device = _parse_device(device)
+        self._wrapper.device = parse_device(device)
         self._logits_soft_cap = 0.0
 
     def plan(
@@ -52,6 +45,7 @@ class BatchAttention:
         use_profiler=False,
     ):
         """Plan a batch: query indptr, page table, and each request's KV length."""
+        self._wrapper._refuse_capture()
         if use_profiler:
             raise NotImplementedError("use_profiler is not supported by flashinfer_c")
         ptr = _host.indptr(kv_indptr, "kv_indptr")

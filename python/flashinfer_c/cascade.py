@@ -6,7 +6,7 @@ import ctypes
 
 from . import _context
 from ._arrays import DTypeError, device_of, empty, name_of, view
-from ._lib import check, fn
+from ._lib import check_op, fn
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 
@@ -44,7 +44,11 @@ def merge_state(v_a, s_a, v_b, s_b):
             (s_out, "s_out"),
         )
     ]
-    check(fn.merge_state(ctx.handle, *map(ctypes.byref, views), ctx.stream(v_a)), "merge_state")
+    check_op(
+        fn.merge_state(ctx.handle, *map(ctypes.byref, views), ctx.stream()),
+        "merge_state",
+        ctx.device,
+    )
     return v_out, s_out
 
 
@@ -61,9 +65,10 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None):
         mask_view = ctypes.byref(view(mask, "mask"))
     else:
         mask_view = None
-    check(
-        fn.merge_state_in_place(ctx.handle, *map(ctypes.byref, views), mask_view, ctx.stream(v)),
+    check_op(
+        fn.merge_state_in_place(ctx.handle, *map(ctypes.byref, views), mask_view, ctx.stream()),
         "merge_state_in_place",
+        ctx.device,
     )
 
 
@@ -84,7 +89,11 @@ def merge_states(v, s):
     v_out = empty(v, (seq_len, num_heads, head_dim))
     s_out = empty(v, (seq_len, num_heads), "float32")
     views = [view(v, "v"), view(s, "s"), view(v_out, "v_out"), view(s_out, "s_out")]
-    check(fn.merge_states(ctx.handle, *map(ctypes.byref, views), ctx.stream(v)), "merge_states")
+    check_op(
+        fn.merge_states(ctx.handle, *map(ctypes.byref, views), ctx.stream()),
+        "merge_states",
+        ctx.device,
+    )
     return v_out, s_out
 
 

@@ -84,7 +84,7 @@ def single_decode_with_kv_cache(
         v,
         out[None],
         None if lse is None else lse[None],
-        stream=ctx.stream(q),
+        stream=ctx.current_stream(),
     )
     apply_v_scale(out, v_scale)
     return (out, lse) if return_lse else out
@@ -165,6 +165,7 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         window_right=0,
     ):
         """Plan a decode step: the page table of every request (host or device int32)."""
+        self._refuse_capture()
         if window_right not in (0, None):
             raise NotImplementedError("window_right is not supported")
         if q_len_per_req < 1:

@@ -7,7 +7,7 @@ import numpy as np
 from . import _context, _host
 from ._arrays import device_of, from_numpy, int32_index, is_torch, name_of, view
 from ._attention import paged_kv_views
-from ._lib import check, fn
+from ._lib import check_op, fn
 from .utils import kv_layout_code
 
 
@@ -55,7 +55,7 @@ def append_paged_kv_cache(
     index = [view(x, name) for x, name in converted]
     k_rows, v_rows = view(append_key, "append_key"), view(append_value, "append_value")
     r = ctypes.byref
-    check(
+    check_op(
         fn.append_paged_kv_cache(
             ctx.handle,
             r(k_rows),
@@ -68,9 +68,10 @@ def append_paged_kv_cache(
             r(index[2]),
             r(index[3]),
             r(index[4]),
-            ctx.stream(append_key),
+            ctx.stream(),
         ),
         "append_paged_kv_cache",
+        ctx.device,
     )
 
 

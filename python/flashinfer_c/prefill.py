@@ -95,7 +95,8 @@ def single_prefill_with_kv_cache(
     out = empty(q, (qo_len, num_qo_heads, v.shape[-1]), o_name)
     lse = empty(q, (qo_len, num_qo_heads), "float32") if return_lse else None
     ctx = _context.get(device)
-    _single.run(device, spec, int(qo_len), int(kv_len), q, k, v, out, lse, mask, ctx.stream(q))
+    stream = ctx.current_stream()
+    _single.run(device, spec, int(qo_len), int(kv_len), q, k, v, out, lse, mask, stream)
     return (out, lse) if return_lse else out
 
 
@@ -140,8 +141,10 @@ class _PrefillBase(WrapperBase):
             )
 
     def _graph_mask(self, mask, mask_indptr):
+        """Copy the batch's packed mask into the caller's fixed buffer, which is
+        what run() then reads: a captured run keeps reading that address."""
         if mask is None:
-            return
+            return None
         if self._custom_mask_buf is None or self._mask_indptr_buf is None:
             raise ValueError(
                 "custom_mask_buf and mask_indptr_buf must be given to the constructor in "
@@ -150,6 +153,7 @@ class _PrefillBase(WrapperBase):
         _host.copy_into(self._custom_mask_buf, _host.to_numpy(mask), "custom_mask_buf")
         if mask_indptr is not None:
             _host.copy_into(self._mask_indptr_buf, mask_indptr, "mask_indptr_buf")
+        return self._custom_mask_buf
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
@@ -235,6 +239,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         disable_split_kv=False,
     ):
         """Plan a batch: query indptr and the page table (host or device int32)."""
+        self._refuse_capture()
         _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
         qo = _host.indptr(qo_indptr, "qo_indptr")
         batch = qo.shape[0] - 1
@@ -264,7 +269,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             _host.copy_into(
                 self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]], "paged_kv_indices_buf"
             )
-            self._graph_mask(self._mask, mask_indptr)
+            self._mask = self._graph_mask(self._mask, mask_indptr)
         self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type, o_data_type)
         spec = make_spec(
             num_qo_heads=num_qo_heads,
@@ -394,6 +399,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         disable_split_kv=False,
     ):
         """Plan a batch: query and key/value indptrs (host or device int32)."""
+        self._refuse_capture()
         _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
         qo = _host.indptr(qo_indptr, "qo_indptr")
         kv = _host.indptr(kv_indptr, "kv_indptr")
@@ -409,7 +415,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             self._graph_bounds(batch, int(qo[-1]), self.GRAPH_MAX_KV_TOKENS, "GRAPH_MAX_KV_TOKENS")
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
             _host.copy_into(self._kv_indptr_buf, kv, "kv_indptr_buf")
-            self._graph_mask(self._mask, mask_indptr)
+            self._mask = self._graph_mask(self._mask, mask_indptr)
         self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type, o_data_type)
         spec = make_spec(
             num_qo_heads=num_qo_heads,

@@ -10,7 +10,7 @@ import ctypes
 
 from . import _context
 from ._arrays import device_of, empty, int32_index, view
-from ._lib import check, fn
+from ._lib import check_op, fn
 from . import _structs as S
 
 
@@ -48,16 +48,16 @@ def _rope(q, k, params, inplace, pos_ids=None, indptr=None, offsets=None):
         pos_ids = int32_index(pos_ids, "pos_ids")
         pos = view(pos_ids, "pos_ids")
         status = fn.rope_apply_pos_ids(
-            ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(pos), ctx.stream(q)
+            ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(pos), ctx.stream()
         )
     else:
         indptr, offsets = int32_index(indptr, "indptr"), int32_index(offsets, "offsets")
         ptr = view(indptr, "indptr")
         off = view(offsets, "offsets")
         status = fn.rope_apply(
-            ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(ptr), r(off), ctx.stream(q)
+            ctx.handle, r(params), r(qv), r(kv), r(qo), r(ko), r(ptr), r(off), ctx.stream()
         )
-    check(status, "rope")
+    check_op(status, "rope", ctx.device)
     return None if inplace else (q_out, k_out)
 
 

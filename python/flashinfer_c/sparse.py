@@ -94,6 +94,7 @@ class BlockSparseAttentionWrapper(_SparseBase):
         mask: bool (nnz, R, C), the element mask of each non-zero block.
         packed_mask: the same in FlashInfer's flattened packed layout.
         """
+        self._refuse_capture()
         for name, value in (("M", M), ("N", N), ("R", R), ("C", C)):
             if int(value) <= 0:
                 raise ValueError(f"{name}={value}: must be positive")
@@ -229,6 +230,7 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
     ):
         """block_mask_map bool [num_kv_heads, MB, NB]; block_row_sz [num_kv_heads, MB];
         block_col_sz [num_kv_heads, NB] (rows / columns of each block)."""
+        self._refuse_capture()
         if num_qo_heads % num_kv_heads:
             raise ValueError(
                 f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}"

@@ -3,6 +3,12 @@
 The tests import flashinfer_c from this checkout (python/), which loads
 build/libflashinfer.so (`make lib`, or `pip install ./python` builds it).
 Set FLASHINFER_C_TEST_INSTALLED=1 to test an installed package instead.
+
+GPU tests (test_gpu_*.py) carry the `gpu` marker and are skipped, at
+collection, unless torch sees a GPU and libflashinfer's CUDA backend can run;
+tests/python/run_device.sh runs them on the GPU machine (`pytest -m gpu`).
+FLASHINFER_C_GPU_TESTS_ON_CPU=1 runs them on the CPU backend instead (their
+CUDA-graph parts skipped), to check the tests themselves without a GPU.
 """
 
 import os
@@ -21,6 +27,47 @@ import flashinfer_c  # noqa: E402
 
 # Small thread counts keep the suite fast and exercise split work all the same.
 os.environ.setdefault("FLASHINFER_C_NUM_THREADS", "2")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA GPU and libflashinfer's CUDA backend (run_device.sh)"
+    )
+
+
+# --------------------------------------------------------------------- GPU
+
+GPU_ON_CPU = bool(os.environ.get("FLASHINFER_C_GPU_TESTS_ON_CPU"))
+DEVICE = "cpu" if GPU_ON_CPU else "cuda"  # where the GPU tests put their tensors
+
+
+def _why_no_gpu():
+    if GPU_ON_CPU:
+        return None
+    if not torch.cuda.is_available():
+        return "no GPU: torch.cuda.is_available() is False"
+    if not flashinfer_c.cuda_available():
+        return f"libflashinfer ({flashinfer_c.library_path}) found no CUDA driver or GPU"
+    return None
+
+
+NO_GPU = _why_no_gpu()
+# pytestmark of every GPU test module
+GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))]
+# for the tests (or parts) that need real CUDA graphs, not the CPU stand-in
+needs_cuda = pytest.mark.skipif(
+    DEVICE != "cuda", reason="CUDA graphs and streams need a GPU (FLASHINFER_C_GPU_TESTS_ON_CPU)"
+)
+
+
+def on_gpu(t):
+    """A copy of a host tensor on the GPU tests' device."""
+    return None if t is None else t.to(DEVICE, copy=True)
+
+
+def synchronize():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 TOLERANCE = {  # (atol, rtol) against the fp64 reference
     torch.float32: (2e-5, 2e-5),
@@ -67,7 +114,7 @@ def _seed():
 def assert_close(got, ref, dtype, what="output"):
     """got (any float tensor/array) against an fp64 reference, at dtype's tolerance."""
     got = torch.as_tensor(np.asarray(got) if not isinstance(got, torch.Tensor) else got)
-    got = got.double()
+    got = got.detach().cpu().double()
     assert not torch.isnan(got).any(), f"{what}: NaN"
     atol, rtol = TOLERANCE[dtype]
     torch.testing.assert_close(
@@ -77,9 +124,38 @@ def assert_close(got, ref, dtype, what="output"):
 
 def assert_lse_close(got, ref, dtype):
     """LSE: -inf rows must match exactly, the rest at dtype's tolerance (scaled)."""
-    got = torch.as_tensor(np.asarray(got) if not isinstance(got, torch.Tensor) else got).double()
+    got = torch.as_tensor(np.asarray(got) if not isinstance(got, torch.Tensor) else got)
+    got = got.detach().cpu().double()
     ref = ref.double()
     inf = torch.isinf(ref)
     assert torch.equal(torch.isinf(got), inf), "lse: -inf rows differ"
     atol, rtol = TOLERANCE[dtype]
     torch.testing.assert_close(got[~inf], ref[~inf], atol=4 * atol, rtol=4 * rtol)
+
+
+class Graph:
+    """`fn` captured once into a CUDA graph (after a warm-up call on a side
+    stream, as torch.cuda.graph wants), replayed by replay() on the current
+    stream. On the CPU stand-in (FLASHINFER_C_GPU_TESTS_ON_CPU) replay()
+    calls fn again. fn must write into fixed tensors (out=...)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.graph = None
+        if DEVICE != "cuda":
+            fn()
+            return
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            fn()
+
+    def replay(self):
+        if self.graph is None:
+            self.fn()
+        else:
+            self.graph.replay()

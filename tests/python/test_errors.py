@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import batches
+import flashinfer_c
 from test_batch_decode import make_cache
 
 
@@ -113,12 +114,33 @@ def test_mixed_devices_and_array_types(fi):
         fi.single_decode_with_kv_cache(q, k.tolist(), k)
 
 
+@pytest.mark.skipif(
+    flashinfer_c.cuda_available(), reason="the CUDA backend is usable on this machine"
+)
 def test_cuda_tensors_need_the_cuda_backend(fi):
     """Without a usable CUDA backend, asking for it says so (no GPU needed to check)."""
     from flashinfer_c import _context
 
     with pytest.raises(RuntimeError, match="cannot run on CUDA here"):
         _context.get(("cuda", 0))
+
+
+def test_unsupported_op_on_cuda_is_a_runtime_error(fi):
+    """An op the CUDA backend lacks (FI_STATUS_UNSUPPORTED) raises, never falls back."""
+    from flashinfer_c import _lib, _structs
+
+    with pytest.raises(fi.BackendUnsupportedError, match="cuda:0.*does not fall back") as e:
+        _lib.check_op(_structs.STATUS_UNSUPPORTED, "merge_state", ("cuda", 0))
+    assert isinstance(e.value, RuntimeError) and isinstance(e.value, NotImplementedError)
+    # on the CPU an unsupported value stays a ValueError
+    with pytest.raises(fi.UnsupportedError):
+        _lib.check_op(_structs.STATUS_UNSUPPORTED, "merge_state", ("cpu", 0))
+
+
+def test_describe(fi):
+    assert fi.describe() == fi.describe("cpu") == fi.describe(("cpu", 0))
+    with pytest.raises(ValueError, match="expected 'cpu' or 'cuda"):
+        fi.describe("tpu")
 
 
 def test_unsupported_options_refused(fi):
