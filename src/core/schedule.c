@@ -71,10 +71,11 @@ void fi_schedule_limits_for_fixed_split(fi_schedule_limits *lim,
 
 /* ------------------------------------------------------------- memory */
 
-/* Buckets of the longest-first sort's counting pass (at most). */
-#define FI_SORT_BUCKETS 4096
-#define SORT_F 2  /* buckets per item, times 2, of the items' sort */
-#define LOADS_F 8 /* and of the sort of a round's loads */
+/* Bits per counting pass of the longest-first sort (at most). */
+#define FI_SORT_DIGIT_MAX 11
+/* Up to this many items, one counting pass of ~n buckets (fewer passes
+ * beat finer keys there). */
+#define FI_SORT_ONE_PASS 1024
 
 /* The scheduler's working memory; lives inside the one allocation. */
 typedef struct scratch {
@@ -85,7 +86,7 @@ typedef struct scratch {
     int32_t *tmp;      /* [max_items] radix ping-pong */
     int32_t *worker;   /* [max_items] worker of the i-th item of order[] */
     int32_t *next;     /* [max_workers] LPT buckets: next worker in the list */
-    uint32_t *hist;    /* [FI_SORT_BUCKETS + 1] at most: counting passes */
+    uint32_t *hist;    /* [2 << FI_SORT_DIGIT_MAX] at most: counting passes */
     int32_t leaves;    /* power of two >= max_workers */
     int32_t *tree;     /* [2 * leaves] tournament tree: winners' worker ids */
     uint64_t *val;     /* [2 * leaves] winners' loads (bits of doubles >= 0,
@@ -93,21 +94,23 @@ typedef struct scratch {
     int32_t *cursor;   /* [max_workers] emission cursors */
     int32_t *cand_len; /* [max_workers] tiles longer than the chunk bound */
     int32_t *cand_tok; /* [max_workers] their token counts */
+    int32_t *mark;     /* [max_workers] LPT: the last round that fed worker w */
     void *mem;         /* the allocation, for free() */
 } scratch;
 
-/* Buckets of a counting pass over n keys: the power of two >= n * f / 2,
- * 16 .. FI_SORT_BUCKETS. */
-static int32_t sort_buckets(int64_t n, int f) {
-    int32_t b = 16;
-    while (b < FI_SORT_BUCKETS && 2 * (int64_t)b < n * f) b *= 2;
-    return b;
+/* Bits per counting pass of the longest-first sort of n items: 8 .. 11,
+ * about log2(n) / 2 + 4, so its two passes key on 256 .. 4096 values per item
+ * while the buckets stay few beside n. */
+static int sort_digit_bits(int64_t n) {
+    int d = 8;
+    while (d < FI_SORT_DIGIT_MAX && ((int64_t)1 << (2 * d - 8)) < n) d++;
+    return d;
 }
 
 typedef struct layout {
     size_t items, indptr, wcost, mout, mindptr, msrc;
     size_t sc, gen, cost, key, order, tmp, worker, next, hist, tree, val, cursor, cand_len,
-        cand_tok;
+        cand_tok, mark;
     int32_t leaves;
     size_t total;
 } layout;
@@ -135,8 +138,8 @@ static void make_layout(const fi_schedule_limits *l, layout *o) {
     o->tmp = take(&at, ni * sizeof(int32_t));
     o->worker = take(&at, ni * sizeof(int32_t));
     o->next = take(&at, nw * sizeof(int32_t));
-    int32_t nb = sort_buckets(l->max_items, SORT_F), nw_b = sort_buckets(l->max_workers, LOADS_F);
-    o->hist = take(&at, ((size_t)(nb > nw_b ? nb : nw_b) + 1) * sizeof(uint32_t));
+    int d = sort_digit_bits(l->max_items);
+    o->hist = take(&at, ((size_t)2 << (d > 9 ? d : 9)) * sizeof(uint32_t));
     o->leaves = 1;
     while (o->leaves < l->max_workers) o->leaves *= 2;
     o->tree = take(&at, 2 * (size_t)o->leaves * sizeof(int32_t));
@@ -144,6 +147,7 @@ static void make_layout(const fi_schedule_limits *l, layout *o) {
     o->cursor = take(&at, nw * sizeof(int32_t));
     o->cand_len = take(&at, nw * sizeof(int32_t));
     o->cand_tok = take(&at, nw * sizeof(int32_t));
+    o->mark = take(&at, nw * sizeof(int32_t));
     o->total = at + 64; /* malloc's alignment may be 16: room to align to 64 */
 }
 
@@ -192,6 +196,7 @@ fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits) {
     sc->cursor = (int32_t *)(base + o.cursor);
     sc->cand_len = (int32_t *)(base + o.cand_len);
     sc->cand_tok = (int32_t *)(base + o.cand_tok);
+    sc->mark = (int32_t *)(base + o.mark);
     sc->mem = mem;
     s->scratch = sc;
     s->num_workers = 1;
@@ -209,17 +214,22 @@ void fi_schedule_free(fi_schedule *s) {
 /* Keys visible to tokens [q0, q1) of a request whose qo query tokens are the
  * last qo of its kv keys' positions: [*a, *b), possibly empty. Causal: token
  * q sees keys < kv - qo + q + 1; a window sees keys >= kv - qo + q - w. */
-static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv,
-                             int32_t q0, int32_t q1, int32_t *a, int32_t *b) {
+static inline void span_of(bool causal, int32_t window, int32_t qo, int32_t kv, int32_t q0,
+                           int32_t q1, int32_t *a, int32_t *b) {
     int64_t off = (int64_t)kv - qo, lo = 0, hi = kv;
-    if (in->causal) hi = off + q1;
-    if (in->window_left >= 0) lo = off + q0 - in->window_left;
+    if (causal) hi = off + q1;
+    if (window >= 0) lo = off + q0 - window;
     if (hi > kv) hi = kv;
     if (hi < 0) hi = 0;
     if (lo < 0) lo = 0;
     if (lo > hi) lo = hi;
     *a = (int32_t)lo;
     *b = (int32_t)hi;
+}
+
+static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv,
+                             int32_t q0, int32_t q1, int32_t *a, int32_t *b) {
+    span_of(in->causal, in->window_left, qo, kv, q0, q1, a, b);
 }
 
 /* A span of len > L keys cut into chunks of L keys from its start, the
@@ -296,27 +306,80 @@ typedef struct survey {
     int64_t fixed_items, fixed_rows; /* fixed split only */
 } survey;
 
-/* With g (automatic split or none), also emit every tile as a write-through
- * item, the final items when nothing turns out to need splitting. */
-static void survey_batch(const fi_schedule_input *in, int32_t T, int32_t F, survey *sv,
-                         gen_state *g, int32_t cap) {
+/* Fixed split: the tiles, their span and the items and rows they need. */
+static void survey_fixed(const fi_schedule_input *in, int32_t T, int32_t F, survey *sv) {
     memset(sv, 0, sizeof *sv);
     for (int32_t r = 0; r < in->batch_size; r++) {
         int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r], kv = in->kv_len[r];
         for (int32_t q0 = 0; q0 < qo; q0 += T) {
             int32_t q1 = qo - q0 > T ? q0 + T : qo, a, b;
             tile_span(in, qo, kv, q0, q1, &a, &b);
-            if (g && g->n < cap) emit(g, r, q0, q1, a, b, -1);
             sv->tiles++;
             sv->span_sum += b - a;
             if (b - a > sv->max_span) sv->max_span = b - a;
-            if (F > 0) {
-                int32_t k = fixed_chunks(a, b, F);
-                sv->fixed_items += k;
-                if (k > 1) sv->fixed_rows += (int64_t)k * (q1 - q0);
-            }
+            int32_t k = fixed_chunks(a, b, F);
+            sv->fixed_items += k;
+            if (k > 1) sv->fixed_rows += (int64_t)k * (q1 - q0);
         }
     }
+}
+
+/* Automatic split or none: the tiles and their spans, and every tile emitted
+ * as a write-through item (the final items when nothing needs splitting),
+ * at most cap of them. All the state lives in locals, which the stores of
+ * the items cannot alias. */
+static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen_state *g,
+                         int32_t cap) {
+    fi_work_item *gen = g->sc->gen;
+    double *cost = g->sc->cost;
+    const double rc = g->row_cost, kc = g->key_cost, pc = g->pair_cost;
+    const int32_t *qo_indptr = in->qo_indptr, *kv_len = in->kv_len;
+    int32_t n = g->n, max_span = 0, B = in->batch_size, window = in->window_left;
+    const bool causal = in->causal;
+    int64_t tiles = 0, span_sum = 0;
+    uint64_t last = g->last, nz_min1 = g->nz_min1, max = g->max;
+    bool desc = g->desc;
+#define SURVEY_TILE(Q0, Q1)                                                                  \
+    do {                                                                                     \
+        int32_t q0_ = (Q0), q1_ = (Q1), a, b;                                                \
+        span_of(causal, window, qo, kv, q0_, q1_, &a, &b);                                   \
+        tiles++;                                                                             \
+        span_sum += b - a;                                                                   \
+        max_span = b - a > max_span ? b - a : max_span;                                      \
+        if (n >= cap) break;                                                                 \
+        fi_work_item *it = &gen[n];                                                          \
+        it->request = r;                                                                     \
+        it->q_start = q0_;                                                                   \
+        it->q_end = q1_;                                                                     \
+        it->kv_start = a;                                                                    \
+        it->kv_end = b;                                                                      \
+        it->partial_row = -1;                                                                \
+        double c = rc * (q1_ - q0_) + kc * (b - a) + pc * (double)(q1_ - q0_) * (double)(b - a); \
+        cost[n++] = c;                                                                       \
+        uint64_t k = dbits(c);                                                               \
+        desc &= k <= last;                                                                   \
+        last = k;                                                                            \
+        nz_min1 = k - 1 < nz_min1 ? k - 1 : nz_min1; /* 0 - 1 wraps: ignored */              \
+        max = k > max ? k : max;                                                             \
+    } while (0)
+    for (int32_t r = 0; r < B; r++) {
+        int32_t qo = qo_indptr[r + 1] - qo_indptr[r], kv = kv_len[r];
+        if (qo == 1) { /* decode: one tile, made simpler by the constants */
+            SURVEY_TILE(0, 1);
+            continue;
+        }
+        for (int32_t q0 = 0; q0 < qo; q0 += T) SURVEY_TILE(q0, qo - q0 > T ? q0 + T : qo);
+    }
+#undef SURVEY_TILE
+    memset(sv, 0, sizeof *sv);
+    sv->tiles = tiles;
+    sv->span_sum = span_sum;
+    sv->max_span = max_span;
+    g->n = n;
+    g->last = last;
+    g->nz_min1 = nz_min1;
+    g->max = max;
+    g->desc = desc;
 }
 
 /* The tiles whose span exceeds L0, as (span, tokens); fewer than N exist
@@ -473,48 +536,76 @@ static void sort_radix(scratch *sc, int32_t n) {
 
 /* order[] = item indices by cost, longest first; ties keep generation order
  * (request, token, key): the one stable order, whatever computes it.
- * g: the generation's facts. Already non-increasing: the identity. Else one
- * stable counting pass into buckets of the cost's bits, the largest first
- * (bucket (max - bits) >> shift, about n / 2 of them over the nonzero costs'
- * range, zero costs last in a bucket of their own); the bits of doubles >= 0
- * grow with the value and their top bits with its logarithm, so a bucket is
- * a narrow ratio of costs and an earlier bucket holds only larger costs.
- * Then an insertion pass orders each bucket exactly. Should that pass move
- * items more than ~8 times per item (costs bunched by a wide range), the
- * radix sort above redoes the work. */
+ * g: the generation's facts. Already non-increasing: the identity. Else a
+ * stable LSD radix sort, two counting passes of 2^d buckets (one when the
+ * keys fit d bits), on a 2d-bit key: (max - bits) >> shift over the nonzero
+ * costs' range, zero costs last under a key of their own. The bits of
+ * doubles >= 0 grow with the value and their top bits with its logarithm,
+ * so a key is a narrow ratio of costs (2^(2d) keys, 256 to 4096 per item)
+ * and a smaller key holds only larger costs. An insertion pass then orders
+ * equal keys exactly; it holds the last cost in a register, so an item in
+ * place costs one predicted compare. Should it move items more than ~8
+ * times per item (costs bunched by a wide range), the radix sort above
+ * redoes the work. */
 static void sort_longest_first(scratch *sc, int32_t n, const gen_state *g) {
-    int32_t *order = sc->order;
+    int32_t *order = sc->order, *tmp = sc->tmp;
     const double *cost = sc->cost;
     if (g->desc || g->max == 0) {
         for (int32_t i = 0; i < n; i++) order[i] = i;
         return;
     }
-    int32_t nb = sort_buckets(n, SORT_F);
+    int d = sort_digit_bits(n), bits = 2 * d;
+    if (n <= FI_SORT_ONE_PASS) { /* one pass of ~n buckets, as few items need */
+        for (d = 4; ((int64_t)1 << d) < n; d++) continue;
+        bits = d;
+    }
+    uint32_t nb = 1u << d, mask = nb - 1;
     uint64_t span = g->max - (g->nz_min1 + 1);
     int shift = 0;
-    while ((span >> shift) >= (uint64_t)nb) shift++;
-    uint32_t *hist = sc->hist, *key = sc->key;
-    memset(hist, 0, ((size_t)nb + 1) * sizeof *hist);
+    while ((span >> shift) >= ((uint64_t)1 << bits) - 1) shift++;
+    uint32_t zero = (uint32_t)(span >> shift) + 1; /* the key of zero costs */
+    bool two = zero >= nb;
+    uint32_t *h0 = sc->hist, *h1 = sc->hist + nb, *key = sc->key;
+    memset(h0, 0, (size_t)nb * (two ? 2 : 1) * sizeof *h0);
     for (int32_t i = 0; i < n; i++) {
         uint64_t b = dbits(cost[i]);
-        uint32_t k = b ? (uint32_t)((g->max - b) >> shift) : (uint32_t)nb;
+        uint32_t k = b ? (uint32_t)((g->max - b) >> shift) : zero;
         key[i] = k;
-        hist[k]++;
+        h0[k & mask]++;
+        if (two) h1[k >> d]++;
     }
-    for (uint32_t v = 0, sum = 0; v <= (uint32_t)nb; v++) {
-        uint32_t c = hist[v];
-        hist[v] = sum;
-        sum += c;
+    for (uint32_t v = 0, s0 = 0, s1 = 0; v < nb; v++) {
+        uint32_t c0 = h0[v];
+        h0[v] = s0;
+        s0 += c0;
+        if (two) {
+            uint32_t c1 = h1[v];
+            h1[v] = s1;
+            s1 += c1;
+        }
     }
-    for (int32_t i = 0; i < n; i++) order[hist[key[i]]++] = i;
+    if (two) {
+        for (int32_t i = 0; i < n; i++) tmp[h0[key[i] & mask]++] = i;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t j = tmp[i];
+            order[h1[key[j] >> d]++] = j;
+        }
+    } else {
+        for (int32_t i = 0; i < n; i++) order[h0[key[i]]++] = i;
+    }
     int64_t budget = 8 * (int64_t)n + 1024;
+    double last = cost[order[0]];
     for (int32_t i = 1; i < n; i++) {
         int32_t j = order[i], p = i;
         double c = cost[j];
-        while (p > 0 && cost[order[p - 1]] < c) { /* stops at j's bucket's start */
+        if (!(last < c)) {
+            last = c;
+            continue;
+        }
+        do { /* stops at the start of j's key */
             order[p] = order[p - 1];
             p--;
-        }
+        } while (p > 0 && cost[order[p - 1]] < c);
         order[p] = j;
         if ((budget -= i - p) < 0) {
             sort_radix(sc, n);
@@ -534,9 +625,9 @@ static void sort_longest_first(scratch *sc, int32_t n, const gen_state *g) {
  * (load, id) in A, the next items go to A[0], A[1], ... for as long as A[k]
  * is below every load this round has made (A[k] is then the least of all);
  * longest first, LPT keeps the loads level, so a round is usually all N
- * workers. The loads it made are sorted (a counting pass over their bits,
- * which are near each other, and an insertion pass) and merged with the
- * rest of A: O(1) per item and O(N) per round. A round shorter than N / 4
+ * workers. The loads it made are sorted (listed by worker id, a stable
+ * radix sort on their top bits, an insertion pass for the rest) and merged
+ * with the rest of A: O(1) per item and O(N) per round. A round shorter than N / 4
  * (loads far apart, as when long items give way to short ones) hands the
  * next N items to a tournament tree, O(log N) each, and A is sorted anew. */
 static void assign_tree(scratch *sc, int32_t from, int32_t to, int32_t N, double *wcost);
@@ -545,29 +636,96 @@ static inline bool pair_less(uint64_t a, int32_t ia, uint64_t b, int32_t ib) {
     return a < b || (a == b && ia < ib);
 }
 
-/* perm[0 .. k) = 0 .. k-1 ordered by (ld[j], id[j]); ld within [lo, hi]. */
-static void sort_loads(scratch *sc, const uint64_t *ld, const int32_t *id, int32_t k,
-                       uint64_t lo, uint64_t hi, int32_t *perm) {
-    int32_t nb = sort_buckets(k, LOADS_F);
-    uint32_t *hist = sc->hist, *key = (uint32_t *)sc->cand_len;
+/* perm[0 .. k) = 0 .. k-1 ordered by the top 16 bits of ld[j] - lo (ld
+ * within [lo, hi]), stably: an LSD radix sort, two counting passes of 256
+ * buckets (one when the range fits 8 bits). The callers list the loads by
+ * worker id, so equal loads come out by id, and fix_loads finishes. */
+static void sort_loads(scratch *sc, const uint64_t *ld, int32_t k, uint64_t lo, uint64_t hi,
+                       int32_t *perm) {
+    uint32_t *key = (uint32_t *)sc->cand_len;
+    int32_t *tmp = sc->cand_tok;
     int shift = 0;
-    while (((hi - lo) >> shift) >= (uint64_t)nb) shift++;
-    memset(hist, 0, (size_t)nb * sizeof *hist);
-    for (int32_t j = 0; j < k; j++) hist[key[j] = (uint32_t)((ld[j] - lo) >> shift)]++;
-    for (uint32_t v = 0, sum = 0; v < (uint32_t)nb; v++) {
-        uint32_t c = hist[v];
-        hist[v] = sum;
-        sum += c;
+    while (((hi - lo) >> shift) >= 65536) shift++;
+    bool two = ((hi - lo) >> shift) >= 256;
+    uint32_t h0[256], h1[256];
+    memset(h0, 0, sizeof h0);
+    memset(h1, 0, sizeof h1);
+    for (int32_t j = 0; j < k; j++) {
+        uint32_t x = (uint32_t)((ld[j] - lo) >> shift);
+        key[j] = x;
+        h0[x & 255]++;
+        h1[x >> 8]++;
     }
-    for (int32_t j = 0; j < k; j++) perm[hist[key[j]]++] = j;
+    for (uint32_t v = 0, s0 = 0, s1 = 0; v < 256; v++) {
+        uint32_t c0 = h0[v], c1 = h1[v];
+        h0[v] = s0;
+        h1[v] = s1;
+        s0 += c0;
+        s1 += c1;
+    }
+    int32_t *first = two ? tmp : perm;
+    for (int32_t j = 0; j < k; j++) first[h0[key[j] & 255]++] = j;
+    if (!two) return;
+    for (int32_t j = 0; j < k; j++) {
+        int32_t x = tmp[j];
+        perm[h1[key[x] >> 8]++] = x;
+    }
+}
+
+/* Insertion passes that put sorted-by-key loads in exact (load, id) order;
+ * the last element rides in registers, so one already in place costs one
+ * predicted compare. fix_loads: arrays ld/id; fix_perm: through perm. */
+static void fix_loads(uint64_t *ld, int32_t *id, int32_t k) {
+    uint64_t pl = ld[0];
+    int32_t pi = id[0];
     for (int32_t j = 1; j < k; j++) {
-        int32_t x = perm[j], p = j;
-        while (p > 0 && pair_less(ld[x], id[x], ld[perm[p - 1]], id[perm[p - 1]])) {
+        uint64_t xl = ld[j];
+        int32_t xi = id[j], p = j;
+        if (!pair_less(xl, xi, pl, pi)) {
+            pl = xl;
+            pi = xi;
+            continue;
+        }
+        do {
+            ld[p] = ld[p - 1];
+            id[p] = id[p - 1];
+            p--;
+        } while (p > 0 && pair_less(xl, xi, ld[p - 1], id[p - 1]));
+        ld[p] = xl;
+        id[p] = xi;
+    }
+}
+
+static void fix_perm(const uint64_t *ld, const int32_t *id, int32_t *perm, int32_t k) {
+    uint64_t pl = ld[perm[0]];
+    int32_t pi = id[perm[0]];
+    for (int32_t j = 1; j < k; j++) {
+        int32_t x = perm[j], xi = id[x], p = j;
+        uint64_t xl = ld[x];
+        if (!pair_less(xl, xi, pl, pi)) {
+            pl = xl;
+            pi = xi;
+            continue;
+        }
+        do {
             perm[p] = perm[p - 1];
             p--;
-        }
+        } while (p > 0 && pair_less(xl, xi, ld[perm[p - 1]], id[perm[p - 1]]));
         perm[p] = x;
     }
+}
+
+/* A = all N workers by (load, id), from the loads in wcost; bl: scratch. */
+static void sort_all(scratch *sc, const double *wcost, int32_t N, uint64_t lo, uint64_t hi,
+                     uint64_t *ld, int32_t *id, uint64_t *bl, int32_t *perm) {
+    for (int32_t w = 0; w < N; w++) bl[w] = dbits(wcost[w]);
+    sort_loads(sc, bl, N, lo, hi, perm);
+    for (int32_t j = 0; j < N; j++) {
+        int32_t w = perm[j];
+        ld[j] = bl[w];
+        id[j] = w;
+    }
+    fix_loads(ld, id, N);
 }
 
 static void assign_lpt(scratch *sc, int32_t n, int32_t N, double *wcost) {
@@ -584,6 +742,23 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N, double *wcost) {
         cnt[w] = 0;
     }
     if (m == n) return;
+    if (N == 2) { /* the scan below, with both loads in registers */
+        double l0 = wcost[0], l1 = wcost[1];
+        int32_t n1 = 0;
+        for (int32_t i = m; i < n; i++) {
+            bool one = l1 < l0;
+            double x = (one ? l1 : l0) + cost[order[i]];
+            l0 = one ? l0 : x;
+            l1 = one ? x : l1;
+            worker[i] = one;
+            n1 += one;
+        }
+        cnt[1] += n1;
+        cnt[0] += n - m - n1;
+        wcost[0] = l0;
+        wcost[1] = l1;
+        return;
+    }
     if (N <= 8) { /* a scan: the first of the least loads */
         for (int32_t i = m; i < n; i++) {
             int32_t best = 0;
@@ -606,8 +781,9 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N, double *wcost) {
         e = b;
     }
     uint64_t *bl = ld + N;
-    int32_t *bid = id + N;
-    for (int32_t i = m; i < n;) {
+    int32_t *bid = id + N, *mark = sc->mark;
+    for (int32_t w = 0; w < N; w++) mark[w] = 0;
+    for (int32_t i = m, round = 1; i < n; round++) {
         int32_t R = n - i < N ? n - i : N, k = 0;
         uint64_t run = UINT64_MAX, lo = UINT64_MAX, hi = 0;
         int32_t run_id = INT32_MAX;
@@ -618,14 +794,17 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N, double *wcost) {
             worker[i + k] = w;
             cnt[w]++;
             wcost[w] = x;
-            bl[k] = xb;
-            bid[k] = w;
+            mark[w] = round;
             if (pair_less(xb, w, run, run_id)) run = xb, run_id = w;
             lo = xb < lo ? xb : lo;
             hi = xb > hi ? xb : hi;
         }
         i += k;
         if (i == n) return;
+        if (k == N) { /* a full round: A = its new loads, sorted */
+            sort_all(sc, wcost, N, lo, hi, ld, id, bl, perm);
+            continue;
+        }
         if (4 * k < N) { /* a short round: N items by the tree, then sort A anew */
             int32_t to = n - i < N ? n : i + N;
             assign_tree(sc, i, to, N, wcost);
@@ -633,16 +812,18 @@ static void assign_lpt(scratch *sc, int32_t n, int32_t N, double *wcost) {
             if (i == n) return;
             lo = UINT64_MAX, hi = 0;
             for (int32_t w = 0; w < N; w++) {
-                bl[w] = dbits(wcost[w]);
-                bid[w] = w;
-                lo = bl[w] < lo ? bl[w] : lo;
-                hi = bl[w] > hi ? bl[w] : hi;
+                uint64_t x = dbits(wcost[w]);
+                lo = x < lo ? x : lo;
+                hi = x > hi ? x : hi;
             }
-            sort_loads(sc, bl, bid, N, lo, hi, perm);
-            for (int32_t j = 0; j < N; j++) ld[j] = bl[perm[j]], id[j] = perm[j];
+            sort_all(sc, wcost, N, lo, hi, ld, id, bl, perm);
             continue;
         }
-        sort_loads(sc, bl, bid, k, lo, hi, perm);
+        /* B: the round's workers by id, sorted by (load, id) through perm */
+        for (int32_t w = 0, c = 0; w < N; w++)
+            if (mark[w] == round) bl[c] = dbits(wcost[w]), bid[c++] = w;
+        sort_loads(sc, bl, k, lo, hi, perm);
+        fix_perm(bl, bid, perm, k);
         /* merge B (by perm) with A[k ..] into A, in place from the front */
         int32_t a = k, c = 0, o = 0;
         while (c < k && a < N) {
@@ -785,7 +966,8 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
                    .pair_cost = heads * in->cost_per_row_key * in->group_size};
     gen_reset(&g);
     survey sv;
-    survey_batch(in, T, F, &sv, F > 0 ? NULL : &g, l->max_items);
+    if (F > 0) survey_fixed(in, T, F, &sv);
+    else survey_batch(in, T, &sv, &g, l->max_items);
 
     int64_t items = sv.tiles, rows = 0, extra = 0;
     int32_t L = 0;
