@@ -4,6 +4,7 @@
  * ordinal), and every call into the driver runs with it pushed current.
  */
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,4 +114,9 @@ const fi_backend fi_cuda_backend = {
     .plan_fini = fi_cuda_plan_fini,
     .plan_upload = fi_cuda_plan_upload,
     .run = fi_cuda_run,
+    .merge_state = fi_cuda_merge_state,
+    .merge_state_in_place = fi_cuda_merge_state_in_place,
+    .merge_states = fi_cuda_merge_states,
+    .append_paged_kv_cache = fi_cuda_append_paged_kv_cache,
+    .rope = fi_cuda_rope,
 };

@@ -6,6 +6,7 @@
  *   build/jit_compile                 NVRTC every configuration, print times
  *   build/jit_compile --arch sm_90a   the same, to CUBIN
  *   build/jit_compile --list          one line per kernel: entry file, name, -D...
+ *                                     (attention, merge, then the standalone ops)
  *   build/jit_compile --filter STR    only names containing STR
  *   build/jit_compile --warm [-j N] [--arch sm_90a]
  *       read attention configurations from stdin, one per line as
@@ -19,6 +20,7 @@
  * combination on first use the same way.
  */
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,10 +117,12 @@ static void spec_at_attn(int i, fi_kernel_spec *s) {
     fi_cuda_attn_tc_spec(&tc_configs[k], s);
 }
 
-static int nspecs(void) { return nspecs_attn(); }
+/* Then the standalone ops' kernels (kernels/ops.cuh, src/cuda/ops.c). */
+static int nspecs(void) { return nspecs_attn() + fi_cuda_ops_num_ci_specs(); }
 
 static void spec_at(int i, fi_kernel_spec *s) {
-    spec_at_attn(i, s);
+    if (i < nspecs_attn()) spec_at_attn(i, s);
+    else fi_cuda_ops_ci_spec(i - nspecs_attn(), s);
 }
 
 /* --warm: the specs named on stdin into the disk cache, `jobs` processes. */

@@ -41,6 +41,10 @@ stamp "test_cuda (JIT cold/warm, device ordinals, graph replay across batches)"
 FLASHINFER_CACHE_DIR=$(mktemp -d) ./build/test_cuda 2>&1 | tee "$OUT/test_cuda.log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
+stamp "test_cuda_ops (merge_state(s), append_paged_kv_cache, RoPE vs the fp64 references; graphs)"
+./build/test_cuda_ops $QUICK 2>&1 | tee "$OUT/test_cuda_ops.log" | grep -v "^PASS"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+
 if [ "$HARNESS" = 1 ]; then
     stamp "JIT cache warm-up for the harness ($JOBS processes)"
     ./build/test_attention --list --backend cuda $QUICK | python3 tests/gpu/harness_configs.py \
