@@ -27,19 +27,8 @@ typedef struct result {
 
 static int run_mode(fi_context *ctx, bench_batch *b, int disable, int reps, double *ms,
                     double *ratio, int32_t *items, int32_t *split) {
-    fi_attention_params p;
-    fi_attention_params_init(&p);
-    p.num_qo_heads = H_QO;
-    p.num_kv_heads = H_KV;
-    p.head_dim_qk = p.head_dim_vo = D;
-    p.page_size = PAGE;
-    p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
-    p.mask_mode = FI_MASK_CAUSAL;
-    fi_plan_config cfg;
-    fi_plan_config_init(&cfg);
-    cfg.max_batch_size = b->batch;
-    cfg.max_total_qo = (int32_t)b->total_qo;
-    cfg.max_total_kv = (int32_t)b->total_pages;
+    fi_attention_params p = bench_batch_params(b, FI_MASK_CAUSAL);
+    fi_plan_config cfg = bench_batch_config(b);
     cfg.disable_split_kv = disable;
     fi_plan *plan = NULL;
     fi_batch batch = bench_batch_view(b);

@@ -22,19 +22,8 @@ static double time_item(fi_context *ctx, int32_t qo, int32_t kv, int reps) {
     bench_batch b;
     if (bench_batch_make(&b, 1, &kv, qo, PAGE, H_QO, H_KV, D, FI_DTYPE_BF16, FI_DTYPE_BF16, 5))
         return -1;
-    fi_attention_params p;
-    fi_attention_params_init(&p);
-    p.num_qo_heads = H_QO;
-    p.num_kv_heads = H_KV;
-    p.head_dim_qk = p.head_dim_vo = D;
-    p.page_size = PAGE;
-    p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
-    p.mask_mode = FI_MASK_NONE;
-    fi_plan_config cfg;
-    fi_plan_config_init(&cfg);
-    cfg.max_batch_size = 1;
-    cfg.max_total_qo = qo;
-    cfg.max_total_kv = (int32_t)b.total_pages;
+    fi_attention_params p = bench_batch_params(&b, FI_MASK_NONE);
+    fi_plan_config cfg = bench_batch_config(&b);
     cfg.num_workers = 1;
     cfg.disable_split_kv = 1;
     fi_plan *plan = NULL;

@@ -42,17 +42,8 @@ static int time_cell(fi_context *ctx, const cell *c, result *r) {
     }
     free(lens);
     bool causal = strcmp(c->kind, "prefill") == 0;
-    fi_attention_params p;
-    fi_attention_params_init(&p);
-    p.num_qo_heads = 32; p.num_kv_heads = 8; p.head_dim_qk = p.head_dim_vo = 128;
-    p.page_size = 16;
-    p.q_dtype = p.kv_dtype = p.o_dtype = c->dtype;
-    p.mask_mode = causal ? FI_MASK_CAUSAL : FI_MASK_NONE;
-    fi_plan_config cfg;
-    fi_plan_config_init(&cfg);
-    cfg.max_batch_size = c->batch;
-    cfg.max_total_qo = (int32_t)b.total_qo;
-    cfg.max_total_kv = (int32_t)b.total_pages;
+    fi_attention_params p = bench_batch_params(&b, causal ? FI_MASK_CAUSAL : FI_MASK_NONE);
+    fi_plan_config cfg = bench_batch_config(&b);
     fi_plan *plan = NULL;
     fi_batch view = bench_batch_view(&b);
     fi_run_args args = bench_batch_args(&b, 1);

@@ -293,6 +293,29 @@ fi_run_args bench_batch_args(const bench_batch *b, int with_lse) {
     return a;
 }
 
+fi_attention_params bench_batch_params(const bench_batch *b, fi_mask_mode mask) {
+    fi_attention_params p;
+    fi_attention_params_init(&p);
+    p.num_qo_heads = b->h_qo;
+    p.num_kv_heads = b->h_kv;
+    p.head_dim_qk = p.head_dim_vo = b->d;
+    p.page_size = b->page_size;
+    p.q_dtype = b->q_dtype;
+    p.kv_dtype = b->kv_dtype;
+    p.o_dtype = b->o_dtype;
+    p.mask_mode = mask;
+    return p;
+}
+
+fi_plan_config bench_batch_config(const bench_batch *b) {
+    fi_plan_config c;
+    fi_plan_config_init(&c);
+    c.max_batch_size = b->batch;
+    c.max_total_qo = (int32_t)b->total_qo;
+    c.max_total_kv = (int32_t)b->total_pages;
+    return c;
+}
+
 double bench_batch_bytes(const bench_batch *b) {
     double kv = 0.0;
     for (int32_t i = 0; i < b->batch; i++) kv += (double)b->kv_len[i];

@@ -39,6 +39,10 @@ int bench_batch_make(bench_batch *b, int32_t batch, const int32_t *kv_lens, int3
 void bench_batch_free(bench_batch *b);
 fi_batch bench_batch_view(const bench_batch *b);
 fi_run_args bench_batch_args(const bench_batch *b, int with_lse);
+/* Params matching the batch (heads, head dim, page size, dtypes) with
+ * `mask`, and a plan config whose bounds are the batch itself. */
+fi_attention_params bench_batch_params(const bench_batch *b, fi_mask_mode mask);
+fi_plan_config bench_batch_config(const bench_batch *b);
 /* Bytes a decode step must move: Q + K + V (once per KV head) + O. */
 double bench_batch_bytes(const bench_batch *b);
 /* 4 * H_qo * D * visible (query, key) pairs; causal counts the triangle. */
