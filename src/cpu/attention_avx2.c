@@ -27,7 +27,11 @@ INLINE __m256 load8(const uint8_t *p, fi_dtype dt, int32_t i) {
     }
     case FI_DTYPE_E4M3: {
         __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(p + i)));
-        __m128i mag = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
+        __m128i low = _mm_and_si128(w, _mm_set1_epi16(0x7f));
+        __m128i mag = _mm_slli_epi16(low, 7);
+        /* S.1111.111 is NaN in E4M3FN: give it the f16 NaN, not 1.875 * 2^0 */
+        __m128i nan = _mm_cmpeq_epi16(low, _mm_set1_epi16(0x7f));
+        mag = _mm_blendv_epi8(mag, _mm_set1_epi16(0x7e00), nan);
         __m128i sgn = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8);
         return _mm256_cvtph_ps(_mm_or_si128(mag, sgn));
     }

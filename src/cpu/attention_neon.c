@@ -40,7 +40,10 @@ INLINE void load8(const uint8_t *p, fi_dtype dt, int32_t i, float32x4_t out[2]) 
         break;
     case FI_DTYPE_E4M3: {
         uint16x8_t w = vmovl_u8(vld1_u8(p + i));
-        uint16x8_t mag = vshlq_n_u16(vandq_u16(w, vdupq_n_u16(0x7f)), 7);
+        uint16x8_t low = vandq_u16(w, vdupq_n_u16(0x7f));
+        /* S.1111.111 is NaN in E4M3FN: give it the f16 NaN, not 1.875 * 2^0 */
+        uint16x8_t mag = vbslq_u16(vceqq_u16(low, vdupq_n_u16(0x7f)), vdupq_n_u16(0x7e00),
+                                   vshlq_n_u16(low, 7));
         uint16x8_t sgn = vshlq_n_u16(vandq_u16(w, vdupq_n_u16(0x80)), 8);
         f16x8_to_f32(vorrq_u16(mag, sgn), out);
         break;

@@ -30,7 +30,11 @@ INLINE __m512 load16(const uint8_t *p, fi_dtype dt, int32_t i) {
     }
     case FI_DTYPE_E4M3: {
         __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p + i)));
-        __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7);
+        __m256i low = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+        __m256i mag = _mm256_slli_epi16(low, 7);
+        /* S.1111.111 is NaN in E4M3FN: give it the f16 NaN, not 1.875 * 2^0 */
+        __m256i nan = _mm256_cmpeq_epi16(low, _mm256_set1_epi16(0x7f));
+        mag = _mm256_blendv_epi8(mag, _mm256_set1_epi16(0x7e00), nan);
         __m256i sgn = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
         return _mm512_cvtph_ps(_mm256_or_si256(mag, sgn));
     }
