@@ -22,7 +22,10 @@
  *
  * Shared memory (dynamic): Q [BM][DQK], then 2 stages of K [BN][DQK] and
  * V [BN][DVO], 16-bit elements; a row's 16-byte chunk c sits at chunk
- * c ^ (row & 7), so ldmatrix's eight row addresses hit distinct banks.
+ * c ^ (row & 7), so ldmatrix's eight row addresses hit distinct banks. Then
+ * two slots of [BN] {K, V} byte offsets: tile t + 2's page ids are loaded
+ * while tile t computes, so the cp.async of a tile never waits on the page
+ * table.
  *
  * Supported (the host checks, src/cuda/spec.c): Q and KV of one 16-bit dtype
  * (f16 or bf16), O f16/bf16/f32, DQK and DVO in {64, 128}, every mask,
@@ -71,7 +74,9 @@ constexpr int Q_BYTES = BM * DQK * 2;
 constexpr int K_BYTES = BN * DQK * 2, V_BYTES = BN * DVO * 2;
 constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
 constexpr int STAGES = 2;
-constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES; /* = fi_cuda_attn_tc_smem() */
+/* the K/V byte offsets of one tile's keys, two tiles (slots) deep */
+constexpr int OFF_BYTES = 2 * BN * 16;
+constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + OFF_BYTES; /* = fi_cuda_attn_tc_smem() */
 constexpr float LOG2E = 1.4426950408889634f;
 
 static_assert(QT == FI_T_F16 || QT == FI_T_BF16, "16-bit Q/KV");
@@ -145,27 +150,48 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, unsigned char 
     }
 }
 
-/* Keys [j0, j0 + BN) into one stage (K then V); keys >= k1 zero-filled. */
-FI_DEV void load_kv(const fi_attn_args &a, const int32_t *kv_indices, const Item &it,
-                    unsigned char *st, int j0) {
+/* A key's K and V byte offsets in the caches; k == NO_KEY: past the span
+ * (zero-filled). One tile's 64 entries sit in shared memory, filled a tile
+ * ahead, so no cp.async waits on the page table. */
+struct alignas(16) KVOff {
+    long long k, v;
+};
+constexpr long long NO_KEY = (long long)(-0x7fffffffffffffffLL - 1);
+
+/* Key j's page id (paged KV; 0 past the span): issued a tile before use. */
+FI_DEV int page_of(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j) {
+    if (!PAGED || j >= it.k1) return 0;
+    const int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
+    return __ldg(kv_indices + it.kv_base + pi);
+}
+FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
+    KVOff r;
+    if (j >= it.k1) {
+        r.k = NO_KEY;
+        r.v = 0;
+        return r;
+    }
+    int64_t slot;
+    if constexpr (PAGED) slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
+    else slot = it.kv_base + j;
+    r.k = (int64_t)page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head;
+    r.v = (int64_t)page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head;
+    return r;
+}
+
+/* One tile's keys into one stage (K then V) from its offset table. A thread
+ * keeps one 16-byte chunk column and walks keys NT / CH apart. */
+FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, unsigned char *st) {
     unsigned char *ks = st, *vs = st + K_BYTES;
-    constexpr int CH = KCH > VCH ? KCH : VCH;
-#pragma unroll 1
-    for (int i0 = 0; i0 < BN * CH; i0 += NT) {
-        const int i = i0 + threadIdx.x, key = i / CH, ch = i % CH, j = j0 + key;
-        const bool ok = j < it.k1;
-        int64_t page = 0, slot;
-        if constexpr (PAGED) {
-            const int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
-            page = ok ? kv_indices[it.kv_base + pi] : 0;
-            slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
-        } else {
-            slot = it.kv_base + j;
-        }
-        const int64_t ko = ok ? page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head : 0;
-        const int64_t vo = ok ? page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head : 0;
-        if (ch < KCH) fi_cp_async16(ks + swz<KCH>(key, ch), a.k + ko + ch * 16, ok ? 16 : 0);
-        if (ch < VCH) fi_cp_async16(vs + swz<VCH>(key, ch), a.v + vo + ch * 16, ok ? 16 : 0);
+    constexpr int CH = KCH > VCH ? KCH : VCH, KPI = NT / CH;
+    const int ch = threadIdx.x % CH, key0 = threadIdx.x / CH;
+#pragma unroll
+    for (int it = 0; it < BN / KPI; it++) {
+        const int key = key0 + it * KPI;
+        const KVOff off = tab[key];
+        const bool ok = off.k != NO_KEY;
+        if (ch < KCH) fi_cp_async16(ks + swz<KCH>(key, ch), a.k + (ok ? off.k : 0) + ch * 16, ok ? 16 : 0);
+        if (ch < VCH) fi_cp_async16(vs + swz<VCH>(key, ch), a.v + (ok ? off.v : 0) + ch * 16, ok ? 16 : 0);
     }
 }
 
@@ -197,6 +223,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
     const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
     unsigned char *qs = smem;
     unsigned char *kvs = smem + Q_BYTES;
+    KVOff *offs = reinterpret_cast<KVOff *>(smem + Q_BYTES + STAGES * STAGE_BYTES); /* [2][BN] */
     const uint32_t qs_a = fi_smem_addr(qs), kvs_a = fi_smem_addr(kvs);
 
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y) {
@@ -248,13 +275,27 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                 }
 
                 load_q(a, it, rb, qs);
-                if (ntiles > 0) load_kv(a, kv_indices, it, kvs, kbeg);
+                /* offset tables of tiles 0 and 1 (slot t & 1 holds tile t) */
+                if (threadIdx.x < BN) {
+#pragma unroll
+                    for (int t = 0; t < 2; t++) {
+                        const int j = kbeg + t * BN + threadIdx.x;
+                        offs[t * BN + threadIdx.x] = kv_off(a, it, j, page_of(a, kv_indices, it, j));
+                    }
+                }
+                __syncthreads();
+                if (ntiles > 0) load_kv(a, offs, kvs);
                 fi_cp_async_commit();
                 for (int t = 0; t < ntiles; t++) {
                     const int j0 = kbeg + t * BN;
                     if (t + 1 < ntiles)
-                        load_kv(a, kv_indices, it, kvs + ((t + 1) % STAGES) * STAGE_BYTES, j0 + BN);
+                        load_kv(a, offs + ((t + 1) & 1) * BN, kvs + ((t + 1) % STAGES) * STAGE_BYTES);
                     fi_cp_async_commit();
+                    /* tile t + 2's page id, in flight while tile t computes;
+                     * its offsets go to slot t & 1 (tile t's, read above in
+                     * iteration t - 1) at the end of the tile */
+                    const int pn = t + 2 < ntiles && threadIdx.x < BN
+                                       ? page_of(a, kv_indices, it, j0 + 2 * BN + threadIdx.x) : 0;
                     fi_cp_async_wait<1>();
                     __syncthreads();
                     const uint32_t ks_a = kvs_a + (t % STAGES) * STAGE_BYTES;
@@ -289,11 +330,12 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                         }
                     }
 
-                    /* logits: scale, transforms, masks (a tile every row of
-                     * the block sees whole skips the mask) */
+                    /* logits: transforms, masks (a tile every row of the
+                     * block sees whole skips all of it without a transform) */
                     bool whole = j0 + BN <= it.k1 && rb + BM <= it.rows && !CUSTOM;
                     if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + rb / GROUP;
                     if constexpr (WINDOW) whole = whole && j0 >= diag0 + rlast / GROUP - a.window_left;
+                    if (TRANSFORM || !whole)
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -304,8 +346,11 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                             for (int nt = 0; nt < NTILE; nt++)
 #pragma unroll
                                 for (int e = 0; e < 2; e++) {
-                                    float x = s[mt][nt][2 * h + e] * a.q_scale;
+                                    /* without a transform the scale goes into the exp2's
+                                     * FFMA below (q_scale > 0: the host refuses sm_scale < 0) */
+                                    float x = s[mt][nt][2 * h + e];
                                     const int j = j0 + nt * 8 + 2 * tq + e;
+                                    if constexpr (TRANSFORM) x *= a.q_scale;
                                     if constexpr (SOFTCAP) x = a.softcap * tanhf(x * a.softcap_rcp);
                                     if constexpr (ALIBI) x = fmaf(slope[mt][h], (float)(j - diag), x);
                                     if constexpr (TRANSFORM) x *= LOG2E;
@@ -326,34 +371,42 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                                 }
                         }
 
-                    /* online softmax, a row's four lanes together */
+                    /* online softmax, a row's four lanes together; m is in
+                     * the log2 domain, s raw (times qs) */
+                    const float qs = TRANSFORM ? 1.0f : a.q_scale;
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
-                            float mx = m[mt][h];
+                            float mx = FI_NEG_INF;
 #pragma unroll
                             for (int nt = 0; nt < NTILE; nt++)
                                 mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
                             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                            const float mold = m[mt][h];
+                            mx = fmaxf(mold, mx * qs);
                             const float mref = mx == FI_NEG_INF ? 0.0f : mx;
-                            const float scale = fi_exp2(m[mt][h] - mref);
+                            const float scale = fi_exp2(mold - mref);
                             m[mt][h] = mx;
                             float sum = 0.0f;
 #pragma unroll
                             for (int nt = 0; nt < NTILE; nt++)
 #pragma unroll
                                 for (int e = 0; e < 2; e++) {
-                                    const float pr = fi_exp2(s[mt][nt][2 * h + e] - mref);
+                                    const float pr = fi_exp2(fmaf(s[mt][nt][2 * h + e], qs, -mref));
                                     s[mt][nt][2 * h + e] = pr;
                                     sum += pr;
                                 }
                             l[mt][h] = fmaf(l[mt][h], scale, sum);
+                            /* rescale O only where some row's max moved (after
+                             * the first tiles it rarely does) */
+                            if (__any_sync(0xffffffffu, mold != mx)) {
 #pragma unroll
-                            for (int d = 0; d < DT; d++) {
-                                o[mt][d][2 * h] *= scale;
-                                o[mt][d][2 * h + 1] *= scale;
+                                for (int d = 0; d < DT; d++) {
+                                    o[mt][d][2 * h] *= scale;
+                                    o[mt][d][2 * h + 1] *= scale;
+                                }
                             }
                         }
 
@@ -381,6 +434,8 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                             }
                         }
                     }
+                    if (t + 2 < ntiles && threadIdx.x < BN)
+                        offs[(t & 1) * BN + threadIdx.x] = kv_off(a, it, j0 + 2 * BN + threadIdx.x, pn);
                     __syncthreads(); /* the stage is refilled next */
                 }
                 fi_cp_async_wait<0>();

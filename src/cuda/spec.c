@@ -83,9 +83,10 @@ int fi_cuda_attn_tc_supported(const fi_attn_config *c) {
     return dt && dims && c->pos != 1;
 }
 
-/* 128-row Q block + 2 stages of 64 keys of K and V, 16-bit (attention_tc.cuh). */
+/* 128-row Q block + 2 stages of 64 keys of K and V, 16-bit, + two tiles of
+ * K/V offsets (64 x 16 bytes each) (attention_tc.cuh). */
 int fi_cuda_attn_tc_smem(const fi_attn_config *c) {
-    return 128 * c->dqk * 2 + 2 * 64 * (c->dqk + c->dvo) * 2;
+    return 128 * c->dqk * 2 + 2 * 64 * (c->dqk + c->dvo) * 2 + 2 * 64 * 16;
 }
 
 /* fi_attn_tc_d128x128_q2o2_g4_paged_m1w0c0p0 */
