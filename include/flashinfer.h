@@ -355,6 +355,162 @@ FI_API fi_status fi_rope_apply_pos_ids(fi_context *ctx, const fi_rope_params *pa
                                        fi_tensor *q_out, fi_tensor *k_out,
                                        const fi_tensor *pos_ids, void *stream);
 
+/* ---------------------------------------------------- composable formats */
+/* docs/CASCADE.md: cascades (levels of shared KV merged exactly) and
+ * block-sparse attention, both lowered onto plans and the state merge. */
+
+#define FI_CASCADE_MAX_LEVELS 8
+
+typedef struct fi_cascade fi_cascade;
+
+/* Automatic shared-prefix detection (fi_cascade_create_auto). */
+typedef enum fi_prefix_detection {
+    FI_PREFIX_DETECTION_AUTO = 0,   /* split when the cost model says it pays */
+    FI_PREFIX_DETECTION_OFF = 1,    /* never split: exactly the single format */
+    FI_PREFIX_DETECTION_ALWAYS = 2  /* split whenever a full page is shared */
+} fi_prefix_detection;
+
+typedef struct fi_cascade_options {
+    uint32_t struct_size;
+    fi_prefix_detection prefix_detection; /* fi_cascade_create_auto only */
+    /* Memory for the levels' partial states, fi_cascade_workspace_size()
+     * bytes, 64-byte aligned, on the context's device. NULL on the CPU = the
+     * cascade allocates it; a CUDA context must pass device memory (the
+     * core allocates no device memory). Kept until fi_cascade_destroy. */
+    void *workspace;
+    size_t workspace_bytes;
+} fi_cascade_options;
+
+FI_API void fi_cascade_options_init(fi_cascade_options *options);
+
+/* Bytes of partial-state workspace a cascade of num_levels levels (2 for an
+ * automatic one) over at most max_total_qo query tokens needs:
+ * f32 O and LSE per level and token, and one f32 LSE per token. */
+FI_API size_t fi_cascade_workspace_size(const fi_attention_params *params,
+                                        int32_t num_levels, int32_t max_total_qo);
+
+/* A cascade of num_levels levels over one paged KV pool, one plan per level
+ * made here. Level l reads level_configs[l]'s bounds (and its num_workers,
+ * split options). Every level but the last is non-causal with no window;
+ * the mask mode, window and custom mask of `params` apply to the last level.
+ * Fused RoPE and ALiBi need each key's absolute position, which a shared
+ * level does not have: with num_levels > 1 they are FI_STATUS_UNSUPPORTED
+ * (apply RoPE with fi_rope_apply before). params->kv_format must be paged.
+ *   level_configs [num_levels], num_levels in [1, FI_CASCADE_MAX_LEVELS]
+ *   options may be NULL (defaults) */
+FI_API fi_status fi_cascade_create(fi_context *ctx, const fi_attention_params *params,
+                                   int32_t num_levels,
+                                   const fi_plan_config *level_configs,
+                                   const fi_cascade_options *options,
+                                   fi_cascade **out);
+
+/* A cascade built from plain paged batches (fi_cascade_update_batch): it
+ * finds runs of consecutive requests whose page tables start with the same
+ * full pages, and splits them into a shared-prefix level and a unique-suffix
+ * level when options->prefix_detection and the cost model say so.
+ * `config` bounds the plain batch. */
+FI_API fi_status fi_cascade_create_auto(fi_context *ctx, const fi_attention_params *params,
+                                        const fi_plan_config *config,
+                                        const fi_cascade_options *options,
+                                        fi_cascade **out);
+FI_API void fi_cascade_destroy(fi_cascade *cascade);
+
+/* Plan every level (fi_cascade_create cascades). Host memory, as fi_batch.
+ *   levels [num_levels]: each level's qo_indptr covers the same query tokens
+ *   (qo_indptr[B_l] equal across levels; a level's request may have no
+ *   pages); each level's page table indexes the same K/V pool. Query token
+ *   t's keys are, in order, its level-0 request's keys, then level 1's ... */
+FI_API fi_status fi_cascade_update(fi_cascade *cascade, const fi_batch *levels);
+
+/* Plan a plain paged batch (fi_cascade_create_auto cascades): detect shared
+ * prefixes, decide, plan. The page table is read here and copied (split) or
+ * referenced (not split: keep it alive as for fi_plan_update). */
+FI_API fi_status fi_cascade_update_batch(fi_cascade *cascade, const fi_batch *batch);
+
+/* Attention over every level, merged in level order. Tensors as fi_run_args
+ * (k, v: the paged pool every level indexes); custom_mask goes to the last
+ * level. Allocates nothing. */
+FI_API fi_status fi_cascade_run(fi_cascade *cascade, const fi_run_args *args);
+
+/* What the last update decided. */
+typedef struct fi_cascade_info {
+    uint32_t struct_size;
+    int32_t num_levels;       /* levels run (1 when an automatic cascade did not split) */
+    int32_t split;            /* automatic: non-zero when split into prefix + suffix */
+    int32_t num_groups;       /* automatic: groups of >= 2 requests sharing pages */
+    int64_t saved_page_reads; /* automatic: sum over groups of (members - 1) x shared pages */
+    double cost_single;       /* automatic: the cost model's figure, one level */
+    double cost_cascade;      /* automatic: prefix + suffix levels + merge */
+} fi_cascade_info;
+
+FI_API void fi_cascade_info_init(fi_cascade_info *info);
+FI_API fi_status fi_cascade_get_info(const fi_cascade *cascade, fi_cascade_info *info);
+
+/* Block-sparse attention over one sequence of M query tokens and N keys.
+ * Lowered onto a paged plan: a block row is a request, its non-zero blocks
+ * its pages (page_size = C over K/V viewed as [blocks, C, H_kv, D]), the
+ * element mask its custom mask; variable blocks: one plan per KV head. */
+typedef struct fi_bsr fi_bsr;
+
+typedef struct fi_bsr_config {
+    uint32_t struct_size;
+    int32_t block_rows;       /* R: query rows per block (fixed blocks) */
+    int32_t block_cols;       /* C: keys per block (C = 1: vector-sparse) */
+    int32_t max_qo_len;       /* M bound */
+    int32_t max_kv_len;       /* N bound */
+    /* Fixed: non-zero blocks; variable: key pages (keys / col_granularity)
+     * over all block rows of one KV head. 0 = the dense worst case. */
+    int32_t max_nnz;
+    int32_t element_mask;     /* non-zero: updates carry a per-block element mask */
+    int32_t variable_blocks;  /* non-zero: per-KV-head variable block sizes */
+    int32_t max_block_rows;   /* variable: bound on block rows (0 = max_qo_len) */
+    int32_t col_granularity;  /* variable: every column block size is a multiple
+                                 of it (default 1) */
+    int32_t num_workers;      /* 0 = the backend's choice */
+} fi_bsr_config;
+
+FI_API void fi_bsr_config_init(fi_bsr_config *config);
+
+/* params: heads, head dims, dtypes, soft-cap, sm_scale. K/V are
+ * [N, H_kv, D] (kv_format, page_size, kv_layout are ignored); mask_mode must
+ * be FI_MASK_NONE, window_left -1 and pos_encoding FI_POS_NONE (the pattern
+ * is the mask; positions are not those of a dense sequence per block row). */
+FI_API fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
+                               const fi_bsr_config *config, fi_bsr **out);
+FI_API void fi_bsr_destroy(fi_bsr *bsr);
+
+/* Fixed R x C blocks (host memory, read here; indices referenced until the
+ * next update, as a page table).
+ *   indptr [MB+1], MB = ceil(qo_len / R)
+ *   indices [indptr[MB]] block columns in [0, ceil(kv_len / C)), strictly
+ *     increasing within a block row
+ *   block_mask [indptr[MB], R, C] u8 (non-zero = visible), or NULL = full
+ *     blocks; only with config.element_mask */
+FI_API fi_status fi_bsr_update(fi_bsr *bsr, int32_t qo_len, int32_t kv_len,
+                               const int32_t *indptr, const int32_t *indices,
+                               const uint8_t *block_mask);
+
+/* Variable block sizes per KV head (config.variable_blocks), host memory.
+ *   block_row_sz [H_kv, MB]  each row sums to qo_len
+ *   block_col_sz [H_kv, NB]  each row sums to kv_len, multiples of col_granularity
+ *   block_mask_map [H_kv, MB, NB] u8, non-zero = block (r, c) is read */
+FI_API fi_status fi_bsr_update_variable(fi_bsr *bsr, int32_t qo_len, int32_t kv_len,
+                                        int32_t num_block_rows, int32_t num_block_cols,
+                                        const int32_t *block_row_sz,
+                                        const int32_t *block_col_sz,
+                                        const uint8_t *block_mask_map);
+
+/* The packed element mask the last fi_bsr_update built (NULL, 0 without
+ * one): a CUDA caller copies these bytes to device memory and passes them
+ * as args->custom_mask; on the CPU fi_bsr_run uses them itself. */
+FI_API fi_status fi_bsr_packed_mask(const fi_bsr *bsr, const uint8_t **bits,
+                                    int64_t *bytes);
+
+/*   q [M, H_qo, D_qk]; k [N, H_kv, D_qk]; v [N, H_kv, D_vo]
+ *   o [M, H_qo, D_vo]; lse [M, H_qo] f32 (data NULL = not wanted)
+ *   custom_mask: data NULL = the packed mask held by the bsr (CPU) */
+FI_API fi_status fi_bsr_run(fi_bsr *bsr, const fi_run_args *args);
+
 #ifdef __cplusplus
 }
 #endif
