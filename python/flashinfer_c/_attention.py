@@ -98,6 +98,44 @@ def make_spec(
     )
 
 
+def plan_dtypes(q_data_type, kv_data_type, o_data_type):
+    """(q, kv, o) dtype names of a wrapper's plan(): q defaults to float16,
+    kv and o to q."""
+    q_name = float_dtype(q_data_type if q_data_type is not None else "float16", "q_data_type")
+    kv_name = float_dtype(kv_data_type or q_name, "kv_data_type", allow_fp8=True)
+    o_name = float_dtype(o_data_type or q_name, "o_data_type")
+    return q_name, kv_name, o_name
+
+
+def single_kv_shape(q, k, v, kv_layout, q_ndim, q_hint):
+    """The checks of a single-request call: (device, kv_len, num_kv_heads)."""
+    check_rank(q, "q", q_ndim, q_hint)
+    check_rank(k, "k", 3, f"({kv_layout} layout)")
+    check_rank(v, "v", 3, f"({kv_layout} layout)")
+    device = device_of(q)
+    _context.check_same_device(device, [("k", k), ("v", v)])
+    nhd = kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD
+    kv_len, num_kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
+    return device, kv_len, num_kv_heads
+
+
+def single_spec(k, v, num_qo_heads, num_kv_heads, head_dim, kv_layout, q_name, o_name, **options):
+    """The Spec of a single-request call: ragged k/v of k's dtype."""
+    return make_spec(
+        num_qo_heads=num_qo_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim_qk=head_dim,
+        head_dim_vo=v.shape[-1],
+        kv_format=S.KV_FORMAT_RAGGED,
+        page_size=1,
+        kv_layout=kv_layout,
+        q_dtype=q_name,
+        kv_dtype=float_dtype(name_of(k), "k.dtype", allow_fp8=True),
+        o_dtype=o_name,
+        **options,
+    )
+
+
 def run_scale(spec, q_scale, k_scale):
     """The softmax scale of one run: FlashInfer multiplies q_scale and k_scale in."""
     scale = spec.sm_scale

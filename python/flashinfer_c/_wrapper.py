@@ -3,12 +3,13 @@ buffers, the C plan, and the run step they share."""
 
 from dataclasses import replace
 
-from . import _context
+from . import _context, _host
 from ._arrays import device_str
 from ._attention import (
     apply_v_scale,
     check_rank,
     context,
+    make_spec,
     outputs,
     run_scale,
     workspace_device,
@@ -26,6 +27,13 @@ def refuse_extras(what, args, **unsupported):
     for name, value in unsupported.items():
         if value is not None:
             raise NotImplementedError(f"{what}: {name} is not supported by flashinfer_c yet")
+
+
+def require_graph_buffers(named):
+    """The buffers a use_cuda_graph=True constructor must be given."""
+    for name, buf in named:
+        if buf is None:
+            raise ValueError(f"{name} must be given when use_cuda_graph=True")
 
 
 class WrapperBase:
@@ -77,6 +85,31 @@ class WrapperBase:
                 "capture and before each replay); replays read the latest plan"
             )
 
+    def _make_spec(
+        self, kv_format, page_size, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, **options
+    ):
+        """A Spec of this wrapper's KV layout and planned dtypes (self._q_name ...)."""
+        return make_spec(
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim_qk=head_dim_qk,
+            head_dim_vo=head_dim_vo,
+            kv_format=kv_format,
+            page_size=page_size,
+            kv_layout=self._kv_layout,
+            q_dtype=self._q_name,
+            kv_dtype=self._kv_name,
+            o_dtype=self._o_name,
+            **options,
+        )
+
+    def _copy_page_table(self, kv_indptr, kv_indices, last, names):
+        """As FlashInfer, plan() writes the page table into the caller's CUDA-graph
+        buffers; names: (indptr, indices, last_page_len) buffer names."""
+        _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, names[0])
+        _host.copy_into(self._paged_kv_last_page_len_buf, last, names[2])
+        _host.copy_into(self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]], names[1])
+
     def _fix_bounds(self, batch, qo, kv, names):
         self._fixed = Bounds(batch, qo, kv)
         self._fixed_names = names
@@ -98,6 +131,14 @@ class WrapperBase:
         return self._plan
 
     # ----------------------------------------------------------------- run
+
+    def _check_window_left(self, window_left):
+        """run()'s window_left, if given, must be plan()'s."""
+        if window_left is not None and window_left != self._window_left:
+            raise ValueError(
+                f"window_left={window_left} differs from plan()'s {self._window_left}; "
+                "pass it to plan() instead"
+            )
 
     def _run(
         self,

@@ -6,15 +6,16 @@ import numpy as np
 
 from . import _context, _host, _single
 from . import _structs as S
-from ._arrays import device_of, empty, name_of
+from ._arrays import empty, name_of
 from ._attention import (
     apply_v_scale,
-    check_rank,
     float_dtype,
-    make_spec,
     paged_kv_views,
+    plan_dtypes,
+    single_kv_shape,
+    single_spec,
 )
-from ._wrapper import WrapperBase, refuse_extras
+from ._wrapper import WrapperBase, refuse_extras, require_graph_buffers
 from .utils import kv_layout_code
 
 
@@ -41,29 +42,23 @@ def single_decode_with_kv_cache(
     or [num_kv_heads, kv_len, head_dim] (HND). Returns out [num_qo_heads,
     head_dim], and lse [num_qo_heads] (base 2) when return_lse.
     """
-    check_rank(q, "q", 2, "[num_qo_heads, head_dim]")
-    check_rank(k, "k", 3, f"({kv_layout} layout)")
-    check_rank(v, "v", 3, f"({kv_layout} layout)")
-    device = device_of(q)
-    _context.check_same_device(device, [("k", k), ("v", v)])
-    nhd = kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD
-    kv_len, num_kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
+    device, kv_len, num_kv_heads = single_kv_shape(
+        q, k, v, kv_layout, 2, "[num_qo_heads, head_dim]"
+    )
     num_qo_heads, head_dim = q.shape
     q_name = float_dtype(name_of(q), "q.dtype")
     scale = (1.0 / head_dim**0.5) if sm_scale is None else sm_scale
     for s in (q_scale, k_scale):
         scale *= 1.0 if s is None else float(s)
-    spec = make_spec(
-        num_qo_heads=num_qo_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim_qk=head_dim,
-        head_dim_vo=v.shape[-1],
-        kv_format=S.KV_FORMAT_RAGGED,
-        page_size=1,
-        kv_layout=kv_layout,
-        q_dtype=q_name,
-        kv_dtype=float_dtype(name_of(k), "k.dtype", allow_fp8=True),
-        o_dtype=q_name,
+    spec = single_spec(
+        k,
+        v,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        kv_layout,
+        q_name,
+        q_name,
         window_left=window_left,
         logits_soft_cap=logits_soft_cap,
         sm_scale=scale,
@@ -118,13 +113,13 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buffer
         self._fixed_batch_size = 0
         if use_cuda_graph:
-            for name, buf in (
-                ("paged_kv_indptr_buffer", paged_kv_indptr_buffer),
-                ("paged_kv_indices_buffer", paged_kv_indices_buffer),
-                ("paged_kv_last_page_len_buffer", paged_kv_last_page_len_buffer),
-            ):
-                if buf is None:
-                    raise ValueError(f"{name} must be given when use_cuda_graph=True")
+            require_graph_buffers(
+                (
+                    ("paged_kv_indptr_buffer", paged_kv_indptr_buffer),
+                    ("paged_kv_indices_buffer", paged_kv_indices_buffer),
+                    ("paged_kv_last_page_len_buffer", paged_kv_last_page_len_buffer),
+                )
+            )
             self._fixed_batch_size = len(paged_kv_last_page_len_buffer)
             if len(paged_kv_indptr_buffer) != self._fixed_batch_size + 1:
                 raise ValueError(
@@ -181,22 +176,16 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
             if q_data_type in (None, "float16"):
                 q_data_type = data_type
             kv_data_type = kv_data_type if kv_data_type is not None else data_type
-        self._q_name = float_dtype(
-            q_data_type if q_data_type is not None else "float16", "q_data_type"
+        self._q_name, self._kv_name, self._o_name = plan_dtypes(
+            q_data_type, kv_data_type, o_data_type
         )
-        self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
-        self._o_name = float_dtype(o_data_type or self._q_name, "o_data_type")
-        spec = make_spec(
-            num_qo_heads=num_qo_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim_qk=head_dim,
-            head_dim_vo=head_dim,
-            kv_format=S.KV_FORMAT_PAGED,
-            page_size=page_size,
-            kv_layout=self._kv_layout,
-            q_dtype=self._q_name,
-            kv_dtype=self._kv_name,
-            o_dtype=self._o_name,
+        spec = self._make_spec(
+            S.KV_FORMAT_PAGED,
+            page_size,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim,
+            head_dim,
             causal=q_len_per_req > 1,  # draft tokens of a request see their past only
             window_left=window_left,
             logits_soft_cap=logits_soft_cap,
@@ -230,11 +219,11 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
                 len(self._paged_kv_indices_buf),
                 ("paged_kv_last_page_len_buffer", "the query rows", "paged_kv_indices_buffer"),
             )
-        # As FlashInfer, the plan writes the batch into the caller's buffers.
-        _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, "paged_kv_indptr_buffer")
-        _host.copy_into(self._paged_kv_last_page_len_buf, last, "paged_kv_last_page_len_buffer")
-        _host.copy_into(
-            self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]], "paged_kv_indices_buffer"
+        self._copy_page_table(
+            kv_indptr,
+            kv_indices,
+            last,
+            ("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer"),
         )
 
     def run(
@@ -264,11 +253,7 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
             kv_cache_sf=kv_cache_sf,
         )
         self._require_plan()
-        if window_left is not None and window_left != self._window_left:
-            raise ValueError(
-                f"window_left={window_left} differs from plan()'s {self._window_left}; "
-                "pass it to plan() instead"
-            )
+        self._check_window_left(window_left)
         if q_len_per_req is not None and q_len_per_req != self._q_len_per_req:
             raise ValueError(
                 f"q_len_per_req={q_len_per_req} differs from plan()'s {self._q_len_per_req}"

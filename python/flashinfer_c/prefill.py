@@ -7,15 +7,16 @@ import numpy as np
 
 from . import _context, _host, _single
 from . import _structs as S
-from ._arrays import device_of, empty, name_of
+from ._arrays import empty, name_of
 from ._attention import (
     batch_mask,
-    check_rank,
     float_dtype,
-    make_spec,
     paged_kv_views,
+    plan_dtypes,
+    single_kv_shape,
+    single_spec,
 )
-from ._wrapper import WrapperBase, refuse_extras
+from ._wrapper import WrapperBase, refuse_extras, require_graph_buffers
 from .utils import kv_layout_code
 
 
@@ -59,30 +60,24 @@ def single_prefill_with_kv_cache(
     lse [qo_len, num_qo_heads] in base 2.
     """
     _refuse_tensor_scales(scale_q=scale_q, scale_k=scale_k, scale_v=scale_v)
-    check_rank(q, "q", 3, "[qo_len, num_qo_heads, head_dim]")
-    check_rank(k, "k", 3, f"({kv_layout} layout)")
-    check_rank(v, "v", 3, f"({kv_layout} layout)")
-    device = device_of(q)
-    _context.check_same_device(device, [("k", k), ("v", v)])
-    nhd = kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD
-    kv_len, num_kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
+    device, kv_len, num_kv_heads = single_kv_shape(
+        q, k, v, kv_layout, 3, "[qo_len, num_qo_heads, head_dim]"
+    )
     qo_len, num_qo_heads, head_dim = q.shape
     q_name = float_dtype(name_of(q), "q.dtype")
     o_name = float_dtype(o_dtype or q_name, "o_dtype")
     mask = None
     if custom_mask is not None or packed_custom_mask is not None:
         mask, _ = batch_mask(custom_mask, packed_custom_mask, [qo_len], [kv_len], device)
-    spec = make_spec(
-        num_qo_heads=num_qo_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim_qk=head_dim,
-        head_dim_vo=v.shape[-1],
-        kv_format=S.KV_FORMAT_RAGGED,
-        page_size=1,
-        kv_layout=kv_layout,
-        q_dtype=q_name,
-        kv_dtype=float_dtype(name_of(k), "k.dtype", allow_fp8=True),
-        o_dtype=o_name,
+    spec = single_spec(
+        k,
+        v,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        kv_layout,
+        q_name,
+        o_name,
         causal=causal,
         custom_mask=mask is not None,
         window_left=window_left,
@@ -105,13 +100,6 @@ single_prefill_with_kv_cache_return_lse = functools.partial(
 )
 
 
-def _dtypes(q_data_type, kv_data_type, o_data_type):
-    q_name = float_dtype(q_data_type if q_data_type is not None else "float16", "q_data_type")
-    kv_name = float_dtype(kv_data_type or q_name, "kv_data_type", allow_fp8=True)
-    o_name = float_dtype(o_data_type or q_name, "o_data_type")
-    return q_name, kv_name, o_name
-
-
 def _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
     for name, value in (
         ("prefix_len_ptr", prefix_len_ptr),
@@ -124,6 +112,59 @@ def _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
 
 class _PrefillBase(WrapperBase):
     """Shared by the paged and ragged prefill wrappers: graph buffers, masks."""
+
+    def __init__(
+        self,
+        float_workspace_buffer,
+        kv_layout,
+        use_cuda_graph,
+        qo_indptr_buf,
+        custom_mask_buf,
+        mask_indptr_buf,
+        backend,
+        jit_args,
+    ):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
+        kv_layout_code(kv_layout)
+        self._qo_indptr_buf = qo_indptr_buf
+        self._custom_mask_buf = custom_mask_buf
+        self._mask_indptr_buf = mask_indptr_buf
+        self._fixed_batch_size = 0
+        self._mask = None
+
+    def _plan_mask(self, custom_mask, packed_custom_mask, qo_lens, kv_lens):
+        """self._mask and the mask indptr of a batch (None, None: no custom mask).
+        kv_lens: a function giving the KV lengths, called only for a mask."""
+        self._mask, mask_indptr = None, None
+        if custom_mask is not None or packed_custom_mask is not None:
+            self._mask, mask_indptr = batch_mask(
+                custom_mask, packed_custom_mask, qo_lens, kv_lens(), self.device
+            )
+        return mask_indptr
+
+    def _prefill_spec(
+        self,
+        kv_format,
+        page_size,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim_qk,
+        head_dim_vo,
+        dtypes,
+        **options,
+    ):
+        """Set the planned dtypes (q, kv, o options), then the plan's Spec."""
+        self._q_name, self._kv_name, self._o_name = plan_dtypes(*dtypes)
+        return self._make_spec(
+            kv_format,
+            page_size,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim_qk,
+            head_dim_vo or head_dim_qk,
+            custom_mask=self._mask is not None,
+            **options,
+        )
 
     def _graph_bounds(self, batch, total_qo, kv_bound, kv_name):
         if batch != self._fixed_batch_size:
@@ -176,30 +217,33 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         jit_args=None,
         jit_kwargs=None,
     ):
-        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
-        kv_layout_code(kv_layout)
-        self._qo_indptr_buf = qo_indptr_buf
+        super().__init__(
+            float_workspace_buffer,
+            kv_layout,
+            use_cuda_graph,
+            qo_indptr_buf,
+            custom_mask_buf,
+            mask_indptr_buf,
+            backend,
+            jit_args,
+        )
         self._paged_kv_indptr_buf = paged_kv_indptr_buf
         self._paged_kv_indices_buf = paged_kv_indices_buf
         self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buf
-        self._custom_mask_buf = custom_mask_buf
-        self._mask_indptr_buf = mask_indptr_buf
-        self._fixed_batch_size = 0
         if use_cuda_graph:
-            for name, buf in (
-                ("qo_indptr_buf", qo_indptr_buf),
-                ("paged_kv_indptr_buf", paged_kv_indptr_buf),
-                ("paged_kv_indices_buf", paged_kv_indices_buf),
-                ("paged_kv_last_page_len_buf", paged_kv_last_page_len_buf),
-            ):
-                if buf is None:
-                    raise ValueError(f"{name} must be given when use_cuda_graph=True")
+            require_graph_buffers(
+                (
+                    ("qo_indptr_buf", qo_indptr_buf),
+                    ("paged_kv_indptr_buf", paged_kv_indptr_buf),
+                    ("paged_kv_indices_buf", paged_kv_indices_buf),
+                    ("paged_kv_last_page_len_buf", paged_kv_last_page_len_buf),
+                )
+            )
             self._fixed_batch_size = len(qo_indptr_buf) - 1
             if len(paged_kv_indptr_buf) != self._fixed_batch_size + 1:
                 raise ValueError("paged_kv_indptr_buf must hold batch_size + 1 entries")
             if len(paged_kv_last_page_len_buf) != self._fixed_batch_size:
                 raise ValueError("paged_kv_last_page_len_buf must hold batch_size entries")
-        self._mask = None
 
     def plan(
         self,
@@ -250,40 +294,33 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             ("paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len"),
             batch,
         )
-        self._mask, mask_indptr = None, None
-        if custom_mask is not None or packed_custom_mask is not None:
-            self._mask, mask_indptr = batch_mask(
-                custom_mask,
-                packed_custom_mask,
-                np.diff(qo),
-                _host.kv_lengths(kv_indptr, last, page_size),
-                self.device,
-            )
+        mask_indptr = self._plan_mask(
+            custom_mask,
+            packed_custom_mask,
+            np.diff(qo),
+            lambda: _host.kv_lengths(kv_indptr, last, page_size),
+        )
         if self._use_cuda_graph:
             self._graph_bounds(
                 batch, int(qo[-1]), len(self._paged_kv_indices_buf), "paged_kv_indices_buf"
             )
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
-            _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, "paged_kv_indptr_buf")
-            _host.copy_into(self._paged_kv_last_page_len_buf, last, "paged_kv_last_page_len_buf")
-            _host.copy_into(
-                self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]], "paged_kv_indices_buf"
+            self._copy_page_table(
+                kv_indptr,
+                kv_indices,
+                last,
+                ("paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf"),
             )
             self._mask = self._graph_mask(self._mask, mask_indptr)
-        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type, o_data_type)
-        spec = make_spec(
-            num_qo_heads=num_qo_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim_qk=head_dim_qk,
-            head_dim_vo=head_dim_vo or head_dim_qk,
-            kv_format=S.KV_FORMAT_PAGED,
-            page_size=page_size,
-            kv_layout=self._kv_layout,
-            q_dtype=self._q_name,
-            kv_dtype=self._kv_name,
-            o_dtype=self._o_name,
+        spec = self._prefill_spec(
+            S.KV_FORMAT_PAGED,
+            page_size,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim_qk,
+            head_dim_vo,
+            (q_data_type, kv_data_type, o_data_type),
             causal=causal,
-            custom_mask=self._mask is not None,
             window_left=window_left,
             logits_soft_cap=logits_soft_cap,
             sm_scale=sm_scale,
@@ -317,11 +354,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk] over the paged cache."""
         refuse_extras(f"{self._name}.run()", args, sinks=sinks)
         self._require_plan()
-        if window_left is not None and window_left != self._window_left:
-            raise ValueError(
-                f"window_left={window_left} differs from plan()'s {self._window_left}; "
-                "pass it to plan() instead"
-            )
+        self._check_window_left(window_left)
         k, v, arrays = paged_kv_views(paged_kv_cache)
         return self._run(
             q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask
@@ -352,13 +385,17 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         jit_args=None,
         jit_kwargs=None,
     ):
-        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
-        kv_layout_code(kv_layout)
-        self._qo_indptr_buf = qo_indptr_buf
+        super().__init__(
+            float_workspace_buffer,
+            kv_layout,
+            use_cuda_graph,
+            qo_indptr_buf,
+            custom_mask_buf,
+            mask_indptr_buf,
+            backend,
+            jit_args,
+        )
         self._kv_indptr_buf = kv_indptr_buf
-        self._custom_mask_buf = custom_mask_buf
-        self._mask_indptr_buf = mask_indptr_buf
-        self._fixed_batch_size = 0
         if use_cuda_graph:
             if qo_indptr_buf is None or kv_indptr_buf is None:
                 raise ValueError(
@@ -367,7 +404,6 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             self._fixed_batch_size = len(qo_indptr_buf) - 1
             if len(kv_indptr_buf) != self._fixed_batch_size + 1:
                 raise ValueError("kv_indptr_buf must hold as many entries as qo_indptr_buf")
-        self._mask = None
 
     def plan(
         self,
@@ -406,30 +442,23 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         batch = qo.shape[0] - 1
         if kv.shape[0] != qo.shape[0]:
             raise ValueError(f"kv_indptr has {kv.shape[0]} entries but qo_indptr has {qo.shape[0]}")
-        self._mask, mask_indptr = None, None
-        if custom_mask is not None or packed_custom_mask is not None:
-            self._mask, mask_indptr = batch_mask(
-                custom_mask, packed_custom_mask, np.diff(qo), np.diff(kv), self.device
-            )
+        mask_indptr = self._plan_mask(
+            custom_mask, packed_custom_mask, np.diff(qo), lambda: np.diff(kv)
+        )
         if self._use_cuda_graph:
             self._graph_bounds(batch, int(qo[-1]), self.GRAPH_MAX_KV_TOKENS, "GRAPH_MAX_KV_TOKENS")
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
             _host.copy_into(self._kv_indptr_buf, kv, "kv_indptr_buf")
             self._mask = self._graph_mask(self._mask, mask_indptr)
-        self._q_name, self._kv_name, self._o_name = _dtypes(q_data_type, kv_data_type, o_data_type)
-        spec = make_spec(
-            num_qo_heads=num_qo_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim_qk=head_dim_qk,
-            head_dim_vo=head_dim_vo or head_dim_qk,
-            kv_format=S.KV_FORMAT_RAGGED,
-            page_size=1,
-            kv_layout=self._kv_layout,
-            q_dtype=self._q_name,
-            kv_dtype=self._kv_name,
-            o_dtype=self._o_name,
+        spec = self._prefill_spec(
+            S.KV_FORMAT_RAGGED,
+            1,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim_qk,
+            head_dim_vo,
+            (q_data_type, kv_data_type, o_data_type),
             causal=causal,
-            custom_mask=self._mask is not None,
             window_left=window_left,
             logits_soft_cap=logits_soft_cap,
             sm_scale=sm_scale,
