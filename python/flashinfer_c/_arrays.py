@@ -203,23 +203,23 @@ def view(x, name):
 # -------------------------------------------------------------- allocation
 
 
-def empty(like, shape, dtype=None):
-    """An uninitialised array of `like`'s kind and device (dtype: a name)."""
+def _alloc(kind, like, shape, dtype):
+    """torch.<kind> or np.<kind> ("empty", "zeros") of `like`'s kind and device."""
     if is_torch(like):
         torch = _torch()
         dt = like.dtype if dtype is None else getattr(torch, dtype)
-        return torch.empty(shape, dtype=dt, device=like.device)
+        return getattr(torch, kind)(shape, dtype=dt, device=like.device)
     dt = like.dtype if dtype is None else _numpy_dtype(dtype)
-    return np.empty(shape, dtype=dt)
+    return getattr(np, kind)(shape, dtype=dt)
+
+
+def empty(like, shape, dtype=None):
+    """An uninitialised array of `like`'s kind and device (dtype: a name)."""
+    return _alloc("empty", like, shape, dtype)
 
 
 def zeros(like, shape, dtype=None):
-    if is_torch(like):
-        torch = _torch()
-        dt = like.dtype if dtype is None else getattr(torch, dtype)
-        return torch.zeros(shape, dtype=dt, device=like.device)
-    dt = like.dtype if dtype is None else _numpy_dtype(dtype)
-    return np.zeros(shape, dtype=dt)
+    return _alloc("zeros", like, shape, dtype)
 
 
 def from_numpy(a, like):

@@ -102,13 +102,8 @@ def apply_llama31_rope(
     high_freq_factor=4,
     old_context_len=8192,
 ):
-    params = _params(
-        rotary_dim,
-        interleave,
-        rope_scale,
-        rope_theta,
-        (low_freq_factor, high_freq_factor, old_context_len),
-    )
+    factors = (low_freq_factor, high_freq_factor, old_context_len)
+    params = _params(rotary_dim, interleave, rope_scale, rope_theta, factors)
     return _rope(q, k, params, False, indptr=indptr, offsets=offsets)
 
 
@@ -125,13 +120,8 @@ def apply_llama31_rope_inplace(
     high_freq_factor=4,
     old_context_len=8192,
 ):
-    params = _params(
-        rotary_dim,
-        interleave,
-        rope_scale,
-        rope_theta,
-        (low_freq_factor, high_freq_factor, old_context_len),
-    )
+    factors = (low_freq_factor, high_freq_factor, old_context_len)
+    params = _params(rotary_dim, interleave, rope_scale, rope_theta, factors)
     _rope(q, k, params, True, indptr=indptr, offsets=offsets)
 
 
@@ -147,13 +137,8 @@ def apply_llama31_rope_pos_ids(
     high_freq_factor=4,
     old_context_len=8192,
 ):
-    params = _params(
-        rotary_dim,
-        interleave,
-        rope_scale,
-        rope_theta,
-        (low_freq_factor, high_freq_factor, old_context_len),
-    )
+    factors = (low_freq_factor, high_freq_factor, old_context_len)
+    params = _params(rotary_dim, interleave, rope_scale, rope_theta, factors)
     return _rope(q, k, params, False, pos_ids=pos_ids)
 
 
@@ -169,11 +154,6 @@ def apply_llama31_rope_pos_ids_inplace(
     high_freq_factor=4,
     old_context_len=8192,
 ):
-    params = _params(
-        rotary_dim,
-        interleave,
-        rope_scale,
-        rope_theta,
-        (low_freq_factor, high_freq_factor, old_context_len),
-    )
+    factors = (low_freq_factor, high_freq_factor, old_context_len)
+    params = _params(rotary_dim, interleave, rope_scale, rope_theta, factors)
     _rope(q, k, params, True, pos_ids=pos_ids)

@@ -18,7 +18,7 @@ import numpy as np
 from . import _host
 from . import _structs as S
 from ._arrays import check_out, device_of, name_of, view
-from ._attention import batch_mask, check_rank, float_dtype, make_spec
+from ._attention import batch_mask, check_rank, float_dtype
 from ._wrapper import WrapperBase, refuse_extras
 
 
@@ -49,6 +49,12 @@ class _SparseBase(WrapperBase):
     def __init__(self, float_workspace_buffer, backend):
         super().__init__(float_workspace_buffer, "NHD", False, backend, None)
         self._mask = None
+
+    def _token_spec(self, num_qo_heads, num_kv_heads, head_dim, **options):
+        """The Spec of a batch of single-token pages (NHD, the planned dtypes)."""
+        return self._make_spec(
+            S.KV_FORMAT_PAGED, 1, num_qo_heads, num_kv_heads, head_dim, head_dim, **options
+        )
 
     def _plan_tokens(self, spec, qo_indptr, kv_indptr, kv_indices, mask_indptr):
         last = (np.diff(kv_indptr) > 0).astype(np.int32)  # pages are single tokens
@@ -131,17 +137,10 @@ class BlockSparseAttentionWrapper(_SparseBase):
         self._q_name = q_name
         self._kv_name = float_dtype(kv_data_type or q_name, "kv_data_type", allow_fp8=True)
         self._o_name = float_dtype(o_data_type or q_name, "o_data_type")
-        spec = make_spec(
-            num_qo_heads=num_qo_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim_qk=head_dim,
-            head_dim_vo=head_dim,
-            kv_format=S.KV_FORMAT_PAGED,
-            page_size=1,
-            kv_layout="NHD",
-            q_dtype=self._q_name,
-            kv_dtype=self._kv_name,
-            o_dtype=self._o_name,
+        spec = self._token_spec(
+            num_qo_heads,
+            num_kv_heads,
+            head_dim,
             causal=causal,
             custom_mask=self._mask is not None,
             logits_soft_cap=logits_soft_cap,
@@ -267,17 +266,10 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
         self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
         self._o_name = self._q_name
         self._num_kv_heads, self._group = H, num_qo_heads // H
-        spec = make_spec(
-            num_qo_heads=self._group,
-            num_kv_heads=1,
-            head_dim_qk=head_dim,
-            head_dim_vo=head_dim,
-            kv_format=S.KV_FORMAT_PAGED,
-            page_size=1,
-            kv_layout="NHD",
-            q_dtype=self._q_name,
-            kv_dtype=self._kv_name,
-            o_dtype=self._o_name,
+        spec = self._token_spec(
+            self._group,
+            1,
+            head_dim,
             causal=causal,
             logits_soft_cap=logits_soft_cap,
             sm_scale=sm_scale,
