@@ -29,8 +29,8 @@ def refuse_extras(what, args, **unsupported):
             raise NotImplementedError(f"{what}: {name} is not supported by flashinfer_c yet")
 
 
-def require_graph_buffers(named):
-    """The buffers a use_cuda_graph=True constructor must be given."""
+def require_graph_buffers(*named):
+    """The (name, buffer)s a use_cuda_graph=True constructor must be given."""
     for name, buf in named:
         if buf is None:
             raise ValueError(f"{name} must be given when use_cuda_graph=True")
@@ -103,12 +103,13 @@ class WrapperBase:
             **options,
         )
 
-    def _copy_page_table(self, kv_indptr, kv_indices, last, names):
+    def _copy_page_table(self, kv_indptr, kv_indices, last, suffix):
         """As FlashInfer, plan() writes the page table into the caller's CUDA-graph
-        buffers; names: (indptr, indices, last_page_len) buffer names."""
-        _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, names[0])
-        _host.copy_into(self._paged_kv_last_page_len_buf, last, names[2])
-        _host.copy_into(self._paged_kv_indices_buf, kv_indices[: kv_indptr[-1]], names[1])
+        buffers, named paged_kv_*_<suffix> after the constructor's arguments."""
+        _host.copy_into(self._paged_kv_indptr_buf, kv_indptr, f"paged_kv_indptr_{suffix}")
+        _host.copy_into(self._paged_kv_last_page_len_buf, last, f"paged_kv_last_page_len_{suffix}")
+        indices = kv_indices[: kv_indptr[-1]]
+        _host.copy_into(self._paged_kv_indices_buf, indices, f"paged_kv_indices_{suffix}")
 
     def _fix_bounds(self, batch, qo, kv, names):
         self._fixed = Bounds(batch, qo, kv)

@@ -114,11 +114,9 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         self._fixed_batch_size = 0
         if use_cuda_graph:
             require_graph_buffers(
-                (
-                    ("paged_kv_indptr_buffer", paged_kv_indptr_buffer),
-                    ("paged_kv_indices_buffer", paged_kv_indices_buffer),
-                    ("paged_kv_last_page_len_buffer", paged_kv_last_page_len_buffer),
-                )
+                ("paged_kv_indptr_buffer", paged_kv_indptr_buffer),
+                ("paged_kv_indices_buffer", paged_kv_indices_buffer),
+                ("paged_kv_last_page_len_buffer", paged_kv_last_page_len_buffer),
             )
             self._fixed_batch_size = len(paged_kv_last_page_len_buffer)
             if len(paged_kv_indptr_buffer) != self._fixed_batch_size + 1:
@@ -219,12 +217,7 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
                 len(self._paged_kv_indices_buf),
                 ("paged_kv_last_page_len_buffer", "the query rows", "paged_kv_indices_buffer"),
             )
-        self._copy_page_table(
-            kv_indptr,
-            kv_indices,
-            last,
-            ("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer"),
-        )
+        self._copy_page_table(kv_indptr, kv_indices, last, "buffer")
 
     def run(
         self,

@@ -113,22 +113,11 @@ def _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
 class _PrefillBase(WrapperBase):
     """Shared by the paged and ragged prefill wrappers: graph buffers, masks."""
 
-    def __init__(
-        self,
-        float_workspace_buffer,
-        kv_layout,
-        use_cuda_graph,
-        qo_indptr_buf,
-        custom_mask_buf,
-        mask_indptr_buf,
-        backend,
-        jit_args,
-    ):
+    def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args, bufs):
+        """bufs: (qo_indptr_buf, custom_mask_buf, mask_indptr_buf)."""
         super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
         kv_layout_code(kv_layout)
-        self._qo_indptr_buf = qo_indptr_buf
-        self._custom_mask_buf = custom_mask_buf
-        self._mask_indptr_buf = mask_indptr_buf
+        self._qo_indptr_buf, self._custom_mask_buf, self._mask_indptr_buf = bufs
         self._fixed_batch_size = 0
         self._mask = None
 
@@ -141,30 +130,6 @@ class _PrefillBase(WrapperBase):
                 custom_mask, packed_custom_mask, qo_lens, kv_lens(), self.device
             )
         return mask_indptr
-
-    def _prefill_spec(
-        self,
-        kv_format,
-        page_size,
-        num_qo_heads,
-        num_kv_heads,
-        head_dim_qk,
-        head_dim_vo,
-        dtypes,
-        **options,
-    ):
-        """Set the planned dtypes (q, kv, o options), then the plan's Spec."""
-        self._q_name, self._kv_name, self._o_name = plan_dtypes(*dtypes)
-        return self._make_spec(
-            kv_format,
-            page_size,
-            num_qo_heads,
-            num_kv_heads,
-            head_dim_qk,
-            head_dim_vo or head_dim_qk,
-            custom_mask=self._mask is not None,
-            **options,
-        )
 
     def _graph_bounds(self, batch, total_qo, kv_bound, kv_name):
         if batch != self._fixed_batch_size:
@@ -217,27 +182,17 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         jit_args=None,
         jit_kwargs=None,
     ):
-        super().__init__(
-            float_workspace_buffer,
-            kv_layout,
-            use_cuda_graph,
-            qo_indptr_buf,
-            custom_mask_buf,
-            mask_indptr_buf,
-            backend,
-            jit_args,
-        )
+        bufs = (qo_indptr_buf, custom_mask_buf, mask_indptr_buf)
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args, bufs)
         self._paged_kv_indptr_buf = paged_kv_indptr_buf
         self._paged_kv_indices_buf = paged_kv_indices_buf
         self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buf
         if use_cuda_graph:
             require_graph_buffers(
-                (
-                    ("qo_indptr_buf", qo_indptr_buf),
-                    ("paged_kv_indptr_buf", paged_kv_indptr_buf),
-                    ("paged_kv_indices_buf", paged_kv_indices_buf),
-                    ("paged_kv_last_page_len_buf", paged_kv_last_page_len_buf),
-                )
+                ("qo_indptr_buf", qo_indptr_buf),
+                ("paged_kv_indptr_buf", paged_kv_indptr_buf),
+                ("paged_kv_indices_buf", paged_kv_indices_buf),
+                ("paged_kv_last_page_len_buf", paged_kv_last_page_len_buf),
             )
             self._fixed_batch_size = len(qo_indptr_buf) - 1
             if len(paged_kv_indptr_buf) != self._fixed_batch_size + 1:
@@ -305,22 +260,19 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
                 batch, int(qo[-1]), len(self._paged_kv_indices_buf), "paged_kv_indices_buf"
             )
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
-            self._copy_page_table(
-                kv_indptr,
-                kv_indices,
-                last,
-                ("paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf"),
-            )
+            self._copy_page_table(kv_indptr, kv_indices, last, "buf")
             self._mask = self._graph_mask(self._mask, mask_indptr)
-        spec = self._prefill_spec(
+        dtypes = plan_dtypes(q_data_type, kv_data_type, o_data_type)
+        self._q_name, self._kv_name, self._o_name = dtypes
+        spec = self._make_spec(
             S.KV_FORMAT_PAGED,
             page_size,
             num_qo_heads,
             num_kv_heads,
             head_dim_qk,
-            head_dim_vo,
-            (q_data_type, kv_data_type, o_data_type),
+            head_dim_vo or head_dim_qk,
             causal=causal,
+            custom_mask=self._mask is not None,
             window_left=window_left,
             logits_soft_cap=logits_soft_cap,
             sm_scale=sm_scale,
@@ -385,16 +337,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         jit_args=None,
         jit_kwargs=None,
     ):
-        super().__init__(
-            float_workspace_buffer,
-            kv_layout,
-            use_cuda_graph,
-            qo_indptr_buf,
-            custom_mask_buf,
-            mask_indptr_buf,
-            backend,
-            jit_args,
-        )
+        bufs = (qo_indptr_buf, custom_mask_buf, mask_indptr_buf)
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args, bufs)
         self._kv_indptr_buf = kv_indptr_buf
         if use_cuda_graph:
             if qo_indptr_buf is None or kv_indptr_buf is None:
@@ -450,15 +394,17 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
             _host.copy_into(self._kv_indptr_buf, kv, "kv_indptr_buf")
             self._mask = self._graph_mask(self._mask, mask_indptr)
-        spec = self._prefill_spec(
+        dtypes = plan_dtypes(q_data_type, kv_data_type, o_data_type)
+        self._q_name, self._kv_name, self._o_name = dtypes
+        spec = self._make_spec(
             S.KV_FORMAT_RAGGED,
             1,
             num_qo_heads,
             num_kv_heads,
             head_dim_qk,
-            head_dim_vo,
-            (q_data_type, kv_data_type, o_data_type),
+            head_dim_vo or head_dim_qk,
             causal=causal,
+            custom_mask=self._mask is not None,
             window_left=window_left,
             logits_soft_cap=logits_soft_cap,
             sm_scale=sm_scale,
