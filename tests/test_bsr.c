@@ -27,23 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct backend {
-    const char *name;
-    const char *simd;
-    fi_context *ctx;
-    int index;
-} backend;
-
-static backend backends[] = {
-    {"cpu-generic", "generic", NULL, 0},
-    {"cpu-avx2", "avx2", NULL, 1},
-    {"cpu-avx512", "avx512", NULL, 2},
-};
-#define NUM_BACKENDS ((int)(sizeof backends / sizeof backends[0]))
-
-static double dtype_tol(fi_dtype t) {
-    return t == FI_DTYPE_F16 ? 1e-3 : t == FI_DTYPE_BF16 ? 1e-2 : 1e-5;
-}
+static tu_cpu_backend backends[TU_NUM_CPU_BACKENDS];
 
 static void set_bit(uint8_t *bits, int64_t i) { bits[i / 8] |= (uint8_t)(1u << (i % 8)); }
 
@@ -164,7 +148,7 @@ typedef struct fcase {
     fi_dtype dt;
 } fcase;
 
-static void run_fixed(backend *be, const fcase *c, const char *name) {
+static void run_fixed(tu_cpu_backend *be, const fcase *c, const char *name) {
     uint64_t seed = tu_case_seed(name);
     tu_crash_context(name, seed);
     tu_rng rng;
@@ -215,7 +199,7 @@ static void run_fixed(backend *be, const fcase *c, const char *name) {
         tu_note("%s: %s", fi_status_string(st), fi_last_error());
         fail = 1;
     } else {
-        fail |= compare(&t, o, lse, M, c->hq, c->d, dtype_tol(c->dt));
+        fail |= compare(&t, o, lse, M, c->hq, c->d, tu_dtype_tol(c->dt));
     }
     tu_record("fixed", name, fail ? TU_FAIL : TU_PASS);
     fi_bsr_destroy(bsr);
@@ -229,7 +213,7 @@ static void run_fixed(backend *be, const fcase *c, const char *name) {
     tu_crash_context(NULL, 0);
 }
 
-static void fixed_cases(backend *be) {
+static void fixed_cases(tu_cpu_backend *be) {
     static const int32_t blocks[][4] = {{1, 1, 37, 53},   {4, 1, 45, 77},   {16, 16, 70, 200},
                                         {3, 5, 31, 64},   {64, 16, 130, 96}, {7, 32, 50, 300}};
     static const double dens[] = {0.0, 0.1, 0.5, 1.0};
@@ -242,8 +226,8 @@ static void fixed_cases(backend *be) {
                 for (int ti = 0; ti < 3; ti++)
                     for (int hi = 0; hi < 2; hi++) {
                         int k = count++;
-                        if (k % NUM_BACKENDS != be->index) continue;
-                        if (tu_opt.quick && (k / NUM_BACKENDS) % 4) continue;
+                        if (k % TU_NUM_CPU_BACKENDS != be->index) continue;
+                        if (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 4) continue;
                         fcase c = {blocks[bi][0], blocks[bi][1], blocks[bi][2], blocks[bi][3],
                                    heads[hi][0], heads[hi][1], (bi + ti) % 2 ? 128 : 64,
                                    dens[di], em, dts[ti]};
@@ -276,7 +260,7 @@ static void random_sizes(tu_rng *rng, int32_t *sz, int32_t n, int32_t total, int
     for (int32_t u = 0; u < units; u++) sz[tu_rng_int(rng, 0, n - 1)] += g;
 }
 
-static void run_variable(backend *be, const vcase *c, const char *name) {
+static void run_variable(tu_cpu_backend *be, const vcase *c, const char *name) {
     uint64_t seed = tu_case_seed(name);
     tu_crash_context(name, seed);
     tu_rng rng;
@@ -329,7 +313,7 @@ static void run_variable(backend *be, const vcase *c, const char *name) {
         tu_note("%s: %s", fi_status_string(st), fi_last_error());
         fail = 1;
     } else {
-        fail |= compare(&t, o, lse, M, c->hq, c->d, dtype_tol(c->dt));
+        fail |= compare(&t, o, lse, M, c->hq, c->d, tu_dtype_tol(c->dt));
     }
     tu_record("variable", name, fail ? TU_FAIL : TU_PASS);
     fi_bsr_destroy(bsr);
@@ -343,7 +327,7 @@ static void run_variable(backend *be, const vcase *c, const char *name) {
     tu_crash_context(NULL, 0);
 }
 
-static void variable_cases(backend *be) {
+static void variable_cases(tu_cpu_backend *be) {
     static const int32_t shapes[][4] = {{40, 64, 5, 6}, {33, 120, 4, 9}, {64, 256, 8, 16}};
     static const double dens[] = {0.1, 0.3, 1.0};
     static const fi_dtype dts[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
@@ -355,8 +339,8 @@ static void variable_cases(backend *be) {
                 for (int ti = 0; ti < 3; ti++)
                     for (int hi = 0; hi < 3; hi++) {
                         int k = count++;
-                        if (k % NUM_BACKENDS != be->index) continue;
-                        if (tu_opt.quick && (k / NUM_BACKENDS) % 4) continue;
+                        if (k % TU_NUM_CPU_BACKENDS != be->index) continue;
+                        if (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 4) continue;
                         vcase c = {shapes[si][0], shapes[si][1], heads[hi][0], heads[hi][1],
                                    (si + ti) % 2 ? 128 : 64, shapes[si][2], shapes[si][3],
                                    gi ? 4 : 1, dens[di], dts[ti]};
@@ -376,14 +360,7 @@ static void variable_cases(backend *be) {
 
 /* ============================================================ bad input */
 
-static int expect(fi_status got, fi_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(fi_last_error(), needle))) return 0;
-    tu_note("%s: got %s \"%s\", want %s containing \"%s\"", what, fi_status_string(got),
-            fi_last_error(), fi_status_string(want), needle ? needle : "");
-    return 1;
-}
-
-static void bad_input(backend *be) {
+static void bad_input(tu_cpu_backend *be) {
     char name[128];
     snprintf(name, sizeof name, "%s/bad_input/bsr", be->name);
     if (!tu_selected(name)) return;
@@ -404,24 +381,24 @@ static void bad_input(backend *be) {
     fi_bsr *b = NULL;
     fi_bsr_config bad = cfg;
     bad.block_cols = 0;
-    fail |= expect(fi_bsr_create(be->ctx, &p, &bad, &b), FI_STATUS_INVALID_ARGUMENT,
-                   "block_cols=0", "C = 0");
+    fail |= tu_expect_status(fi_bsr_create(be->ctx, &p, &bad, &b), FI_STATUS_INVALID_ARGUMENT,
+                             "block_cols=0", "C = 0");
     bad = cfg;
     bad.struct_size = 5;
-    fail |= expect(fi_bsr_create(be->ctx, &p, &bad, &b), FI_STATUS_INVALID_ARGUMENT,
-                   "struct_size=5", "config size");
+    fail |= tu_expect_status(fi_bsr_create(be->ctx, &p, &bad, &b), FI_STATUS_INVALID_ARGUMENT,
+                             "struct_size=5", "config size");
     fi_attention_params causal = p;
     causal.mask_mode = FI_MASK_CAUSAL;
-    fail |= expect(fi_bsr_create(be->ctx, &causal, &cfg, &b), FI_STATUS_UNSUPPORTED,
-                   "mask_mode=1", "causal");
+    fail |= tu_expect_status(fi_bsr_create(be->ctx, &causal, &cfg, &b), FI_STATUS_UNSUPPORTED,
+                             "mask_mode=1", "causal");
     fi_attention_params rope = p;
     rope.pos_encoding = FI_POS_ROPE_LLAMA;
-    fail |= expect(fi_bsr_create(be->ctx, &rope, &cfg, &b), FI_STATUS_UNSUPPORTED,
-                   "pos_encoding=1", "rope");
+    fail |= tu_expect_status(fi_bsr_create(be->ctx, &rope, &cfg, &b), FI_STATUS_UNSUPPORTED,
+                             "pos_encoding=1", "rope");
     fi_attention_params heads = p;
     heads.num_qo_heads = 5;
-    fail |= expect(fi_bsr_create(be->ctx, &heads, &cfg, &b), FI_STATUS_INVALID_ARGUMENT, "5",
-                   "heads");
+    fail |= tu_expect_status(fi_bsr_create(be->ctx, &heads, &cfg, &b), FI_STATUS_INVALID_ARGUMENT,
+                             "5", "heads");
     if (fi_bsr_create(be->ctx, &p, &cfg, &b)) {
         tu_note("create: %s", fi_last_error());
         tu_record("bad_input", name, TU_FAIL);
@@ -430,40 +407,45 @@ static void bad_input(backend *be) {
     tensors t;
     tensors_alloc(&t, &rng, 16, 32, 4, 2, 64, FI_DTYPE_F32);
     fi_run_args a = args_of(&t);
-    fail |= expect(fi_bsr_run(b, &a), FI_STATUS_NOT_PLANNED, "fi_bsr_update", "run first");
+    fail |=
+        tu_expect_status(fi_bsr_run(b, &a), FI_STATUS_NOT_PLANNED, "fi_bsr_update", "run first");
     int32_t indptr[5] = {0, 1, 2, 3, 4}, indices[4] = {0, 1, 2, 3};
     int32_t ip_bad[5] = {17, 1, 2, 3, 4};
-    fail |= expect(fi_bsr_update(b, 16, 32, ip_bad, indices, NULL), FI_STATUS_INVALID_ARGUMENT,
-                   "indptr[0]=17", "indptr start");
+    fail |= tu_expect_status(fi_bsr_update(b, 16, 32, ip_bad, indices, NULL),
+                             FI_STATUS_INVALID_ARGUMENT, "indptr[0]=17", "indptr start");
     int32_t ip_dec[5] = {0, 2, 1, 3, 4};
-    fail |= expect(fi_bsr_update(b, 16, 32, ip_dec, indices, NULL), FI_STATUS_INVALID_ARGUMENT,
-                   "indptr[1]=2 > bsr indptr[2]=1", "indptr decreasing");
+    fail |= tu_expect_status(fi_bsr_update(b, 16, 32, ip_dec, indices, NULL),
+                             FI_STATUS_INVALID_ARGUMENT, "indptr[1]=2 > bsr indptr[2]=1",
+                             "indptr decreasing");
     int32_t idx_oob[4] = {0, 1, 99, 3};
-    fail |= expect(fi_bsr_update(b, 16, 32, indptr, idx_oob, NULL), FI_STATUS_INVALID_ARGUMENT,
-                   "indices[2]=99", "index out of range");
+    fail |= tu_expect_status(fi_bsr_update(b, 16, 32, indptr, idx_oob, NULL),
+                             FI_STATUS_INVALID_ARGUMENT, "indices[2]=99", "index out of range");
     int32_t idx_neg[4] = {0, -4, 2, 3};
-    fail |= expect(fi_bsr_update(b, 16, 32, indptr, idx_neg, NULL), FI_STATUS_INVALID_ARGUMENT,
-                   "indices[1]=-4", "negative index");
+    fail |= tu_expect_status(fi_bsr_update(b, 16, 32, indptr, idx_neg, NULL),
+                             FI_STATUS_INVALID_ARGUMENT, "indices[1]=-4", "negative index");
     int32_t ip2[5] = {0, 2, 2, 2, 2}, idx_rev[2] = {3, 1};
-    fail |= expect(fi_bsr_update(b, 16, 32, ip2, idx_rev, NULL), FI_STATUS_INVALID_ARGUMENT,
-                   "indices[1]=1 after 3", "not increasing");
-    fail |= expect(fi_bsr_update(b, 17, 32, indptr, indices, NULL), FI_STATUS_BOUND_EXCEEDED,
-                   "qo_len=17", "M bound");
-    fail |= expect(fi_bsr_update(b, 16, 33, indptr, indices, NULL), FI_STATUS_BOUND_EXCEEDED,
-                   "kv_len=33", "N bound");
+    fail |= tu_expect_status(fi_bsr_update(b, 16, 32, ip2, idx_rev, NULL),
+                             FI_STATUS_INVALID_ARGUMENT, "indices[1]=1 after 3", "not increasing");
+    fail |= tu_expect_status(fi_bsr_update(b, 17, 32, indptr, indices, NULL),
+                             FI_STATUS_BOUND_EXCEEDED, "qo_len=17", "M bound");
+    fail |= tu_expect_status(fi_bsr_update(b, 16, 33, indptr, indices, NULL),
+                             FI_STATUS_BOUND_EXCEEDED, "kv_len=33", "N bound");
     uint8_t m[4 * 4 * 8] = {0};
-    fail |= expect(fi_bsr_update(b, 16, 32, indptr, indices, m), FI_STATUS_INVALID_ARGUMENT,
-                   "element_mask is 0", "mask without element_mask");
-    fail |= expect(fi_bsr_update_variable(b, 16, 32, 1, 1, indptr, indptr, m),
-                   FI_STATUS_INVALID_ARGUMENT, "fixed blocks", "variable on fixed");
-    fail |= expect(fi_bsr_update(b, 16, 32, indptr, indices, NULL), FI_OK, NULL, "good update");
+    fail |=
+        tu_expect_status(fi_bsr_update(b, 16, 32, indptr, indices, m), FI_STATUS_INVALID_ARGUMENT,
+                         "element_mask is 0", "mask without element_mask");
+    fail |= tu_expect_status(fi_bsr_update_variable(b, 16, 32, 1, 1, indptr, indptr, m),
+                             FI_STATUS_INVALID_ARGUMENT, "fixed blocks", "variable on fixed");
+    fail |= tu_expect_status(fi_bsr_update(b, 16, 32, indptr, indices, NULL), FI_OK, NULL,
+                             "good update");
     a.k.shape[0] = 31;
-    fail |= expect(fi_bsr_run(b, &a), FI_STATUS_INVALID_ARGUMENT, "k.shape[0]=31", "short k");
+    fail |=
+        tu_expect_status(fi_bsr_run(b, &a), FI_STATUS_INVALID_ARGUMENT, "k.shape[0]=31", "short k");
     a = args_of(&t);
     a.q.shape[1] = 3;
-    fail |= expect(fi_bsr_run(b, &a), FI_STATUS_INVALID_ARGUMENT, "q", "q heads");
+    fail |= tu_expect_status(fi_bsr_run(b, &a), FI_STATUS_INVALID_ARGUMENT, "q", "q heads");
     a = args_of(&t);
-    fail |= expect(fi_bsr_run(b, &a), FI_OK, NULL, "good run");
+    fail |= tu_expect_status(fi_bsr_run(b, &a), FI_OK, NULL, "good run");
     fi_bsr_destroy(b);
     fi_bsr_destroy(NULL);
     /* variable */
@@ -478,48 +460,45 @@ static void bad_input(backend *be) {
         int32_t rs[2][2] = {{8, 8}, {10, 6}}, cs[2][2] = {{16, 16}, {12, 20}};
         uint8_t map[2][2][2] = {{{1, 0}, {1, 1}}, {{0, 1}, {1, 0}}};
         int32_t rs_bad[2][2] = {{8, 8}, {10, 7}};
-        fail |= expect(fi_bsr_update_variable(b, 16, 32, 2, 2, &rs_bad[0][0], &cs[0][0], &map[0][0][0]),
-                       FI_STATUS_INVALID_ARGUMENT, "block_row_sz[1] sums to 17", "row sums");
+        fail |= tu_expect_status(
+            fi_bsr_update_variable(b, 16, 32, 2, 2, &rs_bad[0][0], &cs[0][0], &map[0][0][0]),
+            FI_STATUS_INVALID_ARGUMENT, "block_row_sz[1] sums to 17", "row sums");
         int32_t cs_bad[2][2] = {{16, 16}, {13, 19}};
-        fail |= expect(fi_bsr_update_variable(b, 16, 32, 2, 2, &rs[0][0], &cs_bad[0][0], &map[0][0][0]),
-                       FI_STATUS_INVALID_ARGUMENT, "block_col_sz[1][0]=13", "granularity");
-        fail |= expect(fi_bsr_update_variable(b, 16, 32, 5, 2, &rs[0][0], &cs[0][0], &map[0][0][0]),
-                       FI_STATUS_BOUND_EXCEEDED, "num_block_rows=5", "block rows bound");
-        fail |= expect(fi_bsr_update(b, 16, 32, indptr, indices, NULL), FI_STATUS_INVALID_ARGUMENT,
-                       "variable blocks", "fixed on variable");
-        fail |= expect(fi_bsr_update_variable(b, 16, 32, 2, 2, &rs[0][0], &cs[0][0], &map[0][0][0]),
-                       FI_OK, NULL, "good variable update");
+        fail |= tu_expect_status(
+            fi_bsr_update_variable(b, 16, 32, 2, 2, &rs[0][0], &cs_bad[0][0], &map[0][0][0]),
+            FI_STATUS_INVALID_ARGUMENT, "block_col_sz[1][0]=13", "granularity");
+        fail |= tu_expect_status(
+            fi_bsr_update_variable(b, 16, 32, 5, 2, &rs[0][0], &cs[0][0], &map[0][0][0]),
+            FI_STATUS_BOUND_EXCEEDED, "num_block_rows=5", "block rows bound");
+        fail |=
+            tu_expect_status(fi_bsr_update(b, 16, 32, indptr, indices, NULL),
+                             FI_STATUS_INVALID_ARGUMENT, "variable blocks", "fixed on variable");
+        fail |= tu_expect_status(
+            fi_bsr_update_variable(b, 16, 32, 2, 2, &rs[0][0], &cs[0][0], &map[0][0][0]), FI_OK,
+            NULL, "good variable update");
         tu_buf_poison(&t.o);
         a = args_of(&t);
-        fail |= expect(fi_bsr_run(b, &a), FI_OK, NULL, "good variable run");
+        fail |= tu_expect_status(fi_bsr_run(b, &a), FI_OK, NULL, "good variable run");
         fi_bsr_destroy(b);
     } else {
         tu_note("variable create: %s", fi_last_error());
         fail = 1;
     }
     vc.col_granularity = 0;
-    fail |= expect(fi_bsr_create(be->ctx, &p, &vc, &b), FI_STATUS_INVALID_ARGUMENT,
-                   "col_granularity=0", "granularity 0");
+    fail |= tu_expect_status(fi_bsr_create(be->ctx, &p, &vc, &b), FI_STATUS_INVALID_ARGUMENT,
+                             "col_granularity=0", "granularity 0");
     tensors_free(&t);
     tu_record("bad_input", name, fail ? TU_FAIL : TU_PASS);
 }
 
 int main(int argc, char **argv) {
     if (tu_parse_args(argc, argv, "fi_bsr_* against the fp64 oracle (dense custom mask)")) return 2;
-    for (int i = 0; i < NUM_BACKENDS; i++) {
-        fi_context_options opt;
-        fi_context_options_init(&opt);
-        opt.num_threads = 3;
-        opt.cpu_simd = backends[i].simd;
-        if (!tu_backend_selected("cpu") || fi_context_create(&opt, &backends[i].ctx)) {
-            printf("skip %s: %s\n", backends[i].name,
-                   tu_backend_selected("cpu") ? fi_last_error() : "not selected");
-            continue;
-        }
+    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) {
+        if (tu_cpu_backend_open(&backends[i], i, 3)) continue;
         fixed_cases(&backends[i]);
         variable_cases(&backends[i]);
         bad_input(&backends[i]);
     }
-    for (int i = 0; i < NUM_BACKENDS; i++) fi_context_destroy(backends[i].ctx);
+    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) fi_context_destroy(backends[i].ctx);
     return tu_summary("test_bsr");
 }

@@ -28,41 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct backend {
-    const char *name;
-    const char *simd;
-    fi_context *ctx;
-    int index;
-} backend;
-
-static backend backends[] = {
-    {"cpu-generic", "generic", NULL, 0},
-    {"cpu-avx2", "avx2", NULL, 1},
-    {"cpu-avx512", "avx512", NULL, 2},
-};
-#define NUM_BACKENDS ((int)(sizeof backends / sizeof backends[0]))
-
-static void backends_open(void) {
-    for (int i = 0; i < NUM_BACKENDS; i++) {
-        fi_context_options opt;
-        fi_context_options_init(&opt);
-        opt.num_threads = 3;
-        opt.cpu_simd = backends[i].simd;
-        if (!tu_backend_selected("cpu") || fi_context_create(&opt, &backends[i].ctx) != FI_OK) {
-            printf("skip %s: %s\n", backends[i].name,
-                   tu_backend_selected("cpu") ? fi_last_error() : "not selected");
-            backends[i].ctx = NULL;
-        }
-    }
-}
-
-static double dtype_tol(fi_dtype t) {
-    switch (t) {
-    case FI_DTYPE_F16: return 1e-3;
-    case FI_DTYPE_BF16: return 1e-2;
-    default: return 1e-5;
-    }
-}
+static tu_cpu_backend backends[TU_NUM_CPU_BACKENDS];
 
 /* ------------------------------------------------------------ the pool */
 
@@ -263,7 +229,7 @@ typedef struct lcase {
     int32_t with_lse;
 } lcase;
 
-static void run_level_case(backend *be, const lcase *c, const char *name) {
+static void run_level_case(tu_cpu_backend *be, const lcase *c, const char *name) {
     uint64_t seed = tu_case_seed(name);
     tu_crash_context(name, seed);
     tu_rng rng;
@@ -409,9 +375,9 @@ static void run_level_case(backend *be, const lcase *c, const char *name) {
     tu_buf_poison(&out.lse);
     fi_run_args a = run_args(&q, &p, &out, c->with_lse, c->mask == FI_MASK_CUSTOM ? &mask : NULL);
     if (!st) st = fi_cascade_run(cas, &a);
-    double tol = dtype_tol(c->q_dt);
-    if (dtype_tol(c->kv_dt) > tol) tol = dtype_tol(c->kv_dt);
-    if (dtype_tol(c->o_dt) > tol) tol = dtype_tol(c->o_dt);
+    double tol = tu_dtype_tol(c->q_dt);
+    if (tu_dtype_tol(c->kv_dt) > tol) tol = tu_dtype_tol(c->kv_dt);
+    if (tu_dtype_tol(c->o_dt) > tol) tol = tu_dtype_tol(c->o_dt);
     if (st) {
         tu_note("cascade: %s: %s", fi_status_string(st), fi_last_error());
         fail = 1;
@@ -466,7 +432,7 @@ static void run_level_case(backend *be, const lcase *c, const char *name) {
     tu_crash_context(NULL, 0);
 }
 
-static void level_cases(backend *be) {
+static void level_cases(tu_cpu_backend *be) {
     static const fi_dtype dts[][3] = {{FI_DTYPE_F32, FI_DTYPE_F32, FI_DTYPE_F32},
                                       {FI_DTYPE_F16, FI_DTYPE_F16, FI_DTYPE_F16},
                                       {FI_DTYPE_BF16, FI_DTYPE_BF16, FI_DTYPE_BF16},
@@ -487,8 +453,8 @@ static void level_cases(backend *be) {
                         for (int var = 0; var < 3; var++) {
                             /* each combination on one SIMD level in turn; --quick: 1 in 8 */
                             int k = count++;
-                            if (k % NUM_BACKENDS != be->index) continue;
-                            if (tu_opt.quick && (k / NUM_BACKENDS) % 8) continue;
+                            if (k % TU_NUM_CPU_BACKENDS != be->index) continue;
+                            if (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 8) continue;
                             lcase c = {.levels = L, .batch = 6 + var * 5, .h_qo = heads[hi][0],
                                        .h_kv = heads[hi][1], .d = (hi + di) % 2 ? 128 : 64,
                                        .ps = var == 2 ? 7 : 16, .mask = masks[mi].mask,
@@ -584,7 +550,7 @@ typedef struct dcase {
     fi_dtype dt;
 } dcase;
 
-static void run_detect_case(backend *be, const dcase *c, const char *name) {
+static void run_detect_case(tu_cpu_backend *be, const dcase *c, const char *name) {
     uint64_t seed = tu_case_seed(name);
     tu_crash_context(name, seed);
     tu_rng rng;
@@ -614,7 +580,7 @@ static void run_detect_case(backend *be, const dcase *c, const char *name) {
     double *l_ref = calloc((size_t)rows, sizeof(double));
     fi_batch fb = tb_view(&b);
     fail |= oracle_attention(&params, &fb, &q.t, &p.k.t, &p.v.t, NULL, o_ref, l_ref);
-    double tol = dtype_tol(c->dt);
+    double tol = tu_dtype_tol(c->dt);
     static const fi_prefix_detection modes[3] = {FI_PREFIX_DETECTION_ALWAYS,
                                                  FI_PREFIX_DETECTION_AUTO,
                                                  FI_PREFIX_DETECTION_OFF};
@@ -692,7 +658,7 @@ static void run_detect_case(backend *be, const dcase *c, const char *name) {
     tu_crash_context(NULL, 0);
 }
 
-static void detect_cases(backend *be) {
+static void detect_cases(tu_cpu_backend *be) {
     static const int32_t heads[][2] = {{4, 4}, {8, 2}};
     static const fi_dtype dts[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
     int count = 0;
@@ -724,14 +690,7 @@ static void detect_cases(backend *be) {
 
 /* =========================================================== bad input */
 
-static int expect(fi_status got, fi_status want, const char *needle, const char *what) {
-    if (got == want && (!needle || strstr(fi_last_error(), needle))) return 0;
-    tu_note("%s: got %s \"%s\", want %s containing \"%s\"", what, fi_status_string(got),
-            fi_last_error(), fi_status_string(want), needle ? needle : "");
-    return 1;
-}
-
-static void bad_input_cases(backend *be) {
+static void bad_input_cases(tu_cpu_backend *be) {
     char name[128];
     snprintf(name, sizeof name, "%s/bad_input/cascade", be->name);
     if (!tu_selected(name)) return;
@@ -756,39 +715,40 @@ static void bad_input_cases(backend *be) {
         cfg[l].max_total_kv = 8;
     }
     fi_cascade *c = NULL;
-    fail |= expect(fi_cascade_create(be->ctx, &params, 0, cfg, NULL, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "num_levels=0", "zero levels");
-    fail |= expect(fi_cascade_create(be->ctx, &params, 9, cfg, NULL, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "num_levels=9", "nine levels");
-    fail |= expect(fi_cascade_create(be->ctx, &params, 2, NULL, NULL, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "level_configs", "NULL configs");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &params, 0, cfg, NULL, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "num_levels=0", "zero levels");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &params, 9, cfg, NULL, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "num_levels=9", "nine levels");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &params, 2, NULL, NULL, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "level_configs", "NULL configs");
     fi_attention_params rope = params;
     rope.pos_encoding = FI_POS_ROPE_LLAMA;
-    fail |= expect(fi_cascade_create(be->ctx, &rope, 2, cfg, NULL, &c), FI_STATUS_UNSUPPORTED,
-                   "pos_encoding=1", "RoPE over levels");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &rope, 2, cfg, NULL, &c),
+                             FI_STATUS_UNSUPPORTED, "pos_encoding=1", "RoPE over levels");
     fi_attention_params ragged = params;
     ragged.kv_format = FI_KV_FORMAT_RAGGED;
-    fail |= expect(fi_cascade_create(be->ctx, &ragged, 2, cfg, NULL, &c), FI_STATUS_UNSUPPORTED,
-                   "kv_format=1", "ragged");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &ragged, 2, cfg, NULL, &c),
+                             FI_STATUS_UNSUPPORTED, "kv_format=1", "ragged");
     fi_cascade_options opt;
     fi_cascade_options_init(&opt);
     opt.struct_size = 3;
-    fail |= expect(fi_cascade_create(be->ctx, &params, 2, cfg, &opt, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "struct_size=3", "options size");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &params, 2, cfg, &opt, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "struct_size=3", "options size");
     fi_cascade_options_init(&opt);
     static _Alignas(64) uint8_t small_ws[128];
     opt.workspace = small_ws;
     opt.workspace_bytes = sizeof small_ws;
-    fail |= expect(fi_cascade_create(be->ctx, &params, 2, cfg, &opt, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "workspace_bytes=128", "small workspace");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &params, 2, cfg, &opt, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "workspace_bytes=128", "small workspace");
     fi_plan_config odd[2] = {cfg[0], cfg[1]};
     odd[1].max_total_qo = 5;
-    fail |= expect(fi_cascade_create(be->ctx, &params, 2, odd, NULL, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "level_configs[1].max_total_qo=5", "qo bounds");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &params, 2, odd, NULL, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "level_configs[1].max_total_qo=5",
+                             "qo bounds");
     odd[1] = cfg[1];
     odd[1].max_total_kv = -3;
-    fail |= expect(fi_cascade_create(be->ctx, &params, 2, odd, NULL, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "cascade level 1", "level 1 config");
+    fail |= tu_expect_status(fi_cascade_create(be->ctx, &params, 2, odd, NULL, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "cascade level 1", "level 1 config");
     if (fi_cascade_create(be->ctx, &params, 2, cfg, NULL, &c)) {
         tu_note("create: %s", fi_last_error());
         tu_record("bad_input", name, TU_FAIL);
@@ -812,43 +772,44 @@ static void bad_input_cases(backend *be) {
     a.v = v.t;
     a.o = out.o.t;
     a.lse = out.lse.t;
-    fail |= expect(fi_cascade_run(c, &a), FI_STATUS_NOT_PLANNED, "fi_cascade_update", "run first");
+    fail |= tu_expect_status(fi_cascade_run(c, &a), FI_STATUS_NOT_PLANNED, "fi_cascade_update",
+                             "run first");
     int32_t qo0[2] = {0, 4}, kv0[2] = {0, 2}, idx0[2] = {0, 1}, last0[1] = {4};
     int32_t qo1[5] = {0, 1, 2, 3, 4}, kv1[5] = {0, 1, 2, 3, 4}, idx1[4] = {2, 3, 4, 5};
     int32_t last1[4] = {1, 2, 3, 4};
     fi_batch lv[2] = {{1, qo0, kv0, idx0, last0, NULL}, {4, qo1, kv1, idx1, last1, NULL}};
     int32_t qo_bad[5] = {17, 1, 2, 3, 4};
     lv[1].qo_indptr = qo_bad;
-    fail |= expect(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT, "cascade level 1: qo_indptr[0]=17",
-                   "level 1 qo_indptr");
+    fail |= tu_expect_status(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT,
+                             "cascade level 1: qo_indptr[0]=17", "level 1 qo_indptr");
     int32_t qo_short[5] = {0, 1, 2, 3, 3};
     lv[1].qo_indptr = qo_short;
-    fail |= expect(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT, "qo_indptr[4]=3 != 4",
-                   "levels cover other tokens");
+    fail |= tu_expect_status(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT,
+                             "qo_indptr[4]=3 != 4", "levels cover other tokens");
     lv[1].qo_indptr = qo1;
     int32_t kv_dec[5] = {0, 2, 1, 3, 4};
     lv[1].kv_indptr = kv_dec;
-    fail |= expect(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT, "kv_indptr[1]=2 > kv_indptr[2]=1",
-                   "decreasing kv_indptr");
+    fail |= tu_expect_status(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT,
+                             "kv_indptr[1]=2 > kv_indptr[2]=1", "decreasing kv_indptr");
     lv[1].kv_indptr = kv1;
     int32_t last_bad[4] = {1, 2, 9, 4};
     lv[1].kv_last_page_len = last_bad;
-    fail |= expect(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT, "kv_last_page_len[2]=9",
-                   "last page len");
+    fail |= tu_expect_status(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT,
+                             "kv_last_page_len[2]=9", "last page len");
     lv[1].kv_last_page_len = last1;
     int32_t kv_big[5] = {0, 1, 2, 3, 9};
     int32_t idx_big[9] = {0};
     lv[1].kv_indptr = kv_big;
     lv[1].kv_indices = idx_big;
-    fail |= expect(fi_cascade_update(c, lv), FI_STATUS_BOUND_EXCEEDED, "max_total_kv=8",
-                   "level page bound");
+    fail |= tu_expect_status(fi_cascade_update(c, lv), FI_STATUS_BOUND_EXCEEDED, "max_total_kv=8",
+                             "level page bound");
     lv[1].kv_indptr = kv1;
     int32_t idx_oob[4] = {2, 3, 1000, 5};
     lv[1].kv_indices = idx_oob;
-    fail |= expect(fi_cascade_update(c, lv), FI_OK, NULL, "update with a far page");
+    fail |= tu_expect_status(fi_cascade_update(c, lv), FI_OK, NULL, "update with a far page");
     tu_buf_poison(&out.o);
-    fail |= expect(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "cascade level 1",
-                   "page past the pool");
+    fail |= tu_expect_status(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "cascade level 1",
+                             "page past the pool");
     if (!strstr(fi_last_error(), "1001")) {
         tu_note("page past the pool: message \"%s\" does not name page 1000", fi_last_error());
         fail = 1;
@@ -863,22 +824,23 @@ static void bad_input_cases(backend *be) {
     int32_t idx_neg[4] = {2, -5, 4, 5};
     lv[1].kv_indices = idx_neg;
     fi_cascade_update(c, lv);
-    fail |= expect(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "kv_indices[1]=-5",
-                   "negative page");
+    fail |= tu_expect_status(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "kv_indices[1]=-5",
+                             "negative page");
     lv[1].kv_indices = idx1;
-    fail |= expect(fi_cascade_update_batch(c, &lv[1]), FI_STATUS_INVALID_ARGUMENT,
-                   "fi_cascade_update", "update_batch on explicit levels");
-    fail |= expect(fi_cascade_update(c, lv), FI_OK, NULL, "good update");
+    fail |= tu_expect_status(fi_cascade_update_batch(c, &lv[1]), FI_STATUS_INVALID_ARGUMENT,
+                             "fi_cascade_update", "update_batch on explicit levels");
+    fail |= tu_expect_status(fi_cascade_update(c, lv), FI_OK, NULL, "good update");
     a.o.shape[0] = 3;
-    fail |= expect(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "o.shape[0]=3", "small o");
+    fail |= tu_expect_status(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "o.shape[0]=3",
+                             "small o");
     a.o = out.o.t;
     a.lse.shape[1] = 3;
-    fail |= expect(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "lse", "lse heads");
+    fail |= tu_expect_status(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "lse", "lse heads");
     a.lse = out.lse.t;
-    fail |= expect(fi_cascade_run(c, &a), FI_OK, NULL, "good run");
+    fail |= tu_expect_status(fi_cascade_run(c, &a), FI_OK, NULL, "good run");
     fi_cascade_info info;
     fi_cascade_info_init(&info);
-    fail |= expect(fi_cascade_get_info(c, &info), FI_OK, NULL, "info");
+    fail |= tu_expect_status(fi_cascade_get_info(c, &info), FI_OK, NULL, "info");
     if (info.num_levels != 2) {
         tu_note("info.num_levels=%d", info.num_levels);
         fail = 1;
@@ -886,19 +848,20 @@ static void bad_input_cases(backend *be) {
     fi_cascade_destroy(c);
     fi_cascade_destroy(NULL);
     /* automatic cascades */
-    fail |= expect(fi_cascade_create_auto(be->ctx, &params, NULL, NULL, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "config is NULL", "auto NULL config");
+    fail |= tu_expect_status(fi_cascade_create_auto(be->ctx, &params, NULL, NULL, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "config is NULL", "auto NULL config");
     fi_cascade_options_init(&opt);
     opt.prefix_detection = (fi_prefix_detection)7;
-    fail |= expect(fi_cascade_create_auto(be->ctx, &params, &cfg[1], &opt, &c),
-                   FI_STATUS_INVALID_ARGUMENT, "prefix_detection=7", "bad mode");
+    fail |= tu_expect_status(fi_cascade_create_auto(be->ctx, &params, &cfg[1], &opt, &c),
+                             FI_STATUS_INVALID_ARGUMENT, "prefix_detection=7", "bad mode");
     if (!fi_cascade_create_auto(be->ctx, &params, &cfg[1], NULL, &c)) {
-        fail |= expect(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT,
-                       "fi_cascade_update_batch", "update on auto");
+        fail |= tu_expect_status(fi_cascade_update(c, lv), FI_STATUS_INVALID_ARGUMENT,
+                                 "fi_cascade_update_batch", "update on auto");
         lv[1].qo_indptr = qo_bad;
-        fail |= expect(fi_cascade_update_batch(c, &lv[1]), FI_STATUS_INVALID_ARGUMENT,
-                       "qo_indptr[0]=17", "auto bad indptr");
-        fail |= expect(fi_cascade_run(c, &a), FI_STATUS_NOT_PLANNED, NULL, "auto run after failed update");
+        fail |= tu_expect_status(fi_cascade_update_batch(c, &lv[1]), FI_STATUS_INVALID_ARGUMENT,
+                                 "qo_indptr[0]=17", "auto bad indptr");
+        fail |= tu_expect_status(fi_cascade_run(c, &a), FI_STATUS_NOT_PLANNED, NULL,
+                                 "auto run after failed update");
         lv[1].qo_indptr = qo1;
         fi_cascade_destroy(c);
     } else {
@@ -914,13 +877,13 @@ static void bad_input_cases(backend *be) {
 
 int main(int argc, char **argv) {
     if (tu_parse_args(argc, argv, "fi_cascade_* against the fp64 oracle")) return 2;
-    backends_open();
-    for (int i = 0; i < NUM_BACKENDS; i++) {
+    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) tu_cpu_backend_open(&backends[i], i, 3);
+    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) {
         if (!backends[i].ctx) continue;
         level_cases(&backends[i]);
         detect_cases(&backends[i]);
         bad_input_cases(&backends[i]);
     }
-    for (int i = 0; i < NUM_BACKENDS; i++) fi_context_destroy(backends[i].ctx);
+    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) fi_context_destroy(backends[i].ctx);
     return tu_summary("test_cascade");
 }

@@ -24,6 +24,7 @@
  *                               message, and outputs left untouched
  */
 #include "flashinfer.h"
+#include "ops_cases.h"
 #include "oracle_ops.h"
 #include "util.h"
 
@@ -66,123 +67,6 @@ static void backends_close(void) {
     for (int i = 0; i < NUM_BACKENDS; i++) fi_context_destroy(backends[i].ctx);
 }
 
-/* ============================================================== buffers */
-
-/* Relative (and absolute, for values of size ~1) tolerance of a dtype. */
-static double tol(fi_dtype dtype) {
-    switch (dtype) {
-    case FI_DTYPE_F16: return 1e-3;
-    case FI_DTYPE_BF16: return 1e-2;
-    default: return 1e-5;
-    }
-}
-
-static int next_idx(int64_t *idx, const fi_tensor *t) {
-    for (int32_t d = t->ndim - 1; d >= 0; d--) {
-        if (++idx[d] < t->shape[d]) return 1;
-        idx[d] = 0;
-    }
-    return 0;
-}
-
-/* A view of `shape`. Strided: the dims are laid out in memory in a random
- * order, each padded by 0-2 elements, and the innermost with a gap of 1 or
- * 2 elements, so rows need not be contiguous. The allocation is poisoned. */
-static int view_alloc(tu_buf *b, fi_dtype dtype, int32_t ndim, const int64_t *shape,
-                      int strided, tu_rng *rng) {
-    if (!strided) {
-        if (tu_buf_alloc(b, dtype, ndim, shape)) return -1;
-        tu_buf_poison(b);
-        return 0;
-    }
-    int32_t order[FI_MAX_DIMS];
-    for (int32_t d = 0; d < ndim; d++) order[d] = d;
-    for (int32_t d = ndim - 1; d > 0; d--) { /* shuffle */
-        int32_t e = tu_rng_int(rng, 0, d), tmp = order[d];
-        order[d] = order[e];
-        order[e] = tmp;
-    }
-    int64_t stride[FI_MAX_DIMS];
-    int64_t step = tu_rng_int(rng, 1, 2);
-    for (int32_t k = ndim - 1; k >= 0; k--) {
-        int32_t d = order[k];
-        stride[d] = step;
-        step *= shape[d] + tu_rng_int(rng, 0, 2);
-    }
-    size_t es = tu_dtype_size(dtype);
-    if (tu_buf_alloc_bytes(b, (size_t)step * es + 1)) return -1;
-    memset(&b->t, 0, sizeof b->t);
-    b->t.data = b->base;
-    b->t.dtype = dtype;
-    b->t.ndim = ndim;
-    for (int32_t d = 0; d < ndim; d++) {
-        b->t.shape[d] = shape[d];
-        b->t.stride[d] = stride[d];
-    }
-    tu_buf_poison(b);
-    return 0;
-}
-
-/* The view's elements as doubles, row-major over its shape. */
-static double *view_read(const fi_tensor *t) {
-    int64_t n = tu_numel(t);
-    double *x = malloc((size_t)(n ? n : 1) * sizeof *x);
-    if (!x || n == 0) return x;
-    int64_t idx[FI_MAX_DIMS] = {0}, i = 0;
-    do x[i++] = tu_get(t, idx);
-    while (next_idx(idx, t));
-    return x;
-}
-
-/* Set element i (row-major) of the view. */
-static void view_set(const fi_tensor *t, int64_t i, double x) {
-    int64_t idx[FI_MAX_DIMS];
-    for (int32_t d = t->ndim - 1; d >= 0; d--) {
-        idx[d] = t->shape[d] ? i % t->shape[d] : 0;
-        i = t->shape[d] ? i / t->shape[d] : 0;
-    }
-    tu_set(t, idx, x);
-}
-
-static void *snapshot(const tu_buf *b) {
-    void *s = malloc(b->bytes ? b->bytes : 1);
-    if (s) memcpy(s, b->base, b->bytes);
-    return s;
-}
-
-static int same_as_snapshot(const char *what, const tu_buf *b, const void *snap) {
-    if (memcmp(b->base, snap, b->bytes) == 0) return 1;
-    size_t i = 0;
-    while (((const uint8_t *)b->base)[i] == ((const uint8_t *)snap)[i]) i++;
-    tu_note("%s changed (first at byte %zu of %zu)", what, i, b->bytes);
-    return 0;
-}
-
-/* The view against ref with atol = rtol = `rtol`. */
-static int check_view(const char *what, const fi_tensor *t, const double *ref, double rtol) {
-    double *got = view_read(t);
-    tu_cmp c;
-    int64_t bad = tu_compare(got, ref, tu_numel(t), rtol, rtol, &c);
-    if (bad)
-        tu_note("%s: %lld of %lld elements out of tolerance %g (%lld NaN); worst at %lld: "
-                "got %.9g, expected %.9g", what, (long long)bad, (long long)c.n, rtol,
-                (long long)c.nan, (long long)c.worst, c.worst_got, c.worst_ref);
-    free(got);
-    return bad == 0;
-}
-
-static int check_outside(const char *what, const tu_buf *b) {
-    int64_t n = tu_buf_touched_outside(b);
-    if (n) tu_note("%s: %lld bytes outside the view were written", what, (long long)n);
-    return n == 0;
-}
-
-static int check_ok(fi_status st, const char *call) {
-    if (st == FI_OK) return 1;
-    tu_note("%s returned %s: %s", call, fi_status_string(st), fi_last_error());
-    return 0;
-}
-
 /* ================================================================= cases */
 
 typedef int (*case_fn)(fi_context *ctx, tu_rng *rng, const void *cfg);
@@ -202,32 +86,7 @@ static void run_case(const char *category, const char *name, case_fn fn, const v
     tu_record(category, name, ok ? TU_PASS : TU_FAIL);
 }
 
-static const fi_dtype float_dtypes[3] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
-
 /* ================================================================ merge */
-
-/* The LSE of row r of a state: finite, or -inf in a pattern that gives
- * every combination (a only, b only, both) across the rows of a case. */
-static double lse_value(tu_rng *rng, int64_t r, int which) {
-    int k = (int)(r % 8);
-    if ((which == 0 && (k == 5 || k == 7)) || (which == 1 && (k == 6 || k == 7)))
-        return -INFINITY;
-    return tu_rng_range(rng, -20.0, 20.0);
-}
-
-/* Fill s [rows] by lse_value and poison with NaN the rows [rows][D] of v
- * whose LSE is -inf: a state that contributes nothing must not be read. */
-static void fill_state(tu_rng *rng, const fi_tensor *v, const fi_tensor *s, int which,
-                       int poison_empty) {
-    tu_fill_uniform(rng, v, -2.0, 2.0, 0.0);
-    int64_t rows = tu_numel(s), dim = v->shape[v->ndim - 1];
-    for (int64_t r = 0; r < rows; r++) {
-        double l = lse_value(rng, r, which);
-        view_set(s, r, l);
-        if (l == -INFINITY && poison_empty)
-            for (int64_t d = 0; d < dim; d++) view_set(v, r * dim + d, NAN);
-    }
-}
 
 typedef enum merge_mode {
     MERGE_OUT = 0,      /* fi_merge_state into fresh outputs */
@@ -250,30 +109,31 @@ static int case_merge_state(fi_context *ctx, tu_rng *rng, const void *p) {
     int in_place = c->mode != MERGE_OUT;
     tu_buf va, sa, vb, sb, vo, so, mask;
     memset(&mask, 0, sizeof mask);
-    int ok = !view_alloc(&va, c->da, 3, vs, c->strided, rng) &&
-             !view_alloc(&sa, FI_DTYPE_F32, 2, ss, c->strided, rng) &&
-             !view_alloc(&vb, c->db, 3, vs, c->strided, rng) &&
-             !view_alloc(&sb, FI_DTYPE_F32, 2, ss, c->strided, rng) &&
-             !view_alloc(&vo, c->dout, 3, vs, c->strided, rng) &&
-             !view_alloc(&so, FI_DTYPE_F32, 2, ss, c->strided, rng);
-    if (ok && c->mode == MERGE_IN_PLACE_MASK) ok = !view_alloc(&mask, FI_DTYPE_U8, 1, ms, c->strided, rng);
+    int ok = !ops_view_alloc(&va, c->da, 3, vs, c->strided, rng) &&
+             !ops_view_alloc(&sa, FI_DTYPE_F32, 2, ss, c->strided, rng) &&
+             !ops_view_alloc(&vb, c->db, 3, vs, c->strided, rng) &&
+             !ops_view_alloc(&sb, FI_DTYPE_F32, 2, ss, c->strided, rng) &&
+             !ops_view_alloc(&vo, c->dout, 3, vs, c->strided, rng) &&
+             !ops_view_alloc(&so, FI_DTYPE_F32, 2, ss, c->strided, rng);
+    if (ok && c->mode == MERGE_IN_PLACE_MASK)
+        ok = !ops_view_alloc(&mask, FI_DTYPE_U8, 1, ms, c->strided, rng);
     if (!ok) {
         tu_note("allocation failed");
         return 0;
     }
     /* In place, a's O is the output: keep it finite where the mask leaves
      * it, so untouched rows compare exactly. */
-    fill_state(rng, &va.t, &sa.t, 0, c->mode != MERGE_IN_PLACE_MASK);
-    fill_state(rng, &vb.t, &sb.t, 1, 1);
+    ops_fill_state(rng, &va.t, &sa.t, 0, c->mode != MERGE_IN_PLACE_MASK);
+    ops_fill_state(rng, &vb.t, &sb.t, 1, 1);
     uint8_t *keep = calloc((size_t)c->n + 1, 1);
     if (c->mode == MERGE_IN_PLACE_MASK)
         for (int64_t i = 0; i < c->n; i++) {
             keep[i] = (uint8_t)(tu_rng_int(rng, 0, 2) != 0);
-            view_set(&mask.t, i, keep[i] ? tu_rng_int(rng, 1, 255) : 0);
+            tu_view_set(&mask.t, i, keep[i] ? tu_rng_int(rng, 1, 255) : 0);
         }
 
-    double *a = view_read(&va.t), *la = view_read(&sa.t);
-    double *b = view_read(&vb.t), *lb = view_read(&sb.t);
+    double *a = tu_view_read(&va.t), *la = tu_view_read(&sa.t);
+    double *b = tu_view_read(&vb.t), *lb = tu_view_read(&sb.t);
     double *ref = malloc((size_t)(tu_numel(&va.t) + 1) * sizeof *ref);
     double *lref = malloc((size_t)(tu_numel(&sa.t) + 1) * sizeof *lref);
     oracle_merge_state(c->n, c->heads, c->dim, a, la, b, lb, ref, lref);
@@ -285,8 +145,8 @@ static int case_merge_state(fi_context *ctx, tu_rng *rng, const void *p) {
             memcpy(lref + i * rows, la + i * rows, (size_t)rows * sizeof *lref);
         }
 
-    void *snap_a = snapshot(&va), *snap_sa = snapshot(&sa);
-    void *snap_b = snapshot(&vb), *snap_sb = snapshot(&sb);
+    void *snap_a = ops_snapshot(&va), *snap_sa = ops_snapshot(&sa);
+    void *snap_b = ops_snapshot(&vb), *snap_sb = ops_snapshot(&sb);
     const tu_buf *out_v = in_place ? &va : &vo, *out_s = in_place ? &sa : &so;
     fi_status st;
     if (c->mode == MERGE_OUT)
@@ -296,16 +156,17 @@ static int case_merge_state(fi_context *ctx, tu_rng *rng, const void *p) {
     else
         st = fi_merge_state_in_place(ctx, &va.t, &sa.t, &vb.t, &sb.t,
                                      c->mode == MERGE_IN_PLACE_MASK ? &mask.t : NULL, NULL);
-    ok = check_ok(st, "merge");
+    ok = ops_check_ok(st, "merge");
     if (ok) {
-        ok &= check_view("v_out", &out_v->t, ref, tol(out_v->t.dtype));
-        ok &= check_view("s_out", &out_s->t, lref, 1e-5);
-        ok &= check_outside("v_out", out_v) & check_outside("s_out", out_s);
-        ok &= same_as_snapshot("v_b", &vb, snap_b) & same_as_snapshot("s_b", &sb, snap_sb);
+        ok &= ops_check_view("v_out", &out_v->t, ref, tu_dtype_tol(out_v->t.dtype));
+        ok &= ops_check_view("s_out", &out_s->t, lref, 1e-5);
+        ok &= ops_check_outside("v_out", out_v) & ops_check_outside("s_out", out_s);
+        ok &= ops_same_as_snapshot("v_b", &vb, snap_b) & ops_same_as_snapshot("s_b", &sb, snap_sb);
         if (!in_place)
-            ok &= same_as_snapshot("v_a", &va, snap_a) & same_as_snapshot("s_a", &sa, snap_sa);
+            ok &= ops_same_as_snapshot("v_a", &va, snap_a) &
+                  ops_same_as_snapshot("s_a", &sa, snap_sa);
         if (c->mode == MERGE_IN_PLACE_MASK) { /* untouched rows: bit for bit */
-            double *got = view_read(&va.t);
+            double *got = tu_view_read(&va.t);
             for (int64_t i = 0; i < c->n * c->heads * c->dim && ok; i++)
                 if (!keep[i / (c->heads * c->dim)] && got[i] != a[i]) {
                     tu_note("masked-off element %lld changed", (long long)i);
@@ -333,41 +194,25 @@ static int case_merge_states(fi_context *ctx, tu_rng *rng, const void *p) {
     const int64_t ss[3] = {c->n, c->states, c->heads};
     const int64_t os[3] = {c->n, c->heads, c->dim}, ls[2] = {c->n, c->heads};
     tu_buf v, s, vo, so;
-    if (view_alloc(&v, c->dv, 4, vs, c->strided, rng) ||
-        view_alloc(&s, FI_DTYPE_F32, 3, ss, c->strided, rng) ||
-        view_alloc(&vo, c->dout, 3, os, c->strided, rng) ||
-        view_alloc(&so, FI_DTYPE_F32, 2, ls, c->strided, rng)) {
+    if (ops_view_alloc(&v, c->dv, 4, vs, c->strided, rng) ||
+        ops_view_alloc(&s, FI_DTYPE_F32, 3, ss, c->strided, rng) ||
+        ops_view_alloc(&vo, c->dout, 3, os, c->strided, rng) ||
+        ops_view_alloc(&so, FI_DTYPE_F32, 2, ls, c->strided, rng)) {
         tu_note("allocation failed");
         return 0;
     }
-    tu_fill_uniform(rng, &v.t, -2.0, 2.0, 0.0);
-    /* Per (token, head): rows with every state -inf, with one finite state,
-     * and with about a quarter of them -inf. Empty states' O is NaN. */
-    for (int64_t i = 0; i < c->n; i++)
-        for (int64_t h = 0; h < c->heads; h++) {
-            int kind = (int)((i * c->heads + h) % 6);
-            int64_t one = tu_rng_int(rng, 0, (int32_t)(c->states > 0 ? c->states - 1 : 0));
-            for (int64_t k = 0; k < c->states; k++) {
-                int empty = kind == 4 || (kind == 5 && k != one) ||
-                            (kind < 4 && tu_rng_int(rng, 0, 3) == 0);
-                view_set(&s.t, (i * c->states + k) * c->heads + h,
-                         empty ? -INFINITY : tu_rng_range(rng, -20.0, 20.0));
-                if (empty)
-                    for (int64_t d = 0; d < c->dim; d++)
-                        view_set(&v.t, ((i * c->states + k) * c->heads + h) * c->dim + d, NAN);
-            }
-        }
-    double *x = view_read(&v.t), *l = view_read(&s.t);
+    ops_fill_states(rng, &v.t, &s.t);
+    double *x = tu_view_read(&v.t), *l = tu_view_read(&s.t);
     double *ref = malloc((size_t)(c->n * c->heads * c->dim + 1) * sizeof *ref);
     double *lref = malloc((size_t)(c->n * c->heads + 1) * sizeof *lref);
     oracle_merge_states(c->n, c->states, c->heads, c->dim, x, l, ref, lref);
-    void *snap_v = snapshot(&v), *snap_s = snapshot(&s);
-    int ok = check_ok(fi_merge_states(ctx, &v.t, &s.t, &vo.t, &so.t, NULL), "fi_merge_states");
+    void *snap_v = ops_snapshot(&v), *snap_s = ops_snapshot(&s);
+    int ok = ops_check_ok(fi_merge_states(ctx, &v.t, &s.t, &vo.t, &so.t, NULL), "fi_merge_states");
     if (ok) {
-        ok &= check_view("v_out", &vo.t, ref, tol(c->dout));
-        ok &= check_view("s_out", &so.t, lref, 1e-5);
-        ok &= check_outside("v_out", &vo) & check_outside("s_out", &so);
-        ok &= same_as_snapshot("v", &v, snap_v) & same_as_snapshot("s", &s, snap_s);
+        ok &= ops_check_view("v_out", &vo.t, ref, tu_dtype_tol(c->dout));
+        ok &= ops_check_view("s_out", &so.t, lref, 1e-5);
+        ok &= ops_check_outside("v_out", &vo) & ops_check_outside("s_out", &so);
+        ok &= ops_same_as_snapshot("v", &v, snap_v) & ops_same_as_snapshot("s", &s, snap_s);
     }
     free(x), free(l), free(ref), free(lref), free(snap_v), free(snap_s);
     tu_buf_free(&v), tu_buf_free(&s), tu_buf_free(&vo), tu_buf_free(&so);
@@ -384,7 +229,7 @@ static void suite_merge(const backend *be) {
                 for (int mode = 0; mode < 4; mode++) {
                     if (tu_opt.quick && (si == 0 || si == 4) && mode != 0) continue;
                     merge_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2],
-                                   float_dtypes[di], float_dtypes[di], float_dtypes[di],
+                                   ops_float_dtypes[di], ops_float_dtypes[di], ops_float_dtypes[di],
                                    strided, (merge_mode)mode};
                     snprintf(name, sizeof name, "merge_state/%s/%s/n%lld_h%lld_d%lld/%s/%s",
                              be->name, tu_dtype_name(c.da), (long long)c.n,
@@ -412,8 +257,8 @@ static void suite_merge(const backend *be) {
         for (int di = 0; di < 3; di++)
             for (int strided = 0; strided < 2; strided++) {
                 merge_n_cfg c = {nshapes[si][0], nshapes[si][1], nshapes[si][2],
-                                 nshapes[si][3], float_dtypes[di],
-                                 float_dtypes[(di + strided) % 3], strided};
+                                 nshapes[si][3], ops_float_dtypes[di],
+                                 ops_float_dtypes[(di + strided) % 3], strided};
                 snprintf(name, sizeof name, "merge_states/%s/%s_to_%s/n%lld_s%lld_h%lld_d%lld/%s",
                          be->name, tu_dtype_name(c.dv), tu_dtype_name(c.dout),
                          (long long)c.n, (long long)c.states, (long long)c.heads,
@@ -424,170 +269,83 @@ static void suite_merge(const backend *be) {
 
 /* =============================================================== append */
 
-typedef enum append_shape { APPEND_DECODE, APPEND_PREFILL, APPEND_MIXED } append_shape;
-
 typedef struct append_cfg {
     fi_dtype dtype;
     fi_kv_layout layout;
     int32_t page_size, batch, heads, dim_k, dim_v;
-    append_shape shape;
+    ops_append_shape shape;
     int combined; /* one [pages, 2, ...] tensor split into K and V views */
     int strided;
     int32_t max_tokens; /* per request, for prefill and mixed */
 } append_cfg;
 
-/* A page table for `batch` requests after appending; old and new lengths
- * per request; kv_indices a random subset of the cache's pages. */
-typedef struct append_table {
-    int32_t batch, pages, nnz;
-    int32_t *indptr, *indices, *last, *old_len, *new_len;
-    int32_t *batch_indices, *positions; /* [nnz], shuffled */
-} append_table;
-
-static void table_free(append_table *t) {
-    free(t->indptr), free(t->indices), free(t->last), free(t->old_len);
-    free(t->new_len), free(t->batch_indices), free(t->positions);
-}
-
-static int table_make(tu_rng *rng, const append_cfg *c, append_table *t) {
-    memset(t, 0, sizeof *t);
-    int32_t B = c->batch, ps = c->page_size;
-    t->batch = B;
-    t->indptr = calloc((size_t)B + 1, sizeof(int32_t));
-    t->last = calloc((size_t)B + 1, sizeof(int32_t));
-    t->old_len = calloc((size_t)B + 1, sizeof(int32_t));
-    t->new_len = calloc((size_t)B + 1, sizeof(int32_t));
-    if (!t->indptr || !t->last || !t->old_len || !t->new_len) return -1;
-    for (int32_t b = 0; b < B; b++) {
-        int32_t add;
-        if (c->shape == APPEND_DECODE) {
-            t->old_len[b] = tu_rng_int(rng, 0, 40);
-            add = 1;
-        } else if (c->shape == APPEND_PREFILL) {
-            t->old_len[b] = 0;
-            add = tu_rng_int(rng, 0, c->max_tokens);
-        } else {
-            t->old_len[b] = tu_rng_int(rng, 0, 40);
-            add = tu_rng_int(rng, 0, c->max_tokens);
-        }
-        t->new_len[b] = t->old_len[b] + add;
-        int32_t pages = (t->new_len[b] + ps - 1) / ps;
-        t->indptr[b + 1] = t->indptr[b] + pages;
-        t->last[b] = pages ? t->new_len[b] - ps * (pages - 1) : 0;
-        t->nnz += add;
-    }
-    int32_t used = t->indptr[B];
-    t->pages = used + tu_rng_int(rng, 1, 4); /* spare pages nobody owns */
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)t->pages);
-    t->indices = malloc(sizeof(int32_t) * (size_t)(used + 1));
-    t->batch_indices = malloc(sizeof(int32_t) * (size_t)(t->nnz + 1));
-    t->positions = malloc(sizeof(int32_t) * (size_t)(t->nnz + 1));
-    if (!perm || !t->indices || !t->batch_indices || !t->positions) {
-        free(perm);
-        return -1;
-    }
-    for (int32_t i = 0; i < t->pages; i++) perm[i] = i;
-    for (int32_t i = t->pages - 1; i > 0; i--) {
-        int32_t j = tu_rng_int(rng, 0, i), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    memcpy(t->indices, perm, sizeof(int32_t) * (size_t)used);
-    free(perm);
-    int32_t n = 0;
-    for (int32_t b = 0; b < B; b++)
-        for (int32_t p = t->old_len[b]; p < t->new_len[b]; p++) {
-            t->batch_indices[n] = b;
-            t->positions[n] = p;
-            n++;
-        }
-    for (int32_t i = t->nnz - 1; i > 0; i--) { /* any token order is valid */
-        int32_t j = tu_rng_int(rng, 0, i);
-        int32_t tb = t->batch_indices[i], tp = t->positions[i];
-        t->batch_indices[i] = t->batch_indices[j], t->positions[i] = t->positions[j];
-        t->batch_indices[j] = tb, t->positions[j] = tp;
-    }
-    return 0;
-}
-
 static fi_tensor index_tensor(int32_t *data, int64_t len) {
     return fi_tensor_contiguous(data, FI_DTYPE_I32, 1, &len);
 }
 
-/* Fill every byte of the allocation with random bits (the old cache). */
-static void fill_bytes(tu_rng *rng, const tu_buf *b) {
-    uint8_t *p = b->base;
-    for (size_t i = 0; i < b->bytes; i++) p[i] = (uint8_t)tu_rng_next(rng);
-}
-
-/* The tensor `t` (a view into buffer b) moved onto a copy of b's bytes. */
-static fi_tensor view_on(const fi_tensor *t, const tu_buf *b, void *copy) {
-    fi_tensor r = *t;
-    r.data = (char *)copy + ((char *)t->data - (char *)b->base);
-    return r;
-}
-
 static int case_append(fi_context *ctx, tu_rng *rng, const void *p) {
     const append_cfg *c = p;
-    append_table t;
+    ops_append_table t;
     int ok = 1;
     tu_buf ak, av, kc, vc;
     memset(&vc, 0, sizeof vc);
-    if (table_make(rng, c, &t)) {
+    if (ops_table_make(rng, c->shape, c->batch, c->page_size, c->max_tokens, &t)) {
         tu_note("allocation failed");
-        table_free(&t);
+        ops_table_free(&t);
         return 0;
     }
     const int64_t aks[3] = {t.nnz, c->heads, c->dim_k}, avs[3] = {t.nnz, c->heads, c->dim_v};
     int nhd = c->layout == FI_KV_LAYOUT_NHD;
     int64_t ps = c->page_size, h = c->heads;
     fi_tensor k_cache, v_cache;
-    ok = !view_alloc(&ak, c->dtype, 3, aks, c->strided, rng) &&
-         !view_alloc(&av, c->dtype, 3, avs, c->strided, rng);
+    ok = !ops_view_alloc(&ak, c->dtype, 3, aks, c->strided, rng) &&
+         !ops_view_alloc(&av, c->dtype, 3, avs, c->strided, rng);
     if (ok && c->combined) { /* [pages, 2, ps, H, D] or [pages, 2, H, ps, D] */
         const int64_t s5[5] = {t.pages, 2, nhd ? ps : h, nhd ? h : ps, c->dim_k};
-        ok = !view_alloc(&kc, c->dtype, 5, s5, c->strided, rng) &&
+        ok = !ops_view_alloc(&kc, c->dtype, 5, s5, c->strided, rng) &&
              fi_tensor_split_kv(&kc.t, &k_cache, &v_cache) == FI_OK;
     } else if (ok) {
         const int64_t s4k[4] = {t.pages, nhd ? ps : h, nhd ? h : ps, c->dim_k};
         const int64_t s4v[4] = {t.pages, nhd ? ps : h, nhd ? h : ps, c->dim_v};
-        ok = !view_alloc(&kc, c->dtype, 4, s4k, c->strided, rng) &&
-             !view_alloc(&vc, c->dtype, 4, s4v, c->strided, rng);
+        ok = !ops_view_alloc(&kc, c->dtype, 4, s4k, c->strided, rng) &&
+             !ops_view_alloc(&vc, c->dtype, 4, s4v, c->strided, rng);
         k_cache = kc.t;
         v_cache = vc.t;
     }
     if (!ok) {
         tu_note("allocation failed");
-        table_free(&t);
+        ops_table_free(&t);
         return 0;
     }
     tu_fill_uniform(rng, &ak.t, -3.0, 3.0, 0.0);
     tu_fill_uniform(rng, &av.t, -3.0, 3.0, 0.0);
-    fill_bytes(rng, &kc);
-    if (!c->combined) fill_bytes(rng, &vc);
+    ops_fill_bytes(rng, &kc);
+    if (!c->combined) ops_fill_bytes(rng, &vc);
 
     /* Expected caches: the old bytes with the reference's writes. */
-    void *want_k = snapshot(&kc), *want_v = c->combined ? NULL : snapshot(&vc);
-    fi_tensor wk = view_on(&k_cache, &kc, want_k);
-    fi_tensor wv = c->combined ? view_on(&v_cache, &kc, want_k) : view_on(&v_cache, &vc, want_v);
+    void *want_k = ops_snapshot(&kc), *want_v = c->combined ? NULL : ops_snapshot(&vc);
+    fi_tensor wk = ops_view_on(&k_cache, &kc, want_k);
+    fi_tensor wv =
+        c->combined ? ops_view_on(&v_cache, &kc, want_k) : ops_view_on(&v_cache, &vc, want_v);
     oracle_append_paged(&ak.t, &wk, c->layout, t.batch_indices, t.positions, t.indices, t.indptr);
     oracle_append_paged(&av.t, &wv, c->layout, t.batch_indices, t.positions, t.indices, t.indptr);
 
     fi_tensor bi = index_tensor(t.batch_indices, t.nnz), pos = index_tensor(t.positions, t.nnz);
     fi_tensor ind = index_tensor(t.indices, t.indptr[t.batch]);
     fi_tensor iptr = index_tensor(t.indptr, t.batch + 1), last = index_tensor(t.last, t.batch);
-    void *snap_ak = snapshot(&ak), *snap_av = snapshot(&av);
-    ok = check_ok(fi_append_paged_kv_cache(ctx, &ak.t, &av.t, &bi, &pos, &k_cache, &v_cache,
-                                           c->layout, &ind, &iptr, &last, NULL),
-                  "fi_append_paged_kv_cache");
+    void *snap_ak = ops_snapshot(&ak), *snap_av = ops_snapshot(&av);
+    ok = ops_check_ok(fi_append_paged_kv_cache(ctx, &ak.t, &av.t, &bi, &pos, &k_cache, &v_cache,
+                                               c->layout, &ind, &iptr, &last, NULL),
+                      "fi_append_paged_kv_cache");
     if (ok) {
-        ok &= same_as_snapshot(c->combined ? "kv cache" : "k_cache", &kc, want_k);
-        if (!c->combined) ok &= same_as_snapshot("v_cache", &vc, want_v);
-        ok &= same_as_snapshot("append_k", &ak, snap_ak) & same_as_snapshot("append_v", &av, snap_av);
+        ok &= ops_same_as_snapshot(c->combined ? "kv cache" : "k_cache", &kc, want_k);
+        if (!c->combined) ok &= ops_same_as_snapshot("v_cache", &vc, want_v);
+        ok &= ops_same_as_snapshot("append_k", &ak, snap_ak) &
+              ops_same_as_snapshot("append_v", &av, snap_av);
     }
     free(want_k), free(want_v), free(snap_ak), free(snap_av);
     tu_buf_free(&ak), tu_buf_free(&av), tu_buf_free(&kc), tu_buf_free(&vc);
-    table_free(&t);
+    ops_table_free(&t);
     return ok;
 }
 
@@ -606,7 +364,7 @@ static void suite_append(const backend *be) {
                         int strided = (pi + shape + combined + di) % 2;
                         append_cfg c = {dtypes[di], (fi_kv_layout)layout, page_sizes[pi],
                                         1 + (pi * 3 + shape) % 5, 1 + (shape + di) % 4,
-                                        64, combined ? 64 : 32 + 8 * pi, (append_shape)shape,
+                                        64, combined ? 64 : 32 + 8 * pi, (ops_append_shape)shape,
                                         combined, strided, 12};
                         snprintf(name, sizeof name,
                                  "append/%s/%s/%s/%s/ps%d_b%d_h%d_dk%d_dv%d/%s/%s", be->name,
@@ -633,56 +391,17 @@ typedef struct rope_cfg {
     int32_t max_pos;
 } rope_cfg;
 
-/* Compare the rows of tokens with a position to ref; the rows of tokens
- * without one (past indptr[B]) must be bit for bit as before. */
-static int check_rope_out(const char *what, const tu_buf *out, const void *before,
-                          const double *ref, const int64_t *pos, double rtol) {
-    const fi_tensor *t = &out->t;
-    int64_t row = t->shape[1] * t->shape[2], n = 0, bad_untouched = 0;
-    double *got = view_read(t);
-    double *g = malloc((size_t)(tu_numel(t) + 1) * sizeof *g);
-    double *r = malloc((size_t)(tu_numel(t) + 1) * sizeof *r);
-    size_t es = tu_dtype_size(t->dtype);
-    for (int64_t tok = 0; tok < t->shape[0]; tok++) {
-        if (pos[tok] >= 0) {
-            memcpy(g + n, got + tok * row, (size_t)row * sizeof *g);
-            memcpy(r + n, ref + tok * row, (size_t)row * sizeof *r);
-            n += row;
-            continue;
-        }
-        for (int64_t hh = 0; hh < t->shape[1]; hh++)
-            for (int64_t d = 0; d < t->shape[2]; d++) {
-                int64_t idx[3] = {tok, hh, d};
-                int64_t off = tu_offset(t, idx) * (int64_t)es;
-                const char *now = (const char *)t->data + off;
-                const char *then = (const char *)before + ((char *)t->data - (char *)out->base) + off;
-                bad_untouched += memcmp(now, then, es) != 0;
-            }
-    }
-    tu_cmp c;
-    int64_t bad = tu_compare(g, r, n, 2 * rtol, rtol, &c);
-    if (bad)
-        tu_note("%s: %lld of %lld elements out of tolerance %g (%lld NaN); worst at %lld: "
-                "got %.9g, expected %.9g", what, (long long)bad, (long long)n, rtol,
-                (long long)c.nan, (long long)c.worst, c.worst_got, c.worst_ref);
-    if (bad_untouched)
-        tu_note("%s: %lld elements of tokens past indptr[B] were written", what,
-                (long long)bad_untouched);
-    free(got), free(g), free(r);
-    return bad == 0 && bad_untouched == 0;
-}
-
 static int case_rope(fi_context *ctx, tu_rng *rng, const void *p) {
     const rope_cfg *c = p;
     const int64_t qs[3] = {c->nnz, c->heads_q, c->dim}, ks[3] = {c->nnz, c->heads_k, c->dim};
     tu_buf q, k, qo, ko;
     memset(&qo, 0, sizeof qo);
     memset(&ko, 0, sizeof ko);
-    int ok = !view_alloc(&q, c->dq, 3, qs, c->strided, rng) &&
-             !view_alloc(&k, c->dk, 3, ks, c->strided, rng);
+    int ok = !ops_view_alloc(&q, c->dq, 3, qs, c->strided, rng) &&
+             !ops_view_alloc(&k, c->dk, 3, ks, c->strided, rng);
     if (ok && !c->in_place)
-        ok = !view_alloc(&qo, c->dq, 3, qs, c->strided, rng) &&
-             !view_alloc(&ko, c->dk, 3, ks, c->strided, rng);
+        ok = !ops_view_alloc(&qo, c->dq, 3, qs, c->strided, rng) &&
+             !ops_view_alloc(&ko, c->dk, 3, ks, c->strided, rng);
     int32_t *ids = calloc((size_t)c->nnz + 1, sizeof *ids);
     int32_t *indptr = calloc((size_t)c->batch + 1, sizeof *indptr);
     int32_t *offsets = calloc((size_t)c->batch + 1, sizeof *offsets);
@@ -719,15 +438,15 @@ static int case_rope(fi_context *ctx, tu_rng *rng, const void *p) {
     rp.rope_scale = c->scale;
     rp.rope_theta = c->theta;
 
-    double *xq = view_read(&q.t), *xk = view_read(&k.t);
+    double *xq = tu_view_read(&q.t), *xk = tu_view_read(&k.t);
     double *rq = calloc((size_t)(tu_numel(&q.t) + 1), sizeof *rq);
     double *rk = calloc((size_t)(tu_numel(&k.t) + 1), sizeof *rk);
     oracle_rope(&rp, c->nnz, c->heads_q, c->dim, xq, pos, rq);
     oracle_rope(&rp, c->nnz, c->heads_k, c->dim, xk, pos, rk);
 
     const tu_buf *oq = c->in_place ? &q : &qo, *ok_ = c->in_place ? &k : &ko;
-    void *before_q = snapshot(oq), *before_k = snapshot(ok_);
-    void *snap_q = snapshot(&q), *snap_k = snapshot(&k);
+    void *before_q = ops_snapshot(oq), *before_k = ops_snapshot(ok_);
+    void *snap_q = ops_snapshot(&q), *snap_k = ops_snapshot(&k);
     fi_tensor tq = oq->t, tk = ok_->t;
     fi_status st;
     if (c->pos_ids) {
@@ -737,13 +456,15 @@ static int case_rope(fi_context *ctx, tu_rng *rng, const void *p) {
         fi_tensor tip = index_tensor(indptr, c->batch + 1), tof = index_tensor(offsets, c->batch);
         st = fi_rope_apply(ctx, &rp, &q.t, &k.t, &tq, &tk, &tip, &tof, NULL);
     }
-    ok = check_ok(st, c->pos_ids ? "fi_rope_apply_pos_ids" : "fi_rope_apply");
+    ok = ops_check_ok(st, c->pos_ids ? "fi_rope_apply_pos_ids" : "fi_rope_apply");
     if (ok) {
-        ok &= check_rope_out("q_out", oq, before_q, rq, pos, tol(c->dq));
-        ok &= check_rope_out("k_out", ok_, before_k, rk, pos, tol(c->dk));
+        ok &= ops_check_rope_out("q_out", oq, before_q, rq, pos, tu_dtype_tol(c->dq),
+                                 "past indptr[B]");
+        ok &= ops_check_rope_out("k_out", ok_, before_k, rk, pos, tu_dtype_tol(c->dk),
+                                 "past indptr[B]");
         if (!c->in_place) {
-            ok &= check_outside("q_out", &qo) & check_outside("k_out", &ko);
-            ok &= same_as_snapshot("q", &q, snap_q) & same_as_snapshot("k", &k, snap_k);
+            ok &= ops_check_outside("q_out", &qo) & ops_check_outside("k_out", &ko);
+            ok &= ops_same_as_snapshot("q", &q, snap_q) & ops_same_as_snapshot("k", &k, snap_k);
         }
     }
     free(ids), free(indptr), free(offsets), free(pos), free(xq), free(xk), free(rq), free(rk);
@@ -766,7 +487,7 @@ static void suite_rope(const backend *be) {
                         variant++;
                         if (tu_opt.quick && variant % 3) continue;
                         int in_place = (variant / 2) % 2, strided = (variant / 3) % 2;
-                        rope_cfg c = {float_dtypes[ti], float_dtypes[(ti + (di == 5)) % 3],
+                        rope_cfg c = {ops_float_dtypes[ti], ops_float_dtypes[(ti + (di == 5)) % 3],
                                       1 + variant % 4, variant % 3, dims[di][0], dims[di][1],
                                       inter, llama,
                                       llama ? 8.0f : (variant % 2 ? 1.0f : 2.5f),
@@ -848,47 +569,48 @@ static int case_property(fi_context *ctx, tu_rng *rng, const void *p) {
             l_ab[(i * 2 + 0) * H + h] = l_part[(i * P + 0) * H + h];
         }
     /* the states as f32 tensors */
-    for (int64_t i = 0; i < n * P * H * D; i++) view_set(&sv.t, i, o_part[i]);
-    for (int64_t i = 0; i < n * P * H; i++) view_set(&ss.t, i, l_part[i]);
+    for (int64_t i = 0; i < n * P * H * D; i++) tu_view_set(&sv.t, i, o_part[i]);
+    for (int64_t i = 0; i < n * P * H; i++) tu_view_set(&ss.t, i, l_part[i]);
     for (int64_t i = 0; i < n; i++)
         for (int64_t h = 0; h < H; h++) {
             for (int64_t d = 0; d < D; d++) {
-                view_set(&va.t, (i * H + h) * D + d, o_ab[((i * 2 + 0) * H + h) * D + d]);
-                view_set(&vb.t, (i * H + h) * D + d, o_ab[((i * 2 + 1) * H + h) * D + d]);
+                tu_view_set(&va.t, (i * H + h) * D + d, o_ab[((i * 2 + 0) * H + h) * D + d]);
+                tu_view_set(&vb.t, (i * H + h) * D + d, o_ab[((i * 2 + 1) * H + h) * D + d]);
             }
-            view_set(&sa.t, i * H + h, l_ab[(i * 2 + 0) * H + h]);
-            view_set(&sb.t, i * H + h, l_ab[(i * 2 + 1) * H + h]);
+            tu_view_set(&sa.t, i * H + h, l_ab[(i * 2 + 0) * H + h]);
+            tu_view_set(&sb.t, i * H + h, l_ab[(i * 2 + 1) * H + h]);
         }
     /* f32 states: 1e-5 of rounding, a few times over */
     const double rtol = 2e-5;
     tu_buf_poison(&vo), tu_buf_poison(&so);
-    ok = check_ok(fi_merge_state(ctx, &va.t, &sa.t, &vb.t, &sb.t, &vo.t, &so.t, NULL),
-                  "fi_merge_state");
-    ok = ok && check_view("merge_state O vs union", &vo.t, o_all, rtol) &
-                   check_view("merge_state LSE vs union", &so.t, l_all, rtol);
+    ok = ops_check_ok(fi_merge_state(ctx, &va.t, &sa.t, &vb.t, &sb.t, &vo.t, &so.t, NULL),
+                      "fi_merge_state");
+    ok = ok && ops_check_view("merge_state O vs union", &vo.t, o_all, rtol) &
+                   ops_check_view("merge_state LSE vs union", &so.t, l_all, rtol);
     tu_buf_poison(&vo), tu_buf_poison(&so);
-    ok = ok && check_ok(fi_merge_states(ctx, &sv.t, &ss.t, &vo.t, &so.t, NULL), "fi_merge_states");
-    ok = ok && check_view("merge_states O vs union", &vo.t, o_all, rtol) &
-                   check_view("merge_states LSE vs union", &so.t, l_all, rtol);
+    ok = ok &&
+         ops_check_ok(fi_merge_states(ctx, &sv.t, &ss.t, &vo.t, &so.t, NULL), "fi_merge_states");
+    ok = ok && ops_check_view("merge_states O vs union", &vo.t, o_all, rtol) &
+                   ops_check_view("merge_states LSE vs union", &so.t, l_all, rtol);
     /* chain: start from part 0, merge parts 1.. in place */
     for (int64_t i = 0; i < n; i++)
         for (int64_t h = 0; h < H; h++) {
             for (int64_t d = 0; d < D; d++)
-                view_set(&va.t, (i * H + h) * D + d, o_part[((i * P + 0) * H + h) * D + d]);
-            view_set(&sa.t, i * H + h, l_part[(i * P + 0) * H + h]);
+                tu_view_set(&va.t, (i * H + h) * D + d, o_part[((i * P + 0) * H + h) * D + d]);
+            tu_view_set(&sa.t, i * H + h, l_part[(i * P + 0) * H + h]);
         }
     for (int64_t pi = 1; pi < P && ok; pi++) {
         for (int64_t i = 0; i < n; i++)
             for (int64_t h = 0; h < H; h++) {
                 for (int64_t d = 0; d < D; d++)
-                    view_set(&vb.t, (i * H + h) * D + d, o_part[((i * P + pi) * H + h) * D + d]);
-                view_set(&sb.t, i * H + h, l_part[(i * P + pi) * H + h]);
+                    tu_view_set(&vb.t, (i * H + h) * D + d, o_part[((i * P + pi) * H + h) * D + d]);
+                tu_view_set(&sb.t, i * H + h, l_part[(i * P + pi) * H + h]);
             }
-        ok = check_ok(fi_merge_state_in_place(ctx, &va.t, &sa.t, &vb.t, &sb.t, NULL, NULL),
-                      "fi_merge_state_in_place");
+        ok = ops_check_ok(fi_merge_state_in_place(ctx, &va.t, &sa.t, &vb.t, &sb.t, NULL, NULL),
+                          "fi_merge_state_in_place");
     }
-    ok = ok && check_view("in-place chain O vs union", &va.t, o_all, rtol) &
-                   check_view("in-place chain LSE vs union", &sa.t, l_all, rtol);
+    ok = ok && ops_check_view("in-place chain O vs union", &va.t, o_all, rtol) &
+                   ops_check_view("in-place chain LSE vs union", &sa.t, l_all, rtol);
 
     free(q), free(k), free(v), free(part), free(use), free(o_part), free(l_part);
     free(o_all), free(l_all), free(o_ab), free(l_ab), free(tmp_o);
@@ -967,7 +689,7 @@ static int case_convert(fi_context *ctx, tu_rng *rng, const void *p) {
     }
     memset(s.base, 0, s.bytes);
     tu_buf_poison(&vo);
-    int ok = check_ok(fi_merge_states(ctx, &v.t, &s.t, &vo.t, &so.t, NULL), "fi_merge_states");
+    int ok = ops_check_ok(fi_merge_states(ctx, &v.t, &s.t, &vo.t, &so.t, NULL), "fi_merge_states");
     int64_t bad = 0;
     for (int64_t i = 0; ok && i < total; i++) {
         int pass;
@@ -1154,7 +876,7 @@ static int bad_bufs_alloc(bad_bufs *b, tu_rng *rng) {
     tu_buf *all[] = {&b->m[0], &b->m[1], &b->m[2], &b->m[3], &b->m[4], &b->m[5], &b->mask,
                      &b->v4, &b->s3, &b->ak, &b->av, &b->kc, &b->vc, &b->q, &b->k, &b->qo, &b->ko};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        fill_bytes(rng, all[i]);
+        ops_fill_bytes(rng, all[i]);
     return 0;
 }
 
@@ -1311,7 +1033,7 @@ static void suite_bad_input(const backend *be) {
         }
         bad_args a;
         bad_args_valid(&a, &bufs, be->ctx);
-        int ok = check_ok(bad_call((bad_op)op, &a, NULL), op_names[op]);
+        int ok = ops_check_ok(bad_call((bad_op)op, &a, NULL), op_names[op]);
         tu_record("bad_input", name, ok ? TU_PASS : TU_FAIL);
     }
     for (int i = 0; i < NUM_BAD; i++) {
@@ -1323,7 +1045,7 @@ static void suite_bad_input(const backend *be) {
             continue;
         }
         void *snaps[NUM_ALL];
-        for (int j = 0; j < NUM_ALL; j++) snaps[j] = snapshot(all[j]);
+        for (int j = 0; j < NUM_ALL; j++) snaps[j] = ops_snapshot(all[j]);
         bad_args a;
         const char *null_arg;
         bad_args_valid(&a, &bufs, be->ctx);

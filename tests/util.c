@@ -180,6 +180,14 @@ size_t tu_dtype_size(fi_dtype dtype) {
     }
 }
 
+double tu_dtype_tol(fi_dtype dtype) {
+    switch (dtype) {
+    case FI_DTYPE_F16: return 1e-3;
+    case FI_DTYPE_BF16: return 1e-2;
+    default: return 1e-5;
+    }
+}
+
 const char *tu_dtype_name(fi_dtype dtype) {
     switch (dtype) {
     case FI_DTYPE_F32: return "f32";
@@ -259,6 +267,25 @@ static int next_index(int64_t *idx, const int64_t *shape, int32_t ndim) {
         idx[d] = 0;
     }
     return 0;
+}
+
+double *tu_view_read(const fi_tensor *t) {
+    int64_t n = tu_numel(t);
+    double *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    if (!x || n == 0) return x;
+    int64_t idx[FI_MAX_DIMS] = {0}, i = 0;
+    do x[i++] = tu_get(t, idx);
+    while (next_index(idx, t->shape, t->ndim));
+    return x;
+}
+
+void tu_view_set(const fi_tensor *t, int64_t i, double x) {
+    int64_t idx[FI_MAX_DIMS];
+    for (int32_t d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = t->shape[d] ? i % t->shape[d] : 0;
+        i = t->shape[d] ? i / t->shape[d] : 0;
+    }
+    tu_set(t, idx, x);
 }
 
 int tu_buf_alloc_bytes(tu_buf *b, size_t bytes) { return tu_buf_alloc_tail(b, bytes, 16); }
@@ -444,6 +471,26 @@ int tu_backend_selected(const char *name) {
     return !tu_opt.backend || !strcmp(tu_opt.backend, name);
 }
 
+int tu_cpu_backend_open(tu_cpu_backend *be, int index, int32_t num_threads) {
+    static const char *const names[TU_NUM_CPU_BACKENDS] = {"cpu-generic", "cpu-avx2", "cpu-avx512"};
+    static const char *const simd[TU_NUM_CPU_BACKENDS] = {"generic", "avx2", "avx512"};
+    be->name = names[index];
+    be->simd = simd[index];
+    be->ctx = NULL;
+    be->index = index;
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.num_threads = num_threads;
+    opt.cpu_simd = be->simd;
+    if (!tu_backend_selected("cpu") || fi_context_create(&opt, &be->ctx) != FI_OK) {
+        printf("skip %s: %s\n", be->name,
+               tu_backend_selected("cpu") ? fi_last_error() : "not selected");
+        be->ctx = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 uint64_t tu_case_seed(const char *name) {
     return tu_opt.has_seed ? tu_opt.seed : tu_hash(name);
 }
@@ -500,6 +547,13 @@ void tu_record(const char *category, const char *name, tu_result result) {
     }
     note_len = 0;
     note_buf[0] = 0;
+}
+
+int tu_expect_status(fi_status got, fi_status want, const char *needle, const char *what) {
+    if (got == want && (!needle || strstr(fi_last_error(), needle))) return 0;
+    tu_note("%s: got %s \"%s\", want %s containing \"%s\"", what, fi_status_string(got),
+            fi_last_error(), fi_status_string(want), needle ? needle : "");
+    return 1;
 }
 
 int64_t tu_failures(void) { return total_failures; }

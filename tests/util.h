@@ -53,6 +53,10 @@ uint8_t tu_f32_to_e5m2(float x);
 float tu_e5m2_to_f32(uint8_t b);
 
 size_t tu_dtype_size(fi_dtype dtype);     /* 0 for an unknown dtype */
+/* The tolerance an output of `dtype` gets against an fp64 reference for
+ * values of size ~1, used as both atol and rtol: 1e-3 for f16, 1e-2 for
+ * bf16, 1e-5 otherwise (f32: accumulation order only). */
+double tu_dtype_tol(fi_dtype dtype);
 const char *tu_dtype_name(fi_dtype dtype); /* "f32", "f16", "bf16", "e4m3" ... */
 /* x rounded to what `dtype` can hold (f32/f16/bf16/e4m3/e5m2). */
 double tu_round(fi_dtype dtype, double x);
@@ -69,6 +73,13 @@ double tu_get(const fi_tensor *t, const int64_t *idx);
 void tu_set(const fi_tensor *t, const int64_t *idx, double x);
 /* Elements of the view (product of the shape). */
 int64_t tu_numel(const fi_tensor *t);
+/* The view's elements as doubles, row-major over its shape, whatever its
+ * strides: a malloc'd array to free (NULL if out of memory; a 1-element
+ * array for an empty view), ready for tu_compare against a reference. */
+double *tu_view_read(const fi_tensor *t);
+/* Set element i of the view, counted row-major over its shape, to x
+ * (rounded to its dtype as tu_store does). */
+void tu_view_set(const fi_tensor *t, int64_t i, double x);
 
 /* Memory a test owns, viewed as an fi_tensor. The allocation sits right
  * before a PROT_NONE guard page (and after one), so a read past either end
@@ -148,6 +159,25 @@ int tu_parse_args(int argc, char **argv, const char *program_help);
 int tu_selected(const char *name);
 /* Whether the backend called `name` ("cpu", "cuda") passes --backend. */
 int tu_backend_selected(const char *name);
+
+/* The CPU SIMD levels as the backends of case names, for tests that run
+ * every case on each: index 0 "cpu-generic", 1 "cpu-avx2", 2 "cpu-avx512"
+ * (fi_context_options.cpu_simd "generic", "avx2", "avx512"). A test may
+ * spread its cases over the levels by `index`. */
+#define TU_NUM_CPU_BACKENDS 3
+typedef struct tu_cpu_backend {
+    const char *name; /* in case names */
+    const char *simd;
+    fi_context *ctx; /* NULL when skipped */
+    int index;
+} tu_cpu_backend;
+
+/* Fill *be for level `index` and create its context with `num_threads`
+ * threads. Returns 0 if it is ready; otherwise ctx is NULL, the line
+ * "skip NAME: why" is printed (the level not built or not on this CPU, or
+ * "not selected" when --backend excludes "cpu") and -1 is returned. */
+int tu_cpu_backend_open(tu_cpu_backend *be, int index, int32_t num_threads);
+
 /* The seed of a case: --seed if given, else a hash of its name. */
 uint64_t tu_case_seed(const char *name);
 
@@ -161,6 +191,11 @@ void tu_note(const char *fmt, ...) TU_PRINTF(1, 2);
 /* Print the table of counts by category; returns the process exit code
  * (1 if any case failed, else 0). */
 int tu_summary(const char *title);
+/* A bad-input check: status `got` must be `want` and, unless needle is
+ * NULL, fi_last_error() must contain `needle`. Returns 0 if both hold, else
+ * 1 after a tu_note naming `what`, so checks accumulate as
+ * fail |= tu_expect_status(...). */
+int tu_expect_status(fi_status got, fi_status want, const char *needle, const char *what);
 /* Total failures so far. */
 int64_t tu_failures(void);
 /* Name the case now running (NULL when none): if the process crashes

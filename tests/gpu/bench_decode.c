@@ -29,33 +29,10 @@
 enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536, MAXPLANS = 16 };
 static const double CEILING = 4.22e12;
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Fill `bytes` of device memory with random bf16 in [-1, 1) (a repeated
- * 64 MiB random block, shifted per copy). */
-static int fill_random(gu_ptr dst, size_t bytes, tu_rng *rng) {
-    size_t block = (size_t)64 << 20;
-    uint16_t *h = malloc(block + 4096);
-    if (!h) return -1;
-    for (size_t i = 0; i < (block + 4096) / 2; i++)
-        h[i] = tu_f32_to_bf16((float)tu_rng_range(rng, -1.0, 1.0));
-    for (size_t at = 0, k = 0; at < bytes; at += block, k++) {
-        size_t n = bytes - at < block ? bytes - at : block;
-        if (GU(gu.HtoD(dst + at, (const char *)h + (k * 64) % 4096, n))) {
-            free(h);
-            return -1;
-        }
-    }
-    free(h);
-    return 0;
 }
 
 typedef struct cell_plan {
@@ -98,8 +75,8 @@ int main(int argc, char **argv) {
     gu_ptr dk = 0, dv = 0, dq = 0, dout = 0;
     if (GU(gu.MemAlloc(&dk, kvbytes)) || GU(gu.MemAlloc(&dv, kvbytes)) ||
         GU(gu.MemAlloc(&dq, qbytes)) || GU(gu.MemAlloc(&dout, qbytes)) ||
-        fill_random(dk, kvbytes, &rng) || fill_random(dv, kvbytes, &rng) ||
-        fill_random(dq, qbytes, &rng))
+        gu_fill_random_bf16(dk, kvbytes, &rng) || gu_fill_random_bf16(dv, kvbytes, &rng) ||
+        gu_fill_random_bf16(dq, qbytes, &rng))
         return 1;
     gu_stream s = NULL;
     gu_event e0 = NULL, e1 = NULL;
@@ -170,7 +147,7 @@ int main(int argc, char **argv) {
                 printf("cell %d x %d: %s\n", B, L, fi_last_error());
                 return 1;
             }
-            qsort(upd, (size_t)R, sizeof upd[0], cmp_float);
+            qsort(upd, (size_t)R, sizeof upd[0], gu_cmp_float);
             fi_run_args a;
             memset(&a, 0, sizeof a);
             int64_t qs[3] = {B, HQ, D};
@@ -199,7 +176,7 @@ int main(int argc, char **argv) {
                 GU(gu.EventSynchronize(e1));
                 GU(gu.EventElapsedTime(&ms[t], e0, e1));
             }
-            qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+            qsort(ms, (size_t)reps, sizeof ms[0], gu_cmp_float);
             double us = 1e3 * ms[reps / 2] / R;
             double tbs = bytes / (us * 1e-6) / 1e12;
             /* the output must be finite (not a test; a guard against timing garbage) */

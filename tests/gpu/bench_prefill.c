@@ -26,28 +26,6 @@
 enum { HQ = 32, HKV = 8, D = 128, PS = 16 };
 static const double GEMM = 785e12;
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static int fill_random(gu_ptr dst, size_t bytes, tu_rng *rng) {
-    size_t block = (size_t)64 << 20;
-    uint16_t *h = malloc(block + 4096);
-    if (!h) return -1;
-    for (size_t i = 0; i < (block + 4096) / 2; i++)
-        h[i] = tu_f32_to_bf16((float)tu_rng_range(rng, -1.0, 1.0));
-    for (size_t at = 0, k = 0; at < bytes; at += block, k++) {
-        size_t n = bytes - at < block ? bytes - at : block;
-        if (GU(gu.HtoD(dst + at, (const char *)h + (k * 64) % 4096, n))) {
-            free(h);
-            return -1;
-        }
-    }
-    free(h);
-    return 0;
-}
-
 int main(int argc, char **argv) {
     const char *json = NULL, *cells = NULL;
     int reps = 30, want_paged = 1, want_ragged = 1;
@@ -81,8 +59,8 @@ int main(int argc, char **argv) {
     gu_ptr dq = 0, dk = 0, dv = 0, dout = 0;
     if (GU(gu.MemAlloc(&dq, qbytes)) || GU(gu.MemAlloc(&dout, qbytes)) ||
         GU(gu.MemAlloc(&dk, kvbytes)) || GU(gu.MemAlloc(&dv, kvbytes)) ||
-        fill_random(dq, qbytes, &rng) || fill_random(dk, kvbytes, &rng) ||
-        fill_random(dv, kvbytes, &rng))
+        gu_fill_random_bf16(dq, qbytes, &rng) || gu_fill_random_bf16(dk, kvbytes, &rng) ||
+        gu_fill_random_bf16(dv, kvbytes, &rng))
         return 1;
     gu_stream s = NULL;
     gu_event e0 = NULL, e1 = NULL;
@@ -158,7 +136,7 @@ int main(int argc, char **argv) {
                     return 1;
                 }
             }
-            qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+            qsort(ms, (size_t)reps, sizeof ms[0], gu_cmp_float);
             double med = ms[reps / 2];
             double flops = 4.0 * HQ * D * (double)B * ((double)L * (L + 1) / 2);
             double tf = flops / (med * 1e-3) / 1e12;

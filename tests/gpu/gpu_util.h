@@ -1,12 +1,16 @@
 /*
  * gpu_util.h — what the GPU test and benchmark programs need from the CUDA
  * driver, loaded with dlopen (so they build without CUDA headers): memory,
- * copies, streams, events, graphs. Header-only; each program includes it once.
+ * copies, streams, events, graphs; and the benchmarks' random device fill.
+ * Header-only; each program includes it once.
  */
 #ifndef FI_GPU_UTIL_H
 #define FI_GPU_UTIL_H
 
+#include "../util.h"
+
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,5 +100,33 @@ static int gu_check(int r, const char *what, int line) {
     return r;
 }
 #define GU(call) gu_check((call), #call, __LINE__)
+
+/* ------------------------------------------------------------ benchmarks */
+
+/* Fill `bytes` of device memory with random bf16 in [-1, 1) (a repeated
+ * 64 MiB random block, shifted per copy: cheap for multi-GiB caches, and
+ * no two copies alike). Returns 0, or -1 if out of memory or a copy failed. */
+static inline int gu_fill_random_bf16(gu_ptr dst, size_t bytes, tu_rng *rng) {
+    size_t block = (size_t)64 << 20;
+    uint16_t *h = malloc(block + 4096);
+    if (!h) return -1;
+    for (size_t i = 0; i < (block + 4096) / 2; i++)
+        h[i] = tu_f32_to_bf16((float)tu_rng_range(rng, -1.0, 1.0));
+    for (size_t at = 0, k = 0; at < bytes; at += block, k++) {
+        size_t n = bytes - at < block ? bytes - at : block;
+        if (GU(gu.HtoD(dst + at, (const char *)h + (k * 64) % 4096, n))) {
+            free(h);
+            return -1;
+        }
+    }
+    free(h);
+    return 0;
+}
+
+/* qsort comparator of floats (the timings whose median is reported). */
+static inline int gu_cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
 
 #endif

@@ -38,6 +38,7 @@
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
+#include "../ops_cases.h"
 #include "../oracle_ops.h"
 #include "../util.h"
 
@@ -55,118 +56,8 @@ static int g_device; /* a CUDA device and context are ready */
 
 /* ============================================================ buffers */
 
-static double tol(fi_dtype dtype) {
-    switch (dtype) {
-    case FI_DTYPE_F16: return 1e-3;
-    case FI_DTYPE_BF16: return 1e-2;
-    default: return 1e-5;
-    }
-}
-
 typedef enum view_kind { ALIGNED = 0, STRIDED = 1, MISALIGNED = 2 } view_kind;
 static const char *const view_names[] = {"aligned", "strided", "misaligned"};
-
-static int next_idx(int64_t *idx, const fi_tensor *t) {
-    for (int32_t d = t->ndim - 1; d >= 0; d--) {
-        if (++idx[d] < t->shape[d]) return 1;
-        idx[d] = 0;
-    }
-    return 0;
-}
-
-/* A view of `shape`, poisoned. Strided: the dims laid out in memory in a
- * random order, each padded by 0-2 elements, the innermost 1 or 2 apart. */
-static int view_alloc(tu_buf *b, fi_dtype dtype, int32_t ndim, const int64_t *shape,
-                      int strided, tu_rng *rng) {
-    if (!strided) {
-        if (tu_buf_alloc(b, dtype, ndim, shape)) return -1;
-        tu_buf_poison(b);
-        return 0;
-    }
-    int32_t order[FI_MAX_DIMS];
-    for (int32_t d = 0; d < ndim; d++) order[d] = d;
-    for (int32_t d = ndim - 1; d > 0; d--) {
-        int32_t e = tu_rng_int(rng, 0, d), tmp = order[d];
-        order[d] = order[e];
-        order[e] = tmp;
-    }
-    int64_t stride[FI_MAX_DIMS];
-    int64_t step = tu_rng_int(rng, 1, 2);
-    for (int32_t k = ndim - 1; k >= 0; k--) {
-        int32_t d = order[k];
-        stride[d] = step;
-        step *= shape[d] + tu_rng_int(rng, 0, 2);
-    }
-    size_t es = tu_dtype_size(dtype);
-    if (tu_buf_alloc_bytes(b, (size_t)step * es + 1)) return -1;
-    memset(&b->t, 0, sizeof b->t);
-    b->t.data = b->base;
-    b->t.dtype = dtype;
-    b->t.ndim = ndim;
-    for (int32_t d = 0; d < ndim; d++) {
-        b->t.shape[d] = shape[d];
-        b->t.stride[d] = stride[d];
-    }
-    tu_buf_poison(b);
-    return 0;
-}
-
-static double *view_read(const fi_tensor *t) {
-    int64_t n = tu_numel(t);
-    double *x = malloc((size_t)(n ? n : 1) * sizeof *x);
-    if (!x || n == 0) return x;
-    int64_t idx[FI_MAX_DIMS] = {0}, i = 0;
-    do x[i++] = tu_get(t, idx);
-    while (next_idx(idx, t));
-    return x;
-}
-
-static void view_set(const fi_tensor *t, int64_t i, double x) {
-    int64_t idx[FI_MAX_DIMS];
-    for (int32_t d = t->ndim - 1; d >= 0; d--) {
-        idx[d] = t->shape[d] ? i % t->shape[d] : 0;
-        i = t->shape[d] ? i / t->shape[d] : 0;
-    }
-    tu_set(t, idx, x);
-}
-
-static void *snapshot(const tu_buf *b) {
-    void *s = malloc(b->bytes ? b->bytes : 1);
-    if (s) memcpy(s, b->base, b->bytes);
-    return s;
-}
-
-static int same_as_snapshot(const char *what, const tu_buf *b, const void *snap) {
-    if (memcmp(b->base, snap, b->bytes) == 0) return 1;
-    size_t i = 0;
-    while (((const uint8_t *)b->base)[i] == ((const uint8_t *)snap)[i]) i++;
-    tu_note("%s changed (first at byte %zu of %zu)", what, i, b->bytes);
-    return 0;
-}
-
-static int check_view(const char *what, const fi_tensor *t, const double *ref, double rtol) {
-    double *got = view_read(t);
-    tu_cmp c;
-    int64_t bad = tu_compare(got, ref, tu_numel(t), rtol, rtol, &c);
-    if (bad)
-        tu_note("%s: %lld of %lld elements out of tolerance %g (%lld NaN); worst at %lld: "
-                "got %.9g, expected %.9g", what, (long long)bad, (long long)c.n, rtol,
-                (long long)c.nan, (long long)c.worst, c.worst_got, c.worst_ref);
-    free(got);
-    return bad == 0;
-}
-
-static int check_outside(const char *what, const tu_buf *b) {
-    int64_t n = tu_buf_touched_outside(b);
-    if (n) tu_note("%s: %lld bytes outside the view were written", what, (long long)n);
-    return n == 0;
-}
-
-static int check_ok(fi_status st, const char *call) {
-    if (st == FI_OK) return 1;
-    tu_note("%s returned %s: %s", call, fi_status_string(st), fi_last_error());
-    return 0;
-}
 
 /* ----------------------------------------------------- device mirrors */
 
@@ -271,33 +162,12 @@ static void run_case(const char *category, const char *name, case_fn fn, const v
     tu_record(category, name, r == SKIP ? TU_SKIP : r ? TU_PASS : TU_FAIL);
 }
 
-static const fi_dtype float_dtypes[3] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
-
 /* The misalignment of a mirror: one element of the view's dtype. */
 static size_t shift_for(view_kind v, const tu_buf *b) {
     return v == MISALIGNED ? tu_dtype_size(b->t.dtype) : 0;
 }
 
 /* ================================================================ merge */
-
-static double lse_value(tu_rng *rng, int64_t r, int which) {
-    int k = (int)(r % 8);
-    if ((which == 0 && (k == 5 || k == 7)) || (which == 1 && (k == 6 || k == 7)))
-        return -INFINITY;
-    return tu_rng_range(rng, -20.0, 20.0);
-}
-
-static void fill_state(tu_rng *rng, const fi_tensor *v, const fi_tensor *s, int which,
-                       int poison_empty) {
-    tu_fill_uniform(rng, v, -2.0, 2.0, 0.0);
-    int64_t rows = tu_numel(s), dim = v->shape[v->ndim - 1];
-    for (int64_t r = 0; r < rows; r++) {
-        double l = lse_value(rng, r, which);
-        view_set(s, r, l);
-        if (l == -INFINITY && poison_empty)
-            for (int64_t d = 0; d < dim; d++) view_set(v, r * dim + d, NAN);
-    }
-}
 
 typedef enum merge_mode { MERGE_OUT = 0, MERGE_OUT_IS_A, MERGE_IN_PLACE, MERGE_IN_PLACE_MASK } merge_mode;
 static const char *const mode_names[] = {"out", "out=a", "in_place", "in_place_mask"};
@@ -316,28 +186,28 @@ static int case_merge_state(tu_rng *rng, const void *p) {
     const int in_place = c->mode != MERGE_OUT;
     tu_buf va, sa, vb, sb, vo, so, mask;
     memset(&mask, 0, sizeof mask);
-    int ok = !view_alloc(&va, c->da, 3, vs, strided, rng) &&
-             !view_alloc(&sa, FI_DTYPE_F32, 2, ss, strided, rng) &&
-             !view_alloc(&vb, c->db, 3, vs, strided, rng) &&
-             !view_alloc(&sb, FI_DTYPE_F32, 2, ss, strided, rng) &&
-             !view_alloc(&vo, c->dout, 3, vs, strided, rng) &&
-             !view_alloc(&so, FI_DTYPE_F32, 2, ss, strided, rng);
+    int ok = !ops_view_alloc(&va, c->da, 3, vs, strided, rng) &&
+             !ops_view_alloc(&sa, FI_DTYPE_F32, 2, ss, strided, rng) &&
+             !ops_view_alloc(&vb, c->db, 3, vs, strided, rng) &&
+             !ops_view_alloc(&sb, FI_DTYPE_F32, 2, ss, strided, rng) &&
+             !ops_view_alloc(&vo, c->dout, 3, vs, strided, rng) &&
+             !ops_view_alloc(&so, FI_DTYPE_F32, 2, ss, strided, rng);
     if (ok && c->mode == MERGE_IN_PLACE_MASK)
-        ok = !view_alloc(&mask, FI_DTYPE_U8, 1, ms, strided, rng);
+        ok = !ops_view_alloc(&mask, FI_DTYPE_U8, 1, ms, strided, rng);
     if (!ok) {
         tu_note("allocation failed");
         return 0;
     }
-    fill_state(rng, &va.t, &sa.t, 0, c->mode != MERGE_IN_PLACE_MASK);
-    fill_state(rng, &vb.t, &sb.t, 1, 1);
+    ops_fill_state(rng, &va.t, &sa.t, 0, c->mode != MERGE_IN_PLACE_MASK);
+    ops_fill_state(rng, &vb.t, &sb.t, 1, 1);
     uint8_t *keep = calloc((size_t)c->n + 1, 1);
     if (c->mode == MERGE_IN_PLACE_MASK)
         for (int64_t i = 0; i < c->n; i++) {
             keep[i] = (uint8_t)(tu_rng_int(rng, 0, 2) != 0);
-            view_set(&mask.t, i, keep[i] ? tu_rng_int(rng, 1, 255) : 0);
+            tu_view_set(&mask.t, i, keep[i] ? tu_rng_int(rng, 1, 255) : 0);
         }
-    double *a = view_read(&va.t), *la = view_read(&sa.t);
-    double *b = view_read(&vb.t), *lb = view_read(&sb.t);
+    double *a = tu_view_read(&va.t), *la = tu_view_read(&sa.t);
+    double *b = tu_view_read(&vb.t), *lb = tu_view_read(&sb.t);
     double *ref = malloc((size_t)(tu_numel(&va.t) + 1) * sizeof *ref);
     double *lref = malloc((size_t)(tu_numel(&sa.t) + 1) * sizeof *lref);
     oracle_merge_state(c->n, c->heads, c->dim, a, la, b, lb, ref, lref);
@@ -348,8 +218,8 @@ static int case_merge_state(tu_rng *rng, const void *p) {
             memcpy(ref + i * len, a + i * len, (size_t)len * sizeof *ref);
             memcpy(lref + i * c->heads, la + i * c->heads, (size_t)c->heads * sizeof *lref);
         }
-    void *snap_a = snapshot(&va), *snap_sa = snapshot(&sa);
-    void *snap_b = snapshot(&vb), *snap_sb = snapshot(&sb);
+    void *snap_a = ops_snapshot(&va), *snap_sa = ops_snapshot(&sa);
+    void *snap_b = ops_snapshot(&vb), *snap_sb = ops_snapshot(&sb);
 
     tu_buf *bufs[7] = {&va, &sa, &vb, &sb, &vo, &so, &mask};
     dmirror dm[7];
@@ -371,20 +241,21 @@ static int case_merge_state(tu_rng *rng, const void *p) {
         else
             st = fi_merge_state_in_place(g_ctx, &tva, &tsa, &tvb, &tsb,
                                          c->mode == MERGE_IN_PLACE_MASK ? &tm : NULL, g_stream);
-        r = r && check_ok(st, "merge") && device_sync();
+        r = r && ops_check_ok(st, "merge") && device_sync();
         static const char *const names[7] = {"v_a", "s_a", "v_b", "s_b", "v_out", "s_out", "mask"};
         for (int i = 0; i < nb && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1) {
         const tu_buf *out_v = in_place ? &va : &vo, *out_s = in_place ? &sa : &so;
-        r &= check_view("v_out", &out_v->t, ref, tol(out_v->t.dtype));
-        r &= check_view("s_out", &out_s->t, lref, 1e-5);
-        r &= check_outside("v_out", out_v) & check_outside("s_out", out_s);
-        r &= same_as_snapshot("v_b", &vb, snap_b) & same_as_snapshot("s_b", &sb, snap_sb);
+        r &= ops_check_view("v_out", &out_v->t, ref, tu_dtype_tol(out_v->t.dtype));
+        r &= ops_check_view("s_out", &out_s->t, lref, 1e-5);
+        r &= ops_check_outside("v_out", out_v) & ops_check_outside("s_out", out_s);
+        r &= ops_same_as_snapshot("v_b", &vb, snap_b) & ops_same_as_snapshot("s_b", &sb, snap_sb);
         if (!in_place)
-            r &= same_as_snapshot("v_a", &va, snap_a) & same_as_snapshot("s_a", &sa, snap_sa);
+            r &= ops_same_as_snapshot("v_a", &va, snap_a) &
+                 ops_same_as_snapshot("s_a", &sa, snap_sa);
         if (c->mode == MERGE_IN_PLACE_MASK) { /* untouched rows: bit for bit */
-            double *got = view_read(&va.t);
+            double *got = tu_view_read(&va.t);
             for (int64_t i = 0; i < c->n * c->heads * c->dim && r; i++)
                 if (!keep[i / (c->heads * c->dim)] && !(got[i] == a[i] || (isnan(got[i]) && isnan(a[i])))) {
                     tu_note("masked-off element %lld changed", (long long)i);
@@ -413,35 +284,19 @@ static int case_merge_states(tu_rng *rng, const void *p) {
     const int64_t os[3] = {c->n, c->heads, c->dim}, ls[2] = {c->n, c->heads};
     const int strided = c->view == STRIDED;
     tu_buf v, s, vo, so;
-    if (view_alloc(&v, c->dv, 4, vs, strided, rng) ||
-        view_alloc(&s, FI_DTYPE_F32, 3, ss, strided, rng) ||
-        view_alloc(&vo, c->dout, 3, os, strided, rng) ||
-        view_alloc(&so, FI_DTYPE_F32, 2, ls, strided, rng)) {
+    if (ops_view_alloc(&v, c->dv, 4, vs, strided, rng) ||
+        ops_view_alloc(&s, FI_DTYPE_F32, 3, ss, strided, rng) ||
+        ops_view_alloc(&vo, c->dout, 3, os, strided, rng) ||
+        ops_view_alloc(&so, FI_DTYPE_F32, 2, ls, strided, rng)) {
         tu_note("allocation failed");
         return 0;
     }
-    tu_fill_uniform(rng, &v.t, -2.0, 2.0, 0.0);
-    /* per (token, head): all -inf (kind 4), one finite state (5), else about
-     * a quarter -inf; the O of an empty state is NaN */
-    for (int64_t i = 0; i < c->n; i++)
-        for (int64_t h = 0; h < c->heads; h++) {
-            int kind = (int)((i * c->heads + h) % 6);
-            int64_t one = tu_rng_int(rng, 0, (int32_t)(c->states > 0 ? c->states - 1 : 0));
-            for (int64_t k = 0; k < c->states; k++) {
-                int empty = kind == 4 || (kind == 5 && k != one) ||
-                            (kind < 4 && tu_rng_int(rng, 0, 3) == 0);
-                view_set(&s.t, (i * c->states + k) * c->heads + h,
-                         empty ? -INFINITY : tu_rng_range(rng, -20.0, 20.0));
-                if (empty)
-                    for (int64_t d = 0; d < c->dim; d++)
-                        view_set(&v.t, ((i * c->states + k) * c->heads + h) * c->dim + d, NAN);
-            }
-        }
-    double *x = view_read(&v.t), *l = view_read(&s.t);
+    ops_fill_states(rng, &v.t, &s.t);
+    double *x = tu_view_read(&v.t), *l = tu_view_read(&s.t);
     double *ref = malloc((size_t)(c->n * c->heads * c->dim + 1) * sizeof *ref);
     double *lref = malloc((size_t)(c->n * c->heads + 1) * sizeof *lref);
     oracle_merge_states(c->n, c->states, c->heads, c->dim, x, l, ref, lref);
-    void *snap_v = snapshot(&v), *snap_s = snapshot(&s);
+    void *snap_v = ops_snapshot(&v), *snap_s = ops_snapshot(&s);
     tu_buf *bufs[4] = {&v, &s, &vo, &so};
     static const char *const names[4] = {"v", "s", "v_out", "s_out"};
     dmirror dm[4];
@@ -452,15 +307,16 @@ static int case_merge_states(tu_rng *rng, const void *p) {
         fi_tensor tv = dm_view(&dm[0], &v, &v.t), ts = dm_view(&dm[1], &s, &s.t);
         fi_tensor tvo = dm_view(&dm[2], &vo, &vo.t), tso = dm_view(&dm[3], &so, &so.t);
         r = device_sync() &&
-            check_ok(fi_merge_states(g_ctx, &tv, &ts, &tvo, &tso, g_stream), "fi_merge_states") &&
+            ops_check_ok(fi_merge_states(g_ctx, &tv, &ts, &tvo, &tso, g_stream),
+                         "fi_merge_states") &&
             device_sync();
         for (int i = 0; i < 4 && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1) {
-        r &= check_view("v_out", &vo.t, ref, tol(c->dout));
-        r &= check_view("s_out", &so.t, lref, 1e-5);
-        r &= check_outside("v_out", &vo) & check_outside("s_out", &so);
-        r &= same_as_snapshot("v", &v, snap_v) & same_as_snapshot("s", &s, snap_s);
+        r &= ops_check_view("v_out", &vo.t, ref, tu_dtype_tol(c->dout));
+        r &= ops_check_view("s_out", &so.t, lref, 1e-5);
+        r &= ops_check_outside("v_out", &vo) & ops_check_outside("s_out", &so);
+        r &= ops_same_as_snapshot("v", &v, snap_v) & ops_same_as_snapshot("s", &s, snap_s);
     }
     for (int i = 0; i < 4; i++) dm_free(&dm[i]);
     free(x), free(l), free(ref), free(lref), free(snap_v), free(snap_s);
@@ -478,7 +334,7 @@ static void suite_merge(void) {
                 for (int mode = 0; mode < 4; mode++) {
                     if (tu_opt.quick && (si + view + mode) % 3) continue;
                     merge_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2],
-                                   float_dtypes[di], float_dtypes[di], float_dtypes[di],
+                                   ops_float_dtypes[di], ops_float_dtypes[di], ops_float_dtypes[di],
                                    (view_kind)view, (merge_mode)mode};
                     snprintf(name, sizeof name, "merge_state/%s/n%lld_h%lld_d%lld/%s/%s",
                              tu_dtype_name(c.da), (long long)c.n, (long long)c.heads,
@@ -509,7 +365,7 @@ static void suite_merge(void) {
                     if ((dj != di && view != (si % 3)) || (tu_opt.quick && (si + di + view) % 3))
                         continue;
                     merge_n_cfg c = {nshapes[si][0], nshapes[si][1], nshapes[si][2],
-                                     nshapes[si][3], float_dtypes[di], float_dtypes[dj],
+                                     nshapes[si][3], ops_float_dtypes[di], ops_float_dtypes[dj],
                                      (view_kind)view};
                     snprintf(name, sizeof name, "merge_states/%s_to_%s/n%lld_s%lld_h%lld_d%lld/%s",
                              tu_dtype_name(c.dv), tu_dtype_name(c.dout), (long long)c.n,
@@ -521,7 +377,6 @@ static void suite_merge(void) {
 
 /* =============================================================== append */
 
-typedef enum append_shape { APPEND_DECODE, APPEND_PREFILL, APPEND_MIXED } append_shape;
 static const char *const shape_names[] = {"decode", "prefill", "mixed"};
 
 /* How a bad-index case breaks the table (append_bad). */
@@ -541,88 +396,16 @@ typedef struct append_cfg {
     fi_dtype dtype;
     fi_kv_layout layout;
     int32_t page_size, batch, heads, dim_k, dim_v;
-    append_shape shape;
+    ops_append_shape shape;
     int combined;
     view_kind view;
     int32_t max_tokens;
     append_bad bad;
 } append_cfg;
 
-typedef struct append_table {
-    int32_t batch, pages, nnz, num_indices;
-    int32_t *indptr, *indices, *last, *old_len, *new_len;
-    int32_t *batch_indices, *positions;
-} append_table;
-
-static void table_free(append_table *t) {
-    free(t->indptr), free(t->indices), free(t->last), free(t->old_len);
-    free(t->new_len), free(t->batch_indices), free(t->positions);
-}
-
-static int table_make(tu_rng *rng, const append_cfg *c, append_table *t) {
-    memset(t, 0, sizeof *t);
-    int32_t B = c->batch, ps = c->page_size;
-    t->batch = B;
-    t->indptr = calloc((size_t)B + 1, sizeof(int32_t));
-    t->last = calloc((size_t)B + 1, sizeof(int32_t));
-    t->old_len = calloc((size_t)B + 1, sizeof(int32_t));
-    t->new_len = calloc((size_t)B + 1, sizeof(int32_t));
-    if (!t->indptr || !t->last || !t->old_len || !t->new_len) return -1;
-    for (int32_t b = 0; b < B; b++) {
-        int32_t add;
-        if (c->shape == APPEND_DECODE) {
-            t->old_len[b] = tu_rng_int(rng, 0, 40);
-            add = 1;
-        } else if (c->shape == APPEND_PREFILL) {
-            add = tu_rng_int(rng, 0, c->max_tokens);
-        } else {
-            t->old_len[b] = tu_rng_int(rng, 0, 40);
-            add = tu_rng_int(rng, 0, c->max_tokens);
-        }
-        t->new_len[b] = t->old_len[b] + add;
-        int32_t pages = (t->new_len[b] + ps - 1) / ps;
-        t->indptr[b + 1] = t->indptr[b] + pages;
-        t->last[b] = pages ? t->new_len[b] - ps * (pages - 1) : 0;
-        t->nnz += add;
-    }
-    int32_t used = t->indptr[B];
-    t->num_indices = used;
-    t->pages = used + tu_rng_int(rng, 1, 4);
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)t->pages);
-    t->indices = malloc(sizeof(int32_t) * (size_t)(used + 1));
-    t->batch_indices = malloc(sizeof(int32_t) * (size_t)(t->nnz + 1));
-    t->positions = malloc(sizeof(int32_t) * (size_t)(t->nnz + 1));
-    if (!perm || !t->indices || !t->batch_indices || !t->positions) {
-        free(perm);
-        return -1;
-    }
-    for (int32_t i = 0; i < t->pages; i++) perm[i] = i;
-    for (int32_t i = t->pages - 1; i > 0; i--) {
-        int32_t j = tu_rng_int(rng, 0, i), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    memcpy(t->indices, perm, sizeof(int32_t) * (size_t)used);
-    free(perm);
-    int32_t n = 0;
-    for (int32_t b = 0; b < B; b++)
-        for (int32_t p = t->old_len[b]; p < t->new_len[b]; p++) {
-            t->batch_indices[n] = b;
-            t->positions[n] = p;
-            n++;
-        }
-    for (int32_t i = t->nnz - 1; i > 0; i--) {
-        int32_t j = tu_rng_int(rng, 0, i);
-        int32_t tb = t->batch_indices[i], tp = t->positions[i];
-        t->batch_indices[i] = t->batch_indices[j], t->positions[i] = t->positions[j];
-        t->batch_indices[j] = tb, t->positions[j] = tp;
-    }
-    return 0;
-}
-
 /* Break the table as `bad` says (only index values: the shapes stay valid,
  * so the call reaches the kernel). */
-static void table_break(tu_rng *rng, append_table *t, append_bad bad) {
+static void table_break(tu_rng *rng, ops_append_table *t, append_bad bad) {
     for (int32_t n = 0; n < t->nnz; n++) {
         int k = tu_rng_int(rng, 0, 3);
         if (k) continue; /* about a quarter of the tokens */
@@ -655,7 +438,7 @@ static void table_break(tu_rng *rng, append_table *t, append_bad bad) {
 }
 
 /* Whether the kernel writes token n (the rule of kernels/ops.cuh). */
-static int token_valid(const append_table *t, int32_t n, int32_t ps) {
+static int token_valid(const ops_append_table *t, int32_t n, int32_t ps) {
     int32_t b = t->batch_indices[n], p = t->positions[n];
     if (b < 0 || b >= t->batch || p < 0) return 0;
     int32_t first = t->indptr[b], end = t->indptr[b + 1];
@@ -667,25 +450,14 @@ static int token_valid(const append_table *t, int32_t n, int32_t ps) {
     return page >= 0 && page < t->pages;
 }
 
-static void fill_bytes(tu_rng *rng, const tu_buf *b) {
-    uint8_t *p = b->base;
-    for (size_t i = 0; i < b->bytes; i++) p[i] = (uint8_t)tu_rng_next(rng);
-}
-
-static fi_tensor view_on(const fi_tensor *t, const tu_buf *b, void *copy) {
-    fi_tensor r = *t;
-    r.data = (char *)copy + ((char *)t->data - (char *)b->base);
-    return r;
-}
-
 static int case_append(tu_rng *rng, const void *p) {
     const append_cfg *c = p;
-    append_table t;
+    ops_append_table t;
     tu_buf ak, av, kc, vc;
     memset(&vc, 0, sizeof vc);
-    if (table_make(rng, c, &t)) {
+    if (ops_table_make(rng, c->shape, c->batch, c->page_size, c->max_tokens, &t)) {
         tu_note("allocation failed");
-        table_free(&t);
+        ops_table_free(&t);
         return 0;
     }
     if (c->bad) table_break(rng, &t, c->bad);
@@ -693,29 +465,29 @@ static int case_append(tu_rng *rng, const void *p) {
     const int nhd = c->layout == FI_KV_LAYOUT_NHD, strided = c->view == STRIDED;
     const int64_t ps = c->page_size, h = c->heads;
     fi_tensor k_cache, v_cache;
-    int ok = !view_alloc(&ak, c->dtype, 3, aks, strided, rng) &&
-             !view_alloc(&av, c->dtype, 3, avs, strided, rng);
+    int ok = !ops_view_alloc(&ak, c->dtype, 3, aks, strided, rng) &&
+             !ops_view_alloc(&av, c->dtype, 3, avs, strided, rng);
     if (ok && c->combined) {
         const int64_t s5[5] = {t.pages, 2, nhd ? ps : h, nhd ? h : ps, c->dim_k};
-        ok = !view_alloc(&kc, c->dtype, 5, s5, strided, rng) &&
+        ok = !ops_view_alloc(&kc, c->dtype, 5, s5, strided, rng) &&
              fi_tensor_split_kv(&kc.t, &k_cache, &v_cache) == FI_OK;
     } else if (ok) {
         const int64_t s4k[4] = {t.pages, nhd ? ps : h, nhd ? h : ps, c->dim_k};
         const int64_t s4v[4] = {t.pages, nhd ? ps : h, nhd ? h : ps, c->dim_v};
-        ok = !view_alloc(&kc, c->dtype, 4, s4k, strided, rng) &&
-             !view_alloc(&vc, c->dtype, 4, s4v, strided, rng);
+        ok = !ops_view_alloc(&kc, c->dtype, 4, s4k, strided, rng) &&
+             !ops_view_alloc(&vc, c->dtype, 4, s4v, strided, rng);
         k_cache = kc.t;
         v_cache = vc.t;
     }
     if (!ok) {
         tu_note("allocation failed");
-        table_free(&t);
+        ops_table_free(&t);
         return 0;
     }
     tu_fill_uniform(rng, &ak.t, -3.0, 3.0, 0.0);
     tu_fill_uniform(rng, &av.t, -3.0, 3.0, 0.0);
-    fill_bytes(rng, &kc);
-    if (!c->combined) fill_bytes(rng, &vc);
+    ops_fill_bytes(rng, &kc);
+    if (!c->combined) ops_fill_bytes(rng, &vc);
 
     /* Expected caches: the old bytes with the reference's writes of the
      * tokens the kernel must write (all of them unless the table is bad). */
@@ -752,12 +524,13 @@ static int case_append(tu_rng *rng, const void *p) {
             g++;
         }
     }
-    void *want_k = snapshot(&kc), *want_v = c->combined ? NULL : snapshot(&vc);
-    fi_tensor wk = view_on(&k_cache, &kc, want_k);
-    fi_tensor wv = c->combined ? view_on(&v_cache, &kc, want_k) : view_on(&v_cache, &vc, want_v);
+    void *want_k = ops_snapshot(&kc), *want_v = c->combined ? NULL : ops_snapshot(&vc);
+    fi_tensor wk = ops_view_on(&k_cache, &kc, want_k);
+    fi_tensor wv =
+        c->combined ? ops_view_on(&v_cache, &kc, want_k) : ops_view_on(&v_cache, &vc, want_v);
     oracle_append_paged(&gk.t, &wk, c->layout, vb, vp, t.indices, t.indptr);
     oracle_append_paged(&gv.t, &wv, c->layout, vb, vp, t.indices, t.indptr);
-    void *snap_ak = snapshot(&ak), *snap_av = snapshot(&av);
+    void *snap_ak = ops_snapshot(&ak), *snap_av = ops_snapshot(&av);
 
     tu_buf *bufs[4] = {&ak, &av, &kc, &vc};
     static const char *const names[4] = {"append_k", "append_v", "k_cache", "v_cache"};
@@ -778,16 +551,18 @@ static int case_append(tu_rng *rng, const void *p) {
         fi_tensor tkc = dm_view(&dm[2], &kc, &k_cache);
         fi_tensor tvc = c->combined ? dm_view(&dm[2], &kc, &v_cache) : dm_view(&dm[3], &vc, &v_cache);
         r = device_sync() &&
-            check_ok(fi_append_paged_kv_cache(g_ctx, &tak, &tav, &ib[0].t, &ib[1].t, &tkc, &tvc,
-                                              c->layout, &ib[2].t, &ib[3].t, &ib[4].t, g_stream),
-                     "fi_append_paged_kv_cache") &&
+            ops_check_ok(fi_append_paged_kv_cache(g_ctx, &tak, &tav, &ib[0].t, &ib[1].t, &tkc, &tvc,
+                                                  c->layout, &ib[2].t, &ib[3].t, &ib[4].t,
+                                                  g_stream),
+                         "fi_append_paged_kv_cache") &&
             device_sync();
         for (int i = 0; i < nb && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1) {
-        r &= same_as_snapshot(c->combined ? "kv cache" : "k_cache", &kc, want_k);
-        if (!c->combined) r &= same_as_snapshot("v_cache", &vc, want_v);
-        r &= same_as_snapshot("append_k", &ak, snap_ak) & same_as_snapshot("append_v", &av, snap_av);
+        r &= ops_same_as_snapshot(c->combined ? "kv cache" : "k_cache", &kc, want_k);
+        if (!c->combined) r &= ops_same_as_snapshot("v_cache", &vc, want_v);
+        r &= ops_same_as_snapshot("append_k", &ak, snap_ak) &
+             ops_same_as_snapshot("append_v", &av, snap_av);
         if (!r && c->bad) tu_note("%d of %d tokens valid", (int)nv, (int)t.nnz);
     }
     for (int i = 0; i < 4; i++) dm_free(&dm[i]);
@@ -795,7 +570,7 @@ static int case_append(tu_rng *rng, const void *p) {
     free(want_k), free(want_v), free(snap_ak), free(snap_av), free(vb), free(vp);
     tu_buf_free(&ak), tu_buf_free(&av), tu_buf_free(&kc), tu_buf_free(&vc);
     tu_buf_free(&gk), tu_buf_free(&gv);
-    table_free(&t);
+    ops_table_free(&t);
     return r;
 }
 
@@ -818,7 +593,7 @@ static void suite_append(void) {
                         int32_t dv = combined ? dk : 32 + 8 * pi + 24 * layout;
                         append_cfg c = {kv_dtypes[di], (fi_kv_layout)layout, page_sizes[pi],
                                         1 + (pi * 3 + shape) % 5, 1 + (shape + di) % 4, dk, dv,
-                                        (append_shape)shape, combined, view, 12, BAD_NONE};
+                                        (ops_append_shape)shape, combined, view, 12, BAD_NONE};
                         snprintf(name, sizeof name,
                                  "append/%s/%s/%s/ps%d_b%d_h%d_dk%d_dv%d/%s/%s",
                                  tu_dtype_name(c.dtype), layout ? "HND" : "NHD",
@@ -855,43 +630,6 @@ typedef struct rope_cfg {
     int malformed; /* indptr form: a decreasing indptr (only bounds are checked) */
 } rope_cfg;
 
-static int check_rope_out(const char *what, const tu_buf *out, const void *before,
-                          const double *ref, const int64_t *pos, double rtol) {
-    const fi_tensor *t = &out->t;
-    int64_t row = t->shape[1] * t->shape[2], n = 0, bad_untouched = 0;
-    double *got = view_read(t);
-    double *g = malloc((size_t)(tu_numel(t) + 1) * sizeof *g);
-    double *r = malloc((size_t)(tu_numel(t) + 1) * sizeof *r);
-    size_t es = tu_dtype_size(t->dtype);
-    for (int64_t tok = 0; tok < t->shape[0]; tok++) {
-        if (pos[tok] >= 0) {
-            memcpy(g + n, got + tok * row, (size_t)row * sizeof *g);
-            memcpy(r + n, ref + tok * row, (size_t)row * sizeof *r);
-            n += row;
-            continue;
-        }
-        for (int64_t hh = 0; hh < t->shape[1]; hh++)
-            for (int64_t d = 0; d < t->shape[2]; d++) {
-                int64_t idx[3] = {tok, hh, d};
-                int64_t off = tu_offset(t, idx) * (int64_t)es;
-                const char *now = (const char *)t->data + off;
-                const char *then = (const char *)before + ((char *)t->data - (char *)out->base) + off;
-                bad_untouched += memcmp(now, then, es) != 0;
-            }
-    }
-    tu_cmp c;
-    int64_t bad = tu_compare(g, r, n, 2 * rtol, rtol, &c);
-    if (bad)
-        tu_note("%s: %lld of %lld elements out of tolerance %g (%lld NaN); worst at %lld: "
-                "got %.9g, expected %.9g", what, (long long)bad, (long long)n, rtol,
-                (long long)c.nan, (long long)c.worst, c.worst_got, c.worst_ref);
-    if (bad_untouched)
-        tu_note("%s: %lld elements of tokens without a position were written", what,
-                (long long)bad_untouched);
-    free(got), free(g), free(r);
-    return bad == 0 && bad_untouched == 0;
-}
-
 static int case_rope(tu_rng *rng, const void *p) {
     const rope_cfg *c = p;
     const int64_t qs[3] = {c->nnz, c->heads_q, c->dim}, ks[3] = {c->nnz, c->heads_k, c->dim};
@@ -899,11 +637,11 @@ static int case_rope(tu_rng *rng, const void *p) {
     tu_buf q, k, qo, ko;
     memset(&qo, 0, sizeof qo);
     memset(&ko, 0, sizeof ko);
-    int ok = !view_alloc(&q, c->dq, 3, qs, strided, rng) &&
-             !view_alloc(&k, c->dk, 3, ks, strided, rng);
+    int ok = !ops_view_alloc(&q, c->dq, 3, qs, strided, rng) &&
+             !ops_view_alloc(&k, c->dk, 3, ks, strided, rng);
     if (ok && !c->in_place)
-        ok = !view_alloc(&qo, c->dq, 3, qs, strided, rng) &&
-             !view_alloc(&ko, c->dk, 3, ks, strided, rng);
+        ok = !ops_view_alloc(&qo, c->dq, 3, qs, strided, rng) &&
+             !ops_view_alloc(&ko, c->dk, 3, ks, strided, rng);
     int32_t *ids = calloc((size_t)c->nnz + 1, sizeof *ids);
     int32_t *indptr = calloc((size_t)c->batch + 1, sizeof *indptr);
     int32_t *offsets = calloc((size_t)c->batch + 1, sizeof *offsets);
@@ -953,15 +691,15 @@ static int case_rope(tu_rng *rng, const void *p) {
     rp.llama31 = c->llama31;
     rp.rope_scale = c->scale;
     rp.rope_theta = c->theta;
-    double *xq = view_read(&q.t), *xk = view_read(&k.t);
+    double *xq = tu_view_read(&q.t), *xk = tu_view_read(&k.t);
     double *rq = calloc((size_t)(tu_numel(&q.t) + 1), sizeof *rq);
     double *rk = calloc((size_t)(tu_numel(&k.t) + 1), sizeof *rk);
     oracle_rope(&rp, c->nnz, c->heads_q, c->dim, xq, pos, rq);
     oracle_rope(&rp, c->nnz, c->heads_k, c->dim, xk, pos, rk);
 
     tu_buf *oq = c->in_place ? &q : &qo, *ok_ = c->in_place ? &k : &ko;
-    void *before_q = snapshot(oq), *before_k = snapshot(ok_);
-    void *snap_q = snapshot(&q), *snap_k = snapshot(&k);
+    void *before_q = ops_snapshot(oq), *before_k = ops_snapshot(ok_);
+    void *snap_q = ops_snapshot(&q), *snap_k = ops_snapshot(&k);
     tu_buf *bufs[4] = {&q, &k, &qo, &ko};
     static const char *const names[4] = {"q", "k", "q_out", "k_out"};
     int nb = c->in_place ? 2 : 4;
@@ -983,17 +721,19 @@ static int case_rope(tu_rng *rng, const void *p) {
             st = fi_rope_apply_pos_ids(g_ctx, &rp, &tq, &tk, &tqo, &tko, &ib[0].t, g_stream);
         else
             st = fi_rope_apply(g_ctx, &rp, &tq, &tk, &tqo, &tko, &ib[0].t, &ib[1].t, g_stream);
-        r = r && check_ok(st, c->pos_ids ? "fi_rope_apply_pos_ids" : "fi_rope_apply") &&
+        r = r && ops_check_ok(st, c->pos_ids ? "fi_rope_apply_pos_ids" : "fi_rope_apply") &&
             device_sync();
         for (int i = 0; i < nb && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1 && !c->malformed) {
-        r &= check_rope_out("q_out", oq, before_q, rq, pos, tol(c->dq));
-        r &= check_rope_out("k_out", ok_, before_k, rk, pos, tol(c->dk));
+        r &= ops_check_rope_out("q_out", oq, before_q, rq, pos, tu_dtype_tol(c->dq),
+                                "without a position");
+        r &= ops_check_rope_out("k_out", ok_, before_k, rk, pos, tu_dtype_tol(c->dk),
+                                "without a position");
     }
     if (r == 1 && !c->in_place) {
-        r &= check_outside("q_out", &qo) & check_outside("k_out", &ko);
-        r &= same_as_snapshot("q", &q, snap_q) & same_as_snapshot("k", &k, snap_k);
+        r &= ops_check_outside("q_out", &qo) & ops_check_outside("k_out", &ko);
+        r &= ops_same_as_snapshot("q", &q, snap_q) & ops_same_as_snapshot("k", &k, snap_k);
     }
     for (int i = 0; i < 4; i++) dm_free(&dm[i]);
     for (int i = 0; i < 2; i++) di_free(&ib[i]);
@@ -1028,7 +768,7 @@ static void suite_rope(void) {
                         if (tu_opt.quick && variant % 3) continue;
                         int in_place = (variant / 2) % 2;
                         view_kind view = (view_kind)((variant / 3) % 3);
-                        rope_cfg c = {float_dtypes[ti], float_dtypes[(ti + (di == 5)) % 3],
+                        rope_cfg c = {ops_float_dtypes[ti], ops_float_dtypes[(ti + (di == 5)) % 3],
                                       1 + variant % 4, variant % 3, dims[di][0], dims[di][1],
                                       inter, llama,
                                       llama ? 8.0f : (variant % 2 ? 1.0f : 2.5f),
@@ -1040,8 +780,8 @@ static void suite_rope(void) {
                     }
     for (int ti = 0; ti < 3; ti++)
         for (int view = 0; view < 3; view++) {
-            rope_cfg c = {float_dtypes[ti], float_dtypes[ti], 4, 2, 128, 0, ti == 1, 0, 1.0f,
-                          1e4f, 0, view == 1, (view_kind)view, 5, 40, 1000, 1};
+            rope_cfg c = {ops_float_dtypes[ti], ops_float_dtypes[ti], 4, 2, 128, 0, ti == 1, 0,
+                          1.0f, 1e4f, 0, view == 1, (view_kind)view, 5, 40, 1000, 1};
             rope_name(name, sizeof name, "rope_bad/decreasing_indptr", &c);
             run_case("rope_bad", name, case_rope, &c);
         }
@@ -1084,7 +824,7 @@ typedef struct graph_bufs {
     tu_buf q, k, qo, ko;               /* rope [GT, 2*GH, GD], [GT, GH, GD] */
     dmirror dm[18];
     dints bi, pos, ind, iptr, last, ids;
-    append_table t;
+    ops_append_table t;
     fi_tensor d[18];
 } graph_bufs;
 
@@ -1120,20 +860,20 @@ static void gb_free(graph_bufs *g) {
     }
     di_free(&g->bi), di_free(&g->pos), di_free(&g->ind), di_free(&g->iptr), di_free(&g->last);
     di_free(&g->ids);
-    table_free(&g->t);
+    ops_table_free(&g->t);
 }
 
 /* Fresh inputs (same shapes, same page table sizes), poisoned outputs. */
 static void gb_fill(graph_bufs *g, tu_rng *rng, int32_t *ids) {
-    fill_state(rng, &g->va.t, &g->sa.t, 0, 1);
-    fill_state(rng, &g->vb.t, &g->sb.t, 1, 1);
+    ops_fill_state(rng, &g->va.t, &g->sa.t, 0, 1);
+    ops_fill_state(rng, &g->vb.t, &g->sb.t, 1, 1);
     tu_fill_uniform(rng, &g->nv.t, -2, 2, 0);
     for (int64_t i = 0; i < GN * GS * GH; i++)
-        view_set(&g->ns.t, i, i % 7 == 3 ? -INFINITY : tu_rng_range(rng, -10, 10));
+        tu_view_set(&g->ns.t, i, i % 7 == 3 ? -INFINITY : tu_rng_range(rng, -10, 10));
     tu_fill_uniform(rng, &g->ak.t, -3, 3, 0);
     tu_fill_uniform(rng, &g->av.t, -3, 3, 0);
-    fill_bytes(rng, &g->kc);
-    fill_bytes(rng, &g->vc);
+    ops_fill_bytes(rng, &g->kc);
+    ops_fill_bytes(rng, &g->vc);
     tu_fill_uniform(rng, &g->q.t, -2, 2, 0);
     tu_fill_uniform(rng, &g->k.t, -2, 2, 0);
     for (int i = 0; i < GT; i++) ids[i] = tu_rng_int(rng, 0, 70000);
@@ -1185,26 +925,27 @@ static fi_status gb_ops(graph_bufs *g, fi_context *ctx, gu_stream stream) {
 static int gb_check(graph_bufs *g, const void *kc_before, const void *vc_before,
                     const int32_t *ids) {
     int ok = 1;
-    double *a = view_read(&g->va.t), *la = view_read(&g->sa.t);
-    double *b = view_read(&g->vb.t), *lb = view_read(&g->sb.t);
+    double *a = tu_view_read(&g->va.t), *la = tu_view_read(&g->sa.t);
+    double *b = tu_view_read(&g->vb.t), *lb = tu_view_read(&g->sb.t);
     double *ref = malloc(sizeof(double) * GN * GH * GD), *lref = malloc(sizeof(double) * GN * GH);
     oracle_merge_state(GN, GH, GD, a, la, b, lb, ref, lref);
-    ok &= check_view("graph merge_state O", &g->vo.t, ref, tol(FI_DTYPE_BF16));
-    ok &= check_view("graph merge_state LSE", &g->so.t, lref, 1e-5);
-    double *nv = view_read(&g->nv.t), *ns = view_read(&g->ns.t);
+    ok &= ops_check_view("graph merge_state O", &g->vo.t, ref, tu_dtype_tol(FI_DTYPE_BF16));
+    ok &= ops_check_view("graph merge_state LSE", &g->so.t, lref, 1e-5);
+    double *nv = tu_view_read(&g->nv.t), *ns = tu_view_read(&g->ns.t);
     oracle_merge_states(GN, GS, GH, GD, nv, ns, ref, lref);
-    ok &= check_view("graph merge_states O", &g->nvo.t, ref, tol(FI_DTYPE_BF16));
-    ok &= check_view("graph merge_states LSE", &g->nso.t, lref, 1e-5);
+    ok &= ops_check_view("graph merge_states O", &g->nvo.t, ref, tu_dtype_tol(FI_DTYPE_BF16));
+    ok &= ops_check_view("graph merge_states LSE", &g->nso.t, lref, 1e-5);
     /* append: the old caches with the reference's writes */
     void *wk = malloc(g->kc.bytes), *wv = malloc(g->vc.bytes);
     memcpy(wk, kc_before, g->kc.bytes);
     memcpy(wv, vc_before, g->vc.bytes);
-    fi_tensor tk = view_on(&g->kc.t, &g->kc, wk), tv = view_on(&g->vc.t, &g->vc, wv);
+    fi_tensor tk = ops_view_on(&g->kc.t, &g->kc, wk), tv = ops_view_on(&g->vc.t, &g->vc, wv);
     oracle_append_paged(&g->ak.t, &tk, FI_KV_LAYOUT_NHD, g->t.batch_indices, g->t.positions,
                         g->t.indices, g->t.indptr);
     oracle_append_paged(&g->av.t, &tv, FI_KV_LAYOUT_NHD, g->t.batch_indices, g->t.positions,
                         g->t.indices, g->t.indptr);
-    ok &= same_as_snapshot("graph k_cache", &g->kc, wk) & same_as_snapshot("graph v_cache", &g->vc, wv);
+    ok &= ops_same_as_snapshot("graph k_cache", &g->kc, wk) &
+          ops_same_as_snapshot("graph v_cache", &g->vc, wv);
     /* rope */
     fi_rope_params rp;
     fi_rope_params_init(&rp);
@@ -1213,12 +954,12 @@ static int gb_check(graph_bufs *g, const void *kc_before, const void *vc_before,
     rp.rope_theta = 5e5f;
     int64_t pos[GT];
     for (int i = 0; i < GT; i++) pos[i] = ids[i];
-    double *xq = view_read(&g->q.t), *xk = view_read(&g->k.t);
+    double *xq = tu_view_read(&g->q.t), *xk = tu_view_read(&g->k.t);
     double *rq = malloc(sizeof(double) * GT * 2 * GH * GD), *rk = malloc(sizeof(double) * GT * GH * GD);
     oracle_rope(&rp, GT, 2 * GH, GD, xq, pos, rq);
     oracle_rope(&rp, GT, GH, GD, xk, pos, rk);
-    ok &= check_view("graph rope q", &g->qo.t, rq, tol(FI_DTYPE_BF16));
-    ok &= check_view("graph rope k", &g->ko.t, rk, tol(FI_DTYPE_BF16));
+    ok &= ops_check_view("graph rope q", &g->qo.t, rq, tu_dtype_tol(FI_DTYPE_BF16));
+    ok &= ops_check_view("graph rope k", &g->ko.t, rk, tu_dtype_tol(FI_DTYPE_BF16));
     free(a), free(la), free(b), free(lb), free(ref), free(lref), free(nv), free(ns);
     free(wk), free(wv), free(xq), free(xk), free(rq), free(rk);
     return ok;
@@ -1227,7 +968,7 @@ static int gb_check(graph_bufs *g, const void *kc_before, const void *vc_before,
 /* Snapshot of every buffer's bytes (outputs after a run). */
 static void **gb_snap(graph_bufs *g) {
     void **s = calloc(18, sizeof *s);
-    for (int i = 0; s && i < 18; i++) s[i] = snapshot(gb_buf(g, i));
+    for (int i = 0; s && i < 18; i++) s[i] = ops_snapshot(gb_buf(g, i));
     return s;
 }
 
@@ -1242,7 +983,8 @@ static int case_graph(tu_rng *rng, const void *p) {
     int32_t ids[GT];
     append_cfg ac = {FI_DTYPE_BF16, FI_KV_LAYOUT_NHD, GPS, GB, GH, GD, GD, APPEND_DECODE, 0,
                      ALIGNED, 1, BAD_NONE};
-    if (gb_alloc(&g) || table_make(rng, &ac, &g.t)) {
+    if (gb_alloc(&g) ||
+        ops_table_make(rng, ac.shape, ac.batch, ac.page_size, ac.max_tokens, &g.t)) {
         tu_note("allocation failed");
         gb_free(&g);
         return 0;
@@ -1251,7 +993,7 @@ static int case_graph(tu_rng *rng, const void *p) {
      * GB (the rest of append_k is unused padding the op never reads) */
     g.ak.t.shape[0] = g.av.t.shape[0] = g.t.nnz;
     gb_fill(&g, rng, ids);
-    void *kc0 = snapshot(&g.kc), *vc0 = snapshot(&g.vc);
+    void *kc0 = ops_snapshot(&g.kc), *vc0 = ops_snapshot(&g.vc);
     if (!g_device) { /* host logic only */
         free(kc0), free(vc0);
         gb_free(&g);
@@ -1263,7 +1005,7 @@ static int case_graph(tu_rng *rng, const void *p) {
         fi_context_options opt;
         fi_context_options_init(&opt);
         opt.device = FI_DEVICE_CUDA;
-        ok = check_ok(fi_context_create(&opt, &ctx), "fi_context_create");
+        ok = ops_check_ok(fi_context_create(&opt, &ctx), "fi_context_create");
     }
     ok = ok && gb_upload(&g, ids) && di_up(&g.bi, g.t.batch_indices, g.t.nnz) == 1 &&
          di_up(&g.pos, g.t.positions, g.t.nnz) == 1 &&
@@ -1273,7 +1015,8 @@ static int case_graph(tu_rng *rng, const void *p) {
     for (int i = 10; i < 12 && ok; i++) g.d[i].shape[0] = g.t.nnz;
     void **eager = NULL;
     if (ok && !cold) { /* eager run: the reference and the bitwise target */
-        ok = check_ok(gb_ops(&g, ctx, g_stream), "eager ops") && device_sync() && gb_download(&g);
+        ok = ops_check_ok(gb_ops(&g, ctx, g_stream), "eager ops") && device_sync() &&
+             gb_download(&g);
         ok = ok && gb_check(&g, kc0, vc0, ids);
         eager = gb_snap(&g);
         /* determinism: the same inputs again, bitwise the same outputs */
@@ -1286,7 +1029,7 @@ static int case_graph(tu_rng *rng, const void *p) {
         ok = !GU(gu.BeginCapture(g_stream, 0 /* global mode */));
         fi_status st = ok ? gb_ops(&g, ctx, g_stream) : FI_OK;
         int end = GU(gu.EndCapture(g_stream, &graph));
-        ok = ok && check_ok(st, "ops inside a capture") && !end &&
+        ok = ok && ops_check_ok(st, "ops inside a capture") && !end &&
              !GU(gu.GraphInstantiate(&exec, graph, 0));
     }
     /* replay on the inputs captured with, then on fresh ones */
@@ -1294,7 +1037,7 @@ static int case_graph(tu_rng *rng, const void *p) {
         if (round > 0) {
             gb_fill(&g, rng, ids);
             free(kc0), free(vc0);
-            kc0 = snapshot(&g.kc), vc0 = snapshot(&g.vc);
+            kc0 = ops_snapshot(&g.kc), vc0 = ops_snapshot(&g.vc);
             ok = gb_upload(&g, ids) && device_sync();
         } else {
             tu_buf_poison(&g.vo), tu_buf_poison(&g.so), tu_buf_poison(&g.nvo);
@@ -1320,7 +1063,7 @@ static int case_graph(tu_rng *rng, const void *p) {
             tu_buf_poison(&g.nso), tu_buf_poison(&g.qo), tu_buf_poison(&g.ko);
             memcpy(g.kc.base, kc0, g.kc.bytes), memcpy(g.vc.base, vc0, g.vc.bytes);
             ok = gb_upload(&g, ids) && device_sync() &&
-                 check_ok(gb_ops(&g, ctx, g_stream), "eager ops") && device_sync() &&
+                 ops_check_ok(gb_ops(&g, ctx, g_stream), "eager ops") && device_sync() &&
                  gb_download(&g);
             for (int i = 0; i < 18 && ok; i++)
                 if (memcmp(gb_buf(&g, i)->base, replay[i], gb_buf(&g, i)->bytes)) {
