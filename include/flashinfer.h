@@ -67,7 +67,9 @@ typedef enum fi_status {
     FI_STATUS_NOT_PLANNED = 5,      /* run before a successful plan update  */
     FI_STATUS_NO_DEVICE = 6,        /* backend or device not present        */
     FI_STATUS_BACKEND_ERROR = 7,    /* e.g. a CUDA call failed              */
-    FI_STATUS_INTERNAL = 8
+    FI_STATUS_INTERNAL = 8,
+    FI_STATUS_COMPILE_ERROR = 9     /* a variant's hook source did not compile;
+                                       fi_last_error() carries the log     */
 } fi_status;
 
 /* A constant name for a status ("invalid argument"). */
@@ -162,6 +164,125 @@ FI_API const char *fi_context_describe(const fi_context *ctx);
 /* Non-zero when the backend for `device` can be used on this machine. */
 FI_API int32_t fi_device_available(fi_device_type device);
 
+/* --------------------------------------------------------------- variants */
+/* docs/VARIANTS.md: user-defined attention variants. A spec names extra
+ * per-run parameters and gives C snippets (bodies of six hook functions);
+ * fi_plan_create compiles the plan's kernel with the hooks spliced in (CPU:
+ * the system C compiler into a cached shared object; CUDA: NVRTC into the
+ * cubin cache). The built-in variants are specs of the same kind. */
+
+#define FI_VARIANT_MAX_PARAMS 16
+
+typedef enum fi_variant_param_kind {
+    FI_VARIANT_PARAM_F32 = 0,    /* a float scalar, given per run */
+    FI_VARIANT_PARAM_I32 = 1,    /* an int32 scalar, given per run */
+    FI_VARIANT_PARAM_TENSOR = 2  /* a pointer to memory of `dtype` on the plan's
+                                    device (host memory on the CPU), given per
+                                    run; the hooks index it, nothing checks
+                                    its extent */
+} fi_variant_param_kind;
+
+typedef struct fi_variant_param {
+    const char *name;            /* C identifier; snippets read it as p.<name> */
+    fi_variant_param_kind kind;
+    fi_dtype dtype;              /* tensors: F32 (float), F16/BF16 (uint16_t raw
+                                    bits: fi_f16()/fi_bf16() give the float),
+                                    I32 (int32_t) or U8 (uint8_t); ignored
+                                    for scalars */
+} fi_variant_param;
+
+/* Hooks: each snippet is the BODY of one function (valid C and CUDA C++):
+ *   void  query_transform(float *x, const fi_hook_ctx *c, p)  x[c->head_dim] in/out
+ *   void  key_transform  (float *x, const fi_hook_ctx *c, p)  c->q_pos not valid
+ *   void  value_transform(float *x, const fi_hook_ctx *c, p)  idem
+ *   float logits_transform(float s, const fi_hook_ctx *c, p)  s = sm_scale * q.k;
+ *         returns the logit (softmax) or the weight (use_softmax = 0)
+ *   int   logits_mask(const fi_hook_ctx *c, p)                non-zero = keep
+ *   void  output_transform(float *o, float lse, const fi_hook_ctx *c, p)
+ *         o[c->head_dim] in/out; lse natural log of the final state;
+ *         c->kv_pos not valid
+ * p is the parameter struct (p.<name>); fi_hook_ctx has request, qo_head,
+ * kv_head, q_pos (kv_len - qo_len + i), kv_pos, qo_len, kv_len, head_dim,
+ * sm_scale. NULL = identity. Math: expf logf tanhf sinf cosf powf sqrtf
+ * fabsf fminf fmaxf exp2f log2f. */
+typedef struct fi_variant_spec {
+    uint32_t struct_size;
+    const char *name;            /* C identifier (part of kernel names, cache keys) */
+    const fi_variant_param *params; /* [num_params], names unique */
+    int32_t num_params;          /* 0 .. FI_VARIANT_MAX_PARAMS */
+    const char *query_transform;
+    const char *key_transform;
+    const char *value_transform;
+    const char *logits_transform;
+    const char *logits_mask;
+    const char *output_transform;
+    int32_t use_softmax;         /* 1 (default): softmax over the logits;
+                                    0: o = sum_j logits_transform(s_j) * v_j
+                                    (FlashSigmoid); LSE is written as 0 */
+    const char *helpers;         /* optional: extra definitions (functions
+                                    qualified FI_HOOK) the hooks may call */
+} fi_variant_spec;
+
+/* A validated copy of a spec. Immutable: one variant may serve any number of
+ * plans and contexts at once. */
+typedef struct fi_variant fi_variant;
+
+FI_API void fi_variant_spec_init(fi_variant_spec *spec);
+/* Validate `spec` (identifiers, parameter kinds and dtypes, sizes) and copy
+ * it, strings included. Compilation happens at fi_plan_create. */
+FI_API fi_status fi_variant_create(const fi_variant_spec *spec, fi_variant **out);
+/* Accepts NULL and built-in variants (a no-op for those). */
+FI_API void fi_variant_destroy(fi_variant *variant);
+/* The built-in variants as specs: "none", "soft_cap" (f32 cap), "alibi"
+ * (f32 tensor slopes[H_qo]), "sliding_window" (i32 window_left),
+ * "custom_mask" (u8 tensor mask, i32 tensor mask_indptr[B+1] in bytes; bits as
+ * fi_batch), "rope_llama" (f32 rope_scale, f32 rope_theta). Static: never
+ * destroyed. */
+FI_API fi_status fi_variant_builtin(const char *name, const fi_variant **out);
+/* The variant's spec (strings owned by the variant). */
+FI_API const fi_variant_spec *fi_variant_get_spec(const fi_variant *variant);
+
+typedef enum fi_variant_target {
+    FI_VARIANT_TARGET_C = 0,     /* C11, hooks `static inline` */
+    FI_VARIANT_TARGET_CUDA = 1   /* CUDA C++ device code for NVRTC, hooks
+                                    `__device__ __forceinline__` */
+} fi_variant_target;
+
+/* The hook text both backends splice into their kernels: fi_hook_ctx, the
+ * parameter struct fi_variant_params, fi_f16/fi_bf16, the helpers, and the
+ * six hooks fi_query_transform ... fi_output_transform. Writes at most
+ * `size` bytes (NUL-terminated when size > 0) and returns the text's length,
+ * as snprintf; 0 for a NULL variant. */
+FI_API size_t fi_variant_source(const fi_variant *variant, fi_variant_target target,
+                                char *buf, size_t size);
+
+/* One per-run parameter value; `kind` must match the spec's. */
+typedef struct fi_variant_value {
+    fi_variant_param_kind kind;
+    float f32;
+    int32_t i32;
+    const void *ptr;
+} fi_variant_value;
+
+/* The values of one run, in the spec's parameter order. */
+typedef struct fi_variant_args {
+    int32_t num_values;
+    const fi_variant_value *values;
+} fi_variant_args;
+
+static inline fi_variant_value fi_variant_f32(float x) {
+    fi_variant_value v = {FI_VARIANT_PARAM_F32, x, 0, NULL};
+    return v;
+}
+static inline fi_variant_value fi_variant_i32(int32_t x) {
+    fi_variant_value v = {FI_VARIANT_PARAM_I32, 0.0f, x, NULL};
+    return v;
+}
+static inline fi_variant_value fi_variant_tensor(const void *ptr) {
+    fi_variant_value v = {FI_VARIANT_PARAM_TENSOR, 0.0f, 0, ptr};
+    return v;
+}
+
 /* ------------------------------------------------------- attention params */
 
 /* The model-level facts that fix which kernel runs. */
@@ -189,6 +310,12 @@ typedef struct fi_attention_params {
     const float *alibi_slopes;
     float k_scale;          /* dequantisation scale of FP8 K (default 1) */
     float v_scale;          /* dequantisation scale of FP8 V (default 1) */
+    /* A user-defined variant (NULL = the built-ins chosen by the fields
+     * above). With a variant, mask_mode, window_left, sm_scale and the FP8
+     * scales still apply; pos_encoding must be FI_POS_NONE and
+     * logits_soft_cap 0 (express them as hooks: fi_variant_builtin). Kept by
+     * reference: it must outlive the plan. */
+    const fi_variant *variant;
 } fi_attention_params;
 
 FI_API void fi_attention_params_init(fi_attention_params *params);
@@ -277,6 +404,9 @@ typedef struct fi_run_args {
     fi_tensor lse;
     fi_tensor custom_mask;
     void *stream;
+    /* The variant's per-run values (plans with params.variant; NULL is
+     * accepted for a variant without parameters). */
+    const fi_variant_args *variant_args;
 } fi_run_args;
 
 FI_API fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args);

@@ -164,6 +164,12 @@ class InternalError(FlashInferCError, RuntimeError):
     status = S.STATUS_INTERNAL
 
 
+class CompileError(FlashInferCError, RuntimeError):
+    """A variant's hook source did not compile; the message carries the log."""
+
+    status = S.STATUS_COMPILE_ERROR
+
+
 class BackendUnsupportedError(FlashInferCError, NotImplementedError):
     """An op that the backend of the tensors' device does not implement (yet):
     raised instead of a silent fall-back to another device."""
@@ -182,6 +188,7 @@ _ERRORS = {
         NoDeviceError,
         BackendError,
         InternalError,
+        CompileError,
     )
 }
 

@@ -31,6 +31,7 @@ STATUS_NOT_PLANNED = 5
 STATUS_NO_DEVICE = 6
 STATUS_BACKEND_ERROR = 7
 STATUS_INTERNAL = 8
+STATUS_COMPILE_ERROR = 9
 
 # fi_dtype
 DTYPE_F32 = 0
@@ -112,6 +113,7 @@ class AttentionParams(Structure):
         ("alibi_slopes", POINTER(c_float)),
         ("k_scale", c_float),
         ("v_scale", c_float),
+        ("variant", c_void_p),  # const fi_variant *
     ]
 
 
@@ -164,6 +166,7 @@ class RunArgs(Structure):
         ("lse", Tensor),
         ("custom_mask", Tensor),
         ("stream", c_void_p),
+        ("variant_args", c_void_p),  # const fi_variant_args *
     ]
 
 

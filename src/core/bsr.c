@@ -91,6 +91,10 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
                             "fi_bsr_create: pos_encoding=%d: a block row does not know its "
                             "keys' positions; apply RoPE with fi_rope_apply first",
                             (int)params->pos_encoding);
+        if (params->variant)
+            return fi_error(FI_STATUS_UNSUPPORTED,
+                            "fi_bsr_create: user-defined variants are not supported here; "
+                            "express the pattern as the variant's logits_mask on a plan");
     }
     fi_bsr *b = calloc(1, sizeof *b);
     if (!b) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_bsr_create: out of memory");

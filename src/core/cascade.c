@@ -146,6 +146,10 @@ static fi_status check_params(fi_context *ctx, const fi_attention_params *params
         return fi_error(FI_STATUS_UNSUPPORTED,
                         "fi_cascade: kv_format=%d: cascades index a paged KV pool "
                         "(FI_KV_FORMAT_PAGED)", (int)params->kv_format);
+    if (params->struct_size == sizeof *params && params->variant)
+        return fi_error(FI_STATUS_UNSUPPORTED,
+                        "fi_cascade: user-defined variants are not supported in cascades "
+                        "(levels are merged by LSE before the output transform); use a plan");
     return FI_OK;
 }
 

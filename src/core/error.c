@@ -4,7 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static _Thread_local char last_error[512];
+/* Large enough for a compiler's log of a variant that did not compile. */
+static _Thread_local char last_error[8192];
 
 fi_status fi_error(fi_status status, const char *fmt, ...) {
     va_list ap;
@@ -29,6 +30,7 @@ const char *fi_status_string(fi_status status) {
     case FI_STATUS_NO_DEVICE: return "no device";
     case FI_STATUS_BACKEND_ERROR: return "backend error";
     case FI_STATUS_INTERNAL: return "internal error";
+    case FI_STATUS_COMPILE_ERROR: return "compile error";
     }
     return "unknown status";
 }

@@ -110,6 +110,16 @@ fi_status fi_params_validate(const fi_attention_params *p) {
     if (!is_positive_finite(p->k_scale) || !is_positive_finite(p->v_scale))
         return INVALID("k_scale=%g, v_scale=%g: both must be positive", (double)p->k_scale,
                        (double)p->v_scale);
+    if (p->variant && p->pos_encoding != FI_POS_NONE)
+        return fi_error(FI_STATUS_UNSUPPORTED,
+                        "pos_encoding=%d with variant %s: a variant plan takes its positional "
+                        "encoding from its hooks (see the rope_llama and alibi built-in specs)",
+                        (int)p->pos_encoding, fi_variant_get_spec(p->variant)->name);
+    if (p->variant && p->logits_soft_cap != 0.0f)
+        return fi_error(FI_STATUS_UNSUPPORTED,
+                        "logits_soft_cap=%g with variant %s: write the cap in its "
+                        "logits_transform (see the soft_cap built-in spec)",
+                        (double)p->logits_soft_cap, fi_variant_get_spec(p->variant)->name);
     if (p->pos_encoding == FI_POS_ALIBI && p->alibi_slopes)
         for (int32_t h = 0; h < p->num_qo_heads; h++)
             if (!isfinite(p->alibi_slopes[h]))

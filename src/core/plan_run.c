@@ -2,6 +2,7 @@
  * hand them to the backend. Shapes may be larger than the batch needs (padded
  * buffers, as CUDA graphs use), never smaller. */
 #include "core/internal.h"
+#include "core/variant.h"
 
 #define INVALID(...) fi_error(FI_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -70,6 +71,7 @@ static fi_status check_args(const fi_plan *plan, const fi_run_args *a) {
         if ((st = check_rows(&a->custom_mask, "custom_mask", 0, plan->mask_bytes, "mask bytes")))
             return st;
     }
+    if (p->variant) return fi_variant_check_args(p->variant, a->variant_args);
     return FI_OK;
 }
 

@@ -50,6 +50,14 @@ static fi_status cpu_context_init(fi_context *ctx) {
     return FI_OK;
 }
 
+/* Variant plans: the hook kernel is compiled here (variant_jit.c). */
+static fi_status cpu_plan_init(struct fi_plan *plan) {
+    if (!plan->params.variant) return FI_OK;
+    return fi_error(FI_STATUS_UNSUPPORTED,
+                    "variant %s: the CPU backend does not run user-defined variants yet",
+                    fi_variant_get_spec(plan->params.variant)->name);
+}
+
 static int32_t cpu_num_workers(const fi_context *ctx) { return ctx->num_threads; }
 
 const fi_backend fi_cpu_backend = {
@@ -66,7 +74,7 @@ const fi_backend fi_cpu_backend = {
     .context_init = cpu_context_init,
     .context_fini = cpu_context_fini,
     .num_workers = cpu_num_workers,
-    .plan_init = NULL,
+    .plan_init = cpu_plan_init,
     .plan_fini = NULL,
     .plan_upload = NULL,
     .run = fi_cpu_run,

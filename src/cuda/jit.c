@@ -7,6 +7,7 @@
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/kernel_sources.h"
+#include "core/cache.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,18 +25,11 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
-
 static uint64_t sources_hash(void) {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = FI_FNV_SEED;
     for (int i = 0; i < fi_kernel_file_count; i++) {
-        h = fnv_str(h, fi_kernel_files[i].name);
-        h = fnv(h, fi_kernel_files[i].text, fi_kernel_files[i].size);
+        h = fi_fnv_str(h, fi_kernel_files[i].name);
+        h = fi_fnv(h, fi_kernel_files[i].text, fi_kernel_files[i].size);
     }
     return h;
 }
@@ -54,17 +48,17 @@ static int spec_options(const fi_kernel_spec *spec, const char *arch, char *arch
 uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch) {
     const char *why;
     const fi_nvrtc_api *nv = fi_nvrtc_load(&why);
-    uint64_t h = fnv_str(0xcbf29ce484222325ull, JIT_FORMAT);
+    uint64_t h = fi_fnv_str(FI_FNV_SEED, JIT_FORMAT);
     uint64_t src = sources_hash();
-    h = fnv(h, &src, sizeof src);
-    h = fnv_str(h, spec->entry_file);
-    h = fnv_str(h, spec->name);
+    h = fi_fnv(h, &src, sizeof src);
+    h = fi_fnv_str(h, spec->entry_file);
+    h = fi_fnv_str(h, spec->name);
     const char *opts[FI_SPEC_MAX_DEFINES + 4];
     char archopt[64];
     int n = spec_options(spec, arch, archopt, sizeof archopt, opts);
-    for (int i = 0; i < n; i++) h = fnv_str(h, opts[i]);
+    for (int i = 0; i < n; i++) h = fi_fnv_str(h, opts[i]);
     int ver[2] = {nv ? nv->major : 0, nv ? nv->minor : 0};
-    return fnv(h, ver, sizeof ver);
+    return fi_fnv(h, ver, sizeof ver);
 }
 
 fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char **image,
@@ -130,76 +124,13 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
 
 /* ------------------------------------------------------------ disk cache */
 
-void fi_cuda_cache_dir(char *buf, size_t n) {
-    const char *d = getenv("FLASHINFER_CACHE_DIR");
-    if (d && d[0]) {
-        snprintf(buf, n, "%s", d);
-        return;
-    }
-    d = getenv("XDG_CACHE_HOME");
-    if (d && d[0]) {
-        snprintf(buf, n, "%s/flashinfer-c", d);
-        return;
-    }
-    d = getenv("HOME");
-    snprintf(buf, n, "%s/.cache/flashinfer-c", d && d[0] ? d : "/tmp");
-}
-
-/* mkdir -p; failures are left to the file operations that follow. */
-static void make_dirs(const char *path) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        mkdir(tmp, 0755);
-        *p = '/';
-    }
-    mkdir(tmp, 0755);
-}
+void fi_cuda_cache_dir(char *buf, size_t n) { fi_cache_dir(buf, n); }
 
 static void cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n) {
     char dir[800];
     fi_cuda_cache_dir(dir, sizeof dir);
     snprintf(buf, n, "%.800s/%.96s-%.16s-%016llx.cubin", dir, spec->name, arch,
              (unsigned long long)fi_cuda_jit_key(spec, arch));
-}
-
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long len = ftell(f);
-        if (len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len))) {
-            if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
-                free(buf);
-                buf = NULL;
-            } else {
-                *size = (size_t)len;
-            }
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
-/* Write via a temporary file and rename, so readers never see half a file.
- * A cache that cannot be written is not an error: the kernel still runs. */
-static void write_file(const char *path, const char *data, size_t size) {
-    char dir[1024], tmp[1100];
-    snprintf(dir, sizeof dir, "%.1000s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = 0;
-        make_dirs(dir);
-    }
-    snprintf(tmp, sizeof tmp, "%.1000s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return;
-    int ok = fwrite(data, 1, size, f) == size;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) remove(tmp);
 }
 
 static int jit_log(void) {
@@ -220,7 +151,7 @@ fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *wa
     size_t size = 0;
     fi_status st = fi_cuda_jit_compile(spec, arch, &image, &size);
     if (st) return st;
-    write_file(path, image, size);
+    fi_cache_write(path, image, size);
     free(image);
     return FI_OK;
 }
@@ -246,7 +177,7 @@ static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cu
     cache_path(spec, cc->arch, path, sizeof path);
     double t0 = now_seconds();
     size_t size = 0;
-    char *image = read_file(path, &size);
+    char *image = fi_cache_read(path, &size);
     if (image) {
         fi_status st = load_module(cc, spec, image, m);
         free(image);
@@ -267,7 +198,7 @@ static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cu
     double dt = now_seconds() - t0;
     cc->stats.compiled++;
     cc->stats.compile_seconds += dt;
-    write_file(path, image, size);
+    fi_cache_write(path, image, size);
     st = load_module(cc, spec, image, m);
     free(image);
     if (jit_log())

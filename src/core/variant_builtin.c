@@ -1,0 +1,107 @@
+/*
+ * variant_builtin.c — the built-in variants written as specs, so built-ins
+ * and user variants are one mechanism. The CPU SIMD kernels and the CUDA
+ * kernels' compile-time paths are the ahead-of-time builds of these specs
+ * (chosen by fi_attention_params' fields); a plan that names one of them as
+ * params->variant runs it through the hook path instead.
+ */
+#include "core/variant.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static const fi_variant_param soft_cap_params[] = {{"cap", FI_VARIANT_PARAM_F32, FI_DTYPE_F32}};
+static const fi_variant_param alibi_params[] = {{"slopes", FI_VARIANT_PARAM_TENSOR, FI_DTYPE_F32}};
+static const fi_variant_param window_params[] = {
+    {"window_left", FI_VARIANT_PARAM_I32, FI_DTYPE_I32}};
+static const fi_variant_param mask_params[] = {
+    {"mask", FI_VARIANT_PARAM_TENSOR, FI_DTYPE_U8},
+    {"mask_indptr", FI_VARIANT_PARAM_TENSOR, FI_DTYPE_I32},
+};
+static const fi_variant_param rope_params[] = {
+    {"rope_scale", FI_VARIANT_PARAM_F32, FI_DTYPE_F32},
+    {"rope_theta", FI_VARIANT_PARAM_F32, FI_DTYPE_F32},
+};
+
+/* LLaMA RoPE on halves: angle_k = pos / scale * theta^(-2k/D). */
+static const char rope_helpers[] =
+    "FI_HOOK void fi_rope_halves(float *x, int32_t dim, int32_t pos, float scale, float theta) {\n"
+    "    int32_t half = dim / 2;\n"
+    "    float lt = log2f(theta);\n"
+    "    for (int32_t k = 0; k < half; k++) {\n"
+    "        float a = (float)pos / scale * exp2f(-2.0f * (float)k / (float)dim * lt);\n"
+    "        float cs = cosf(a), sn = sinf(a), x0 = x[k], x1 = x[k + half];\n"
+    "        x[k] = x0 * cs - x1 * sn;\n"
+    "        x[k + half] = x1 * cs + x0 * sn;\n"
+    "    }\n"
+    "}\n";
+
+/* Row i of the request's [qo_len, kv_len] bit matrix at byte mask_indptr[request]. */
+static const char mask_body[] =
+    "int64_t i = c->q_pos - (c->kv_len - c->qo_len);\n"
+    "int64_t bit = i * c->kv_len + c->kv_pos;\n"
+    "const uint8_t *m = p.mask + p.mask_indptr[c->request];\n"
+    "return (m[bit >> 3] >> (bit & 7)) & 1;";
+
+#define NUM_BUILTINS 6
+
+static fi_variant builtins[NUM_BUILTINS];
+static fi_status builtin_status = FI_OK;
+static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
+
+static void spec_of(int i, fi_variant_spec *s) {
+    fi_variant_spec_init(s);
+    switch (i) {
+    case 0: s->name = "none"; break;
+    case 1:
+        s->name = "soft_cap", s->params = soft_cap_params, s->num_params = 1;
+        s->logits_transform = "return p.cap * tanhf(s / p.cap);";
+        break;
+    case 2:
+        s->name = "alibi", s->params = alibi_params, s->num_params = 1;
+        s->logits_transform = "return s + p.slopes[c->qo_head] * (float)(c->kv_pos - c->q_pos);";
+        break;
+    case 3:
+        s->name = "sliding_window", s->params = window_params, s->num_params = 1;
+        s->logits_mask = "return c->kv_pos >= c->q_pos - p.window_left;";
+        break;
+    case 4:
+        s->name = "custom_mask", s->params = mask_params, s->num_params = 2;
+        s->logits_mask = mask_body;
+        break;
+    default:
+        s->name = "rope_llama", s->params = rope_params, s->num_params = 2;
+        s->helpers = rope_helpers;
+        s->query_transform =
+            "fi_rope_halves(x, c->head_dim, c->q_pos, p.rope_scale, p.rope_theta);";
+        s->key_transform =
+            "fi_rope_halves(x, c->head_dim, c->kv_pos, p.rope_scale, p.rope_theta);";
+        break;
+    }
+}
+
+static void init_builtins(void) {
+    for (int i = 0; i < NUM_BUILTINS && builtin_status == FI_OK; i++) {
+        fi_variant_spec s;
+        spec_of(i, &s);
+        builtin_status = fi_variant_init_static(&builtins[i], &s);
+    }
+}
+
+fi_status fi_variant_builtin(const char *name, const fi_variant **out) {
+    if (!out) return fi_error(FI_STATUS_INVALID_ARGUMENT, "fi_variant_builtin: out is NULL");
+    *out = NULL;
+    if (!name) return fi_error(FI_STATUS_INVALID_ARGUMENT, "fi_variant_builtin: name is NULL");
+    pthread_once(&builtin_once, init_builtins);
+    if (builtin_status)
+        return fi_error(builtin_status, "built-in variants could not be initialised");
+    for (int i = 0; i < NUM_BUILTINS; i++) {
+        if (strcmp(builtins[i].spec.name, name) == 0) {
+            *out = &builtins[i];
+            return FI_OK;
+        }
+    }
+    return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                    "no built-in variant \"%.40s\": expected none, soft_cap, alibi, "
+                    "sliding_window, custom_mask or rope_llama", name);
+}
