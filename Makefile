@@ -32,7 +32,11 @@ endif
 # CUDA kernels (kernels/) are embedded as strings for the NVRTC JIT.
 KERNEL_SRC := $(sort $(wildcard kernels/*.cuh kernels/*.h))
 KERNEL_GEN := $(BUILD)/gen/kernel_sources.c
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/kernel_sources.o
+# The CPU variant kernel template (src/cpu/variant_kernel.h and what it
+# includes) is embedded as text for the CPU JIT (the system C compiler).
+CPU_TEMPLATE_SRC := include/flashinfer.h src/cpu/convert.h src/cpu/variant_abi.h src/cpu/variant_kernel.h
+CPU_TEMPLATE_GEN := $(BUILD)/gen/cpu_jit_files.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/kernel_sources.o $(BUILD)/gen/cpu_jit_files.o
 STATIC  := $(BUILD)/libflashinfer.a
 SHARED  := $(BUILD)/libflashinfer.so
 
@@ -44,11 +48,13 @@ TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_BIN  := $(BUILD)/fi
 BENCH_SRC := $(wildcard bench/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/example_%)
 GPU_SRC   := $(wildcard tests/gpu/*.c)
 GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/%)
 
 .PHONY: all lib test demo sanitize install clean bench gpu
-all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(GPU_BIN)
+all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(GPU_BIN) $(EXAMPLE_BIN)
 lib: $(STATIC) $(SHARED)
 
 $(BUILD)/%.o: %.c
@@ -62,6 +68,13 @@ $(KERNEL_GEN): $(KERNEL_SRC) src/cuda/embed.sh
 $(BUILD)/gen/kernel_sources.o: $(KERNEL_GEN)
 	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@
 
+$(CPU_TEMPLATE_GEN): $(CPU_TEMPLATE_SRC) src/cpu/embed_kernel.sh
+	@mkdir -p $(dir $@)
+	sh src/cpu/embed_kernel.sh $(CPU_TEMPLATE_SRC) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/cpu_jit_files.o: $(CPU_TEMPLATE_GEN)
+	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@
+
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
@@ -73,6 +86,10 @@ $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# examples/: programs of the public API alone (the README's and VARIANTS.md's).
+$(BUILD)/example_%: $(BUILD)/examples/%.o $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
 BENCH_SUPPORT_OBJ := $(BUILD)/bench/common.o

@@ -184,3 +184,133 @@ int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
     }
     return 0;
 }
+
+/* ------------------------------------------------------------ with hooks */
+
+/* x[n] through a float hook: doubles in, doubles out. */
+static void through_floats(double *x, int32_t n, float *tmp) {
+    for (int32_t d = 0; d < n; d++) x[d] = (double)tmp[d];
+}
+
+int oracle_attention_hooks(const fi_attention_params *p, const fi_batch *batch,
+                           const fi_tensor *q, const fi_tensor *k, const fi_tensor *v,
+                           const uint8_t *custom_mask, const fi_vk_hooks *hk,
+                           const void *prm, double *o, double *lse) {
+    const int32_t B = batch->batch_size;
+    const int32_t Hq = p->num_qo_heads, Hkv = p->num_kv_heads;
+    const int32_t Dqk = p->head_dim_qk, Dvo = p->head_dim_vo;
+    if (Hkv <= 0 || Hq % Hkv != 0) return -1;
+    const int32_t group = Hq / Hkv;
+    const double sm_scale = p->sm_scale != 0.0f ? p->sm_scale : 1.0 / sqrt((double)Dqk);
+    const double k_scale = is_fp8(p->kv_dtype) ? p->k_scale : 1.0;
+    const double v_scale = is_fp8(p->kv_dtype) ? p->v_scale : 1.0;
+    float tmp[512];
+
+    int64_t mask_offset = 0;
+    for (int32_t b = 0; b < B; b++) {
+        const int64_t q0 = batch->qo_indptr[b];
+        const int64_t qo_len = batch->qo_indptr[b + 1] - q0;
+        const int64_t kv_len = oracle_kv_len(p, batch, b);
+        const uint8_t *mask_seg = NULL;
+        if (p->mask_mode == FI_MASK_CUSTOM) {
+            int64_t off = batch->mask_indptr ? batch->mask_indptr[b] : mask_offset;
+            mask_seg = custom_mask + off;
+            mask_offset += (qo_len * kv_len + 7) / 8;
+        }
+        fi_vk_hook_ctx c = {(int32_t)b, -1, 0, -1, -1, (int32_t)qo_len, (int32_t)kv_len, 0,
+                            (float)sm_scale};
+
+        /* K, V decoded and transformed: kd [kv_len][Hkv][Dqk], vd [kv_len][Hkv][Dvo] */
+        size_t nk = (size_t)(kv_len > 0 ? kv_len : 1) * Hkv;
+        double *kd = malloc(nk * Dqk * sizeof(double));
+        double *vd = malloc(nk * Dvo * sizeof(double));
+        double *w = malloc((size_t)(kv_len > 0 ? kv_len : 1) * sizeof(double));
+        double *qv = malloc((size_t)Dqk * sizeof(double));
+        if (!kd || !vd || !w || !qv) {
+            free(kd); free(vd); free(w); free(qv);
+            return -1;
+        }
+        for (int64_t j = 0; j < kv_len; j++) {
+            for (int32_t h = 0; h < Hkv; h++) {
+                double *kr = kd + ((size_t)j * Hkv + h) * Dqk;
+                double *vr = vd + ((size_t)j * Hkv + h) * Dvo;
+                kv_row(p, batch, k, b, j, h, Dqk, k_scale, kr);
+                kv_row(p, batch, v, b, j, h, Dvo, v_scale, vr);
+                c.kv_head = h, c.kv_pos = (int32_t)j;
+                c.head_dim = Dqk;
+                for (int32_t d = 0; d < Dqk; d++) tmp[d] = (float)kr[d];
+                hk->key_transform(tmp, &c, prm);
+                through_floats(kr, Dqk, tmp);
+                c.head_dim = Dvo;
+                for (int32_t d = 0; d < Dvo; d++) tmp[d] = (float)vr[d];
+                hk->value_transform(tmp, &c, prm);
+                through_floats(vr, Dvo, tmp);
+            }
+        }
+
+        for (int64_t i = 0; i < qo_len; i++) {
+            const int64_t qpos = kv_len - qo_len + i;
+            for (int32_t h = 0; h < Hq; h++) {
+                const int32_t hk_ = h / group;
+                c.qo_head = h, c.kv_head = hk_, c.q_pos = (int32_t)qpos, c.kv_pos = -1;
+                c.head_dim = Dqk;
+                int64_t qidx[3] = {q0 + i, h, 0};
+                int64_t qoff = tu_offset(q, qidx);
+                for (int32_t d = 0; d < Dqk; d++)
+                    tmp[d] = (float)tu_load(q->data, q->dtype, qoff + d * q->stride[2]);
+                hk->query_transform(tmp, &c, prm);
+                through_floats(qv, Dqk, tmp);
+
+                /* weights (softmax: logits) of the kept keys */
+                double maxl = -INFINITY;
+                int any = 0;
+                for (int64_t j = 0; j < kv_len; j++) {
+                    w[j] = hk->use_softmax ? -INFINITY : 0.0;
+                    if (!oracle_visible(p, qo_len, kv_len, i, j, mask_seg)) continue;
+                    const double *kr = kd + ((size_t)j * Hkv + hk_) * Dqk;
+                    double s = 0.0;
+                    for (int32_t d = 0; d < Dqk; d++) s += qv[d] * kr[d];
+                    c.kv_pos = (int32_t)j;
+                    double l = hk->logits_transform((float)(s * sm_scale), &c, prm);
+                    if (!hk->logits_mask(&c, prm)) continue;
+                    w[j] = l;
+                    any = 1;
+                    if (l > maxl) maxl = l;
+                }
+                c.kv_pos = -1;
+
+                double *orow = o + ((size_t)(q0 + i) * Hq + h) * Dvo;
+                for (int32_t d = 0; d < Dvo; d++) orow[d] = 0.0;
+                double lse_nat = 0.0;
+                if (hk->use_softmax) {
+                    lse_nat = -INFINITY;
+                    if (any && maxl != -INFINITY) {
+                        double sum = 0.0;
+                        for (int64_t j = 0; j < kv_len; j++) {
+                            if (w[j] == -INFINITY) continue;
+                            double e = exp(w[j] - maxl);
+                            sum += e;
+                            const double *vr = vd + ((size_t)j * Hkv + hk_) * Dvo;
+                            for (int32_t d = 0; d < Dvo; d++) orow[d] += e * vr[d];
+                        }
+                        for (int32_t d = 0; d < Dvo; d++) orow[d] /= sum;
+                        lse_nat = maxl + log(sum);
+                    }
+                } else {
+                    for (int64_t j = 0; j < kv_len; j++) {
+                        if (w[j] == 0.0) continue;
+                        const double *vr = vd + ((size_t)j * Hkv + hk_) * Dvo;
+                        for (int32_t d = 0; d < Dvo; d++) orow[d] += w[j] * vr[d];
+                    }
+                }
+                c.head_dim = Dvo;
+                for (int32_t d = 0; d < Dvo; d++) tmp[d] = (float)orow[d];
+                hk->output_transform(tmp, (float)lse_nat, &c, prm);
+                through_floats(orow, Dvo, tmp);
+                if (lse) lse[(q0 + i) * Hq + h] = hk->use_softmax ? lse_nat * LOG2E : 0.0;
+            }
+        }
+        free(kd); free(vd); free(w); free(qv);
+    }
+    return 0;
+}

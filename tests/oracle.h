@@ -10,6 +10,7 @@
 #define FI_TESTS_ORACLE_H
 
 #include "flashinfer.h"
+#include "cpu/variant_abi.h"
 
 #include <stdint.h>
 
@@ -30,6 +31,22 @@
 int oracle_attention(const fi_attention_params *params, const fi_batch *batch,
                      const fi_tensor *q, const fi_tensor *k, const fi_tensor *v,
                      const uint8_t *custom_mask, double *o, double *lse);
+
+/* Attention with a user-defined variant's hooks, given as a function table
+ * (compiled from the same generated hook text as the kernels; see
+ * vx_oracle_hooks in variant_examples.h) and the packed parameter struct.
+ * Everything but the hooks is double: K/V rows are decoded, passed through
+ * key/value_transform as floats, q through query_transform; s = sm_scale q.k
+ * in double, logits_transform on its float; masks (mask mode, window,
+ * custom bits, logits_mask); softmax, or with use_softmax = 0 the weighted
+ * sum; output_transform on every row with the natural-log LSE (-inf for a
+ * row that sees no key; 0 with use_softmax = 0). lse out is base 2 (0 with
+ * use_softmax = 0). params->pos_encoding and soft-cap are ignored (a
+ * variant's plan rejects them). Returns 0, or -1 as oracle_attention. */
+int oracle_attention_hooks(const fi_attention_params *params, const fi_batch *batch,
+                           const fi_tensor *q, const fi_tensor *k, const fi_tensor *v,
+                           const uint8_t *custom_mask, const fi_vk_hooks *hooks,
+                           const void *hook_params, double *o, double *lse);
 
 /* Keys of request b: paged page_size*(n-1) + last (0 without pages),
  * ragged kv_indptr[b+1] - kv_indptr[b]. */

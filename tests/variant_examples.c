@@ -1,6 +1,10 @@
 /* variant_examples.c — the example variants (variant_examples.h). */
 #include "variant_examples.h"
+#include "core/variant.h"
+#include "cpu/variant_jit.h"
+#include "oracle.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,4 +166,30 @@ void vx_args_free(vx_args *a) {
 fi_variant_args vx_variant_args(const vx_args *a) {
     fi_variant_args r = {a->num_values, a->values};
     return r;
+}
+
+/* ----------------------------------------------------------------- oracle */
+
+int vx_oracle(const fi_variant *variant, const fi_variant_args *args,
+              const fi_attention_params *params, const fi_batch *batch, const fi_tensor *q,
+              const fi_tensor *k, const fi_tensor *v, const uint8_t *custom_mask, double *o,
+              double *lse) {
+    if (!fi_cc_available(NULL)) return -2;
+    const fi_vk_hooks *hooks;
+    void *handle;
+    fi_status st = fi_cpu_variant_hooks(variant, &hooks, &handle);
+    if (st) {
+        tu_note("oracle hooks of %s: %s: %s", fi_variant_get_spec(variant)->name,
+                fi_status_string(st), fi_last_error());
+        return -1;
+    }
+    void *packed = calloc(1, (size_t)variant->params_size);
+    int rc = -1;
+    if (packed && fi_variant_check_args(variant, args) == FI_OK) {
+        if (variant->spec.num_params) fi_variant_pack(variant, args, packed);
+        rc = oracle_attention_hooks(params, batch, q, k, v, custom_mask, hooks, packed, o, lse);
+    }
+    free(packed);
+    dlclose(handle);
+    return rc;
 }

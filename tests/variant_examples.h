@@ -49,4 +49,13 @@ fi_variant_args vx_variant_args(const vx_args *a);
 int vx_make_args(int i, tu_rng *rng, const vx_shape *shape, vx_args *a);
 void vx_args_free(vx_args *a);
 
+/* The fp64 oracle (oracle_attention_hooks) with variant's hooks, compiled
+ * for the host by the system C compiler, and `args` packed as the kernels
+ * get them. Tensors are host views. Returns 0; -1 on failure (tu_note says
+ * why); -2 when there is no C compiler (the caller skips). */
+int vx_oracle(const fi_variant *variant, const fi_variant_args *args,
+              const fi_attention_params *params, const fi_batch *batch, const fi_tensor *q,
+              const fi_tensor *k, const fi_tensor *v, const uint8_t *custom_mask, double *o,
+              double *lse);
+
 #endif /* FI_TESTS_VARIANT_EXAMPLES_H */

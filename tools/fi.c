@@ -2,6 +2,7 @@
  * fi.c — the `fi` command line.
  *   fi info    version, backends found, CPU features in use
  *   fi demo    a CPU serving step, checked against the fp64 oracle
+ *   fi warmup  compile variant kernels into the cache
  */
 #include "tools.h"
 
@@ -35,7 +36,9 @@ static void usage(void) {
            "  info   version, backends found, CPU features used\n"
            "  demo   a serving step on the CPU: mixed prefill/decode batch in a paged\n"
            "         KV cache, planned once, run over several layers, checked\n"
-           "         against the fp64 oracle\n");
+           "         against the fp64 oracle\n"
+           "  warmup compile variants x head dims x dtypes into the kernel cache\n"
+           "         (fi warmup --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -45,6 +48,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "info")) return cmd_info();
     if (!strcmp(argv[1], "demo")) return fi_demo(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "warmup")) return fi_warmup(argc - 1, argv + 1);
     usage();
     return strcmp(argv[1], "help") && strcmp(argv[1], "--help") ? 2 : 0;
 }

@@ -8,13 +8,14 @@ tensors run on the CPU backend; torch CUDA tensors on the CUDA backend, on
 the tensors' device and the caller's current torch stream.
 """
 
-from . import attention, cascade, decode, page, prefill, quantization, rope, sparse, utils
+from . import attention, cascade, decode, page, prefill, quantization, rope, sparse, utils, variant
 from ._arrays import DTypeError
 from ._context import describe
 from ._lib import (
     BackendError,
     BackendUnsupportedError,
     BoundExceededError,
+    CompileError,
     FlashInferCError,
     InternalError,
     InvalidArgumentError,
@@ -54,10 +55,13 @@ from .rope import (
 )
 from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWrapper
 from .utils import MaskMode, PosEncodingMode, TensorLayout
+from .variant import Variant
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Variant",
+    "CompileError",
     "BatchAttention",
     "BatchDecodeWithPagedKVCacheWrapper",
     "BatchPrefillWithPagedKVCacheWrapper",

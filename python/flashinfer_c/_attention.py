@@ -61,6 +61,7 @@ def make_spec(
     rope_theta=None,
     disable_split_kv=False,
     fixed_split_size=0,
+    variant=None,
 ):
     """A Spec with FlashInfer's defaults applied (None = the default)."""
     for name, value in (
@@ -95,6 +96,7 @@ def make_spec(
         rope_theta=float(1e4 if rope_theta is None else rope_theta),
         disable_split_kv=bool(disable_split_kv),
         fixed_split_size=int(fixed_split_size or 0),
+        variant=variant,
     )
 
 

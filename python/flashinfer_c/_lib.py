@@ -82,6 +82,11 @@ _SIGNATURES = {
         [c_void_p, POINTER(S.AttentionParams), POINTER(S.PlanConfig), POINTER(c_void_p)],
     ),
     "fi_plan_destroy": (None, [c_void_p]),
+    "fi_variant_spec_init": (None, [POINTER(S.VariantSpec)]),
+    "fi_variant_create": (_status, [POINTER(S.VariantSpec), POINTER(c_void_p)]),
+    "fi_variant_destroy": (None, [c_void_p]),
+    "fi_variant_builtin": (_status, [c_char_p, POINTER(c_void_p)]),
+    "fi_variant_source": (c_size_t, [c_void_p, ctypes.c_int, c_char_p, c_size_t]),
     "fi_plan_update": (_status, [c_void_p, POINTER(S.Batch)]),
     "fi_plan_workspace_size": (c_size_t, [c_void_p]),
     "fi_plan_get_info": (_status, [c_void_p, POINTER(S.PlanInfo)]),
@@ -238,6 +243,7 @@ def _check_abi():
         (fn.attention_params_init, S.AttentionParams),
         (fn.plan_config_init, S.PlanConfig),
         (fn.rope_params_init, S.RopeParams),
+        (fn.variant_spec_init, S.VariantSpec),
     ):
         value = struct()
         init(ctypes.byref(value))

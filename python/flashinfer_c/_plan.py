@@ -50,6 +50,7 @@ class Spec:
     rope_theta: float = 1e4
     disable_split_kv: bool = False
     fixed_split_size: int = 0  # keys; 0 = automatic split
+    variant: object = None  # a flashinfer_c.Variant (compared by identity)
 
     def params(self):
         p = S.AttentionParams()
@@ -74,6 +75,7 @@ class Spec:
         ):
             setattr(p, name, getattr(self, name))
         p.pos_encoding = self.pos_encoding
+        p.variant = self.variant.handle if self.variant is not None else None
         return p
 
 
@@ -256,11 +258,15 @@ class Plan:
 
     # ----------------------------------------------------------------- run
 
-    def run(self, q, k, v, o, lse=None, custom_mask=None, stream=None):
+    def run(self, q, k, v, o, lse=None, custom_mask=None, stream=None, variant_values=()):
         """Attention for the planned batch. k, v: arrays, or fi_tensor views.
-        stream: the torch stream to queue it on (CUDA); None on the CPU."""
+        stream: the torch stream to queue it on (CUDA); None on the CPU.
+        variant_values: the spec's variant's per-run values, in its order."""
         spec = self.spec
         args = S.RunArgs()
+        if spec.variant is not None:
+            vargs, _keep = spec.variant.pack(variant_values, self.ctx.device)
+            args.variant_args = ctypes.addressof(vargs)
         _expect(fill_view(args.q, q, "q"), spec.q_dtype, "q", "q_data_type")
         if isinstance(k, S.Tensor):
             args.k, args.v = k, v

@@ -170,6 +170,45 @@ class RunArgs(Structure):
     ]
 
 
+# fi_variant_param_kind
+VARIANT_PARAM_F32 = 0
+VARIANT_PARAM_I32 = 1
+VARIANT_PARAM_TENSOR = 2
+
+# fi_variant_target
+VARIANT_TARGET_C = 0
+VARIANT_TARGET_CUDA = 1
+
+
+class VariantParam(Structure):
+    _fields_ = [("name", c_char_p), ("kind", c_enum), ("dtype", c_enum)]
+
+
+class VariantSpec(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("name", c_char_p),
+        ("params", POINTER(VariantParam)),
+        ("num_params", c_int32),
+        ("query_transform", c_char_p),
+        ("key_transform", c_char_p),
+        ("value_transform", c_char_p),
+        ("logits_transform", c_char_p),
+        ("logits_mask", c_char_p),
+        ("output_transform", c_char_p),
+        ("use_softmax", c_int32),
+        ("helpers", c_char_p),
+    ]
+
+
+class VariantValue(Structure):
+    _fields_ = [("kind", c_enum), ("f32", c_float), ("i32", c_int32), ("ptr", c_void_p)]
+
+
+class VariantArgs(Structure):
+    _fields_ = [("num_values", c_int32), ("values", POINTER(VariantValue))]
+
+
 class RopeParams(Structure):
     _fields_ = [
         ("struct_size", c_uint32),

@@ -40,10 +40,18 @@ class WrapperBase:
     _name = "wrapper"
 
     def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args):
-        if jit_args is not None:
+        from .variant import Variant
+
+        if isinstance(jit_args, (list, tuple)) and len(jit_args) == 1:
+            jit_args = jit_args[0]
+        if jit_args is not None and not isinstance(jit_args, Variant):
             raise NotImplementedError(
-                f"{self._name}: jit_args (custom attention variants) are not supported"
+                f"{self._name}: jit_args must be a flashinfer_c.Variant (FlashInfer's CUDA C++ "
+                "variant declarations cannot run here; see docs/VARIANTS.md for the "
+                "equivalent)"
             )
+        self._variant = jit_args  # run() takes its values as extra positional arguments
+        self._variant_values = ()
         self._float_workspace_buffer = float_workspace_buffer
         self._int_workspace_buffer = None
         self.device = workspace_device(float_workspace_buffer, self._name)
@@ -100,8 +108,17 @@ class WrapperBase:
             q_dtype=self._q_name,
             kv_dtype=self._kv_name,
             o_dtype=self._o_name,
+            variant=getattr(self, "_variant", None),
             **options,
         )
+
+    def _variant_args(self, args):
+        """run()'s extra positional arguments: a variant's values (kept for
+        _run), else returned for refuse_extras to refuse."""
+        if getattr(self, "_variant", None) is None:
+            return args
+        self._variant_values = tuple(args)
+        return ()
 
     def _copy_page_table(self, kv_indptr, kv_indices, last, suffix):
         """As FlashInfer, plan() writes the page table into the caller's CUDA-graph
@@ -180,7 +197,10 @@ class WrapperBase:
             # never be re-created (Plan._ensure refuses a parameter change).
             runner.captured = plan.captured = True
         if plan.total_qo or capturing:
-            runner.run(q, k, v, out, lse, custom_mask, plan.ctx.current_stream())
+            runner.run(
+                q, k, v, out, lse, custom_mask, plan.ctx.current_stream(),
+                getattr(self, "_variant_values", ()),
+            )
         apply_v_scale(out, v_scale)
         return (out, lse) if return_lse else out
 

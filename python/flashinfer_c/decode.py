@@ -240,7 +240,7 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         """Decode attention: q [batch_size * q_len_per_req, num_qo_heads, head_dim]."""
         refuse_extras(
             f"{self._name}.run()",
-            args,
+            self._variant_args(args),
             sinks=sinks,
             skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor,
             kv_cache_sf=kv_cache_sf,

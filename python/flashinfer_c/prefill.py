@@ -304,7 +304,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         sinks=None,
     ):
         """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk] over the paged cache."""
-        refuse_extras(f"{self._name}.run()", args, sinks=sinks)
+        refuse_extras(f"{self._name}.run()", self._variant_args(args), sinks=sinks)
         self._require_plan()
         self._check_window_left(window_left)
         k, v, arrays = paged_kv_views(paged_kv_cache)
@@ -436,7 +436,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
     ):
         """Attention of q [qo_indptr[-1], H_qo, D_qk] over k, v [kv_indptr[-1], H_kv, D]
         (NHD) or [H_kv, kv_indptr[-1], D] (HND)."""
-        refuse_extras(f"{self._name}.run()", args, o_scale=o_scale)
+        refuse_extras(f"{self._name}.run()", self._variant_args(args), o_scale=o_scale)
         self._require_plan()
         arrays = [("k", k), ("v", v)]
         return self._run(

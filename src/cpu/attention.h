@@ -38,6 +38,9 @@ typedef struct fi_cpu_kv {
     bool contiguous;       /* elem_stride == elem: SIMD tables can read rows */
 } fi_cpu_kv;
 
+/* The view of a K or V tensor of a plan's layout (run.c). */
+fi_cpu_kv fi_cpu_kv_view(const struct fi_plan *plan, const fi_tensor *t);
+
 typedef struct fi_cpu_job {
     const struct fi_plan *plan;
     const fi_cpu_simd *simd;

@@ -4,6 +4,7 @@
  */
 #include "cpu/attention.h"
 #include "cpu/cpu.h"
+#include "cpu/variant_jit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,12 +51,9 @@ static fi_status cpu_context_init(fi_context *ctx) {
     return FI_OK;
 }
 
-/* Variant plans: the hook kernel is compiled here (variant_jit.c). */
+/* Variant plans compile their kernel here (variant_jit.c). */
 static fi_status cpu_plan_init(struct fi_plan *plan) {
-    if (!plan->params.variant) return FI_OK;
-    return fi_error(FI_STATUS_UNSUPPORTED,
-                    "variant %s: the CPU backend does not run user-defined variants yet",
-                    fi_variant_get_spec(plan->params.variant)->name);
+    return plan->params.variant ? fi_cpu_variant_plan_init(plan) : FI_OK;
 }
 
 static int32_t cpu_num_workers(const fi_context *ctx) { return ctx->num_threads; }
@@ -75,7 +73,7 @@ const fi_backend fi_cpu_backend = {
     .context_fini = cpu_context_fini,
     .num_workers = cpu_num_workers,
     .plan_init = cpu_plan_init,
-    .plan_fini = NULL,
+    .plan_fini = fi_cpu_variant_plan_fini,
     .plan_upload = NULL,
     .run = fi_cpu_run,
     .merge_state = fi_cpu_merge_state,

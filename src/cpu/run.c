@@ -8,13 +8,14 @@
 #include "cpu/attention.h"
 #include "cpu/convert.h"
 #include "cpu/cpu.h"
+#include "cpu/variant_jit.h"
 
 #include <math.h>
 #include <string.h>
 
 #define LOG2E 1.4426950408889634f
 
-static fi_cpu_kv kv_view(const fi_plan *plan, const fi_tensor *t) {
+fi_cpu_kv fi_cpu_kv_view(const fi_plan *plan, const fi_tensor *t) {
     const fi_attention_params *p = &plan->params;
     int64_t e = (int64_t)fi_dtype_size(t->dtype);
     bool nhd = p->kv_layout == FI_KV_LAYOUT_NHD;
@@ -50,8 +51,8 @@ static void job_init(fi_cpu_job *j, const fi_plan *plan, const fi_run_args *a) {
     j->o_tok = a->o.stride[0] * oe, j->o_head = a->o.stride[1] * oe, j->o_elem = a->o.stride[2] * oe;
     j->lse = a->lse.data;
     if (j->lse) j->lse_tok = a->lse.stride[0], j->lse_head = a->lse.stride[1];
-    j->k = kv_view(plan, &a->k);
-    j->v = kv_view(plan, &a->v);
+    j->k = fi_cpu_kv_view(plan, &a->k);
+    j->v = fi_cpu_kv_view(plan, &a->v);
     j->mask = p->mask_mode == FI_MASK_CUSTOM ? a->custom_mask.data : NULL;
     j->h_qo = p->num_qo_heads, j->h_kv = p->num_kv_heads, j->group = plan->group_size;
     j->dqk = p->head_dim_qk, j->dvo = p->head_dim_vo;
@@ -143,6 +144,7 @@ static void phase_merge(void *arg, int32_t t, int32_t nt) {
 }
 
 fi_status fi_cpu_run(struct fi_plan *plan, const fi_run_args *args) {
+    if (plan->params.variant) return fi_cpu_variant_run(plan, args);
     fi_cpu_job job;
     job_init(&job, plan, args);
     fi_thread_pool *pool = fi_cpu_pool(plan->ctx);
