@@ -112,8 +112,8 @@ int main(int argc, char **argv) {
     double *warm = malloc(sizeof(double) * (size_t)reps), *base = malloc(sizeof(double) * (size_t)reps);
     p.variant = sink;
     for (int i = 0; i < cold_reps; i++) {
-        char dir[64];
-        snprintf(dir, sizeof dir, "%s", tmpl);
+        char dir[sizeof tmpl];
+        memcpy(dir, "/tmp/fi-bench-cache-XXXXXX", sizeof dir);
         if (!mkdtemp(dir)) return 1;
         setenv("FLASHINFER_CACHE_DIR", dir, 1);
         cold[i] = time_create(ctx, &p, &cfg);
@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
             if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
         } else {
-            snprintf(tmpl, sizeof tmpl, "%s", dir); /* keep the last: the warm runs read it */
+            memcpy(tmpl, dir, sizeof tmpl); /* keep the last: the warm runs read it */
         }
     }
     for (int i = 0; i < reps; i++) warm[i] = time_create(ctx, &p, &cfg);
