@@ -490,6 +490,9 @@ FI_API fi_status fi_rope_apply_pos_ids(fi_context *ctx, const fi_rope_params *pa
  * block-sparse attention, both lowered onto plans and the state merge. */
 
 #define FI_CASCADE_MAX_LEVELS 8
+/* Levels an automatic cascade may build: shared prefix levels of a radix
+ * tree (a global prefix, group prefixes, ...) plus the unique suffixes. */
+#define FI_CASCADE_AUTO_MAX_LEVELS 4
 
 typedef struct fi_cascade fi_cascade;
 
@@ -504,17 +507,17 @@ typedef struct fi_cascade_options {
     uint32_t struct_size;
     fi_prefix_detection prefix_detection; /* fi_cascade_create_auto only */
     /* Memory for the levels' partial states, fi_cascade_workspace_size()
-     * bytes, 64-byte aligned, on the context's device. NULL on the CPU = the
-     * cascade allocates it; a CUDA context must pass device memory (the
-     * core allocates no device memory). Kept until fi_cascade_destroy. */
+     * bytes, 64-byte aligned, on the context's device (device memory for
+     * CUDA). NULL = the cascade allocates it at creation, on either backend.
+     * Kept until fi_cascade_destroy. */
     void *workspace;
     size_t workspace_bytes;
 } fi_cascade_options;
 
 FI_API void fi_cascade_options_init(fi_cascade_options *options);
 
-/* Bytes of partial-state workspace a cascade of num_levels levels (2 for an
- * automatic one) over at most max_total_qo query tokens needs:
+/* Bytes of partial-state workspace a cascade of num_levels levels
+ * (FI_CASCADE_AUTO_MAX_LEVELS for an automatic one) over at most max_total_qo query tokens needs:
  * f32 O and LSE per level and token, and one f32 LSE per token. */
 FI_API size_t fi_cascade_workspace_size(const fi_attention_params *params,
                                         int32_t num_levels, int32_t max_total_qo);
@@ -536,7 +539,9 @@ FI_API fi_status fi_cascade_create(fi_context *ctx, const fi_attention_params *p
 
 /* A cascade built from plain paged batches (fi_cascade_update_batch): it
  * finds runs of consecutive requests whose page tables start with the same
- * full pages, and splits them into a shared-prefix level and a unique-suffix
+ * full pages, as a radix tree (runs sharing a global prefix, runs inside
+ * them sharing more, ...), and splits the batch into up to
+ * FI_CASCADE_AUTO_MAX_LEVELS - 1 shared-prefix levels and a unique-suffix
  * level when options->prefix_detection and the cost model say so.
  * `config` bounds the plain batch. */
 FI_API fi_status fi_cascade_create_auto(fi_context *ctx, const fi_attention_params *params,
@@ -566,8 +571,9 @@ FI_API fi_status fi_cascade_run(fi_cascade *cascade, const fi_run_args *args);
 typedef struct fi_cascade_info {
     uint32_t struct_size;
     int32_t num_levels;       /* levels run (1 when an automatic cascade did not split) */
-    int32_t split;            /* automatic: non-zero when split into prefix + suffix */
-    int32_t num_groups;       /* automatic: groups of >= 2 requests sharing pages */
+    int32_t split;            /* automatic: non-zero when split into prefixes + suffix */
+    int32_t num_groups;       /* automatic: groups of >= 2 requests sharing pages,
+                                 over every shared level */
     int64_t saved_page_reads; /* automatic: sum over groups of (members - 1) x shared pages */
     double cost_single;       /* automatic: the cost model's figure, one level */
     double cost_cascade;      /* automatic: prefix + suffix levels + merge */
@@ -630,15 +636,16 @@ FI_API fi_status fi_bsr_update_variable(fi_bsr *bsr, int32_t qo_len, int32_t kv_
                                         const int32_t *block_col_sz,
                                         const uint8_t *block_mask_map);
 
-/* The packed element mask the last fi_bsr_update built (NULL, 0 without
- * one): a CUDA caller copies these bytes to device memory and passes them
- * as args->custom_mask; on the CPU fi_bsr_run uses them itself. */
+/* The packed element mask the last fi_bsr_update built, in host memory
+ * (NULL, 0 without one). fi_bsr_update also copies it into the bsr's own
+ * backend memory (device memory on CUDA, allocated at fi_bsr_create), which
+ * fi_bsr_run uses unless args->custom_mask is given. */
 FI_API fi_status fi_bsr_packed_mask(const fi_bsr *bsr, const uint8_t **bits,
                                     int64_t *bytes);
 
 /*   q [M, H_qo, D_qk]; k [N, H_kv, D_qk]; v [N, H_kv, D_vo]
  *   o [M, H_qo, D_vo]; lse [M, H_qo] f32 (data NULL = not wanted)
- *   custom_mask: data NULL = the packed mask held by the bsr (CPU) */
+ *   custom_mask: data NULL = the packed mask held by the bsr (any backend) */
 FI_API fi_status fi_bsr_run(fi_bsr *bsr, const fi_run_args *args);
 
 #ifdef __cplusplus

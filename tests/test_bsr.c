@@ -19,6 +19,7 @@
  * before each run, NaN never passes.
  */
 #include "flashinfer.h"
+#include "device.h"
 #include "oracle.h"
 #include "util.h"
 
@@ -27,16 +28,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static tu_cpu_backend backends[TU_NUM_CPU_BACKENDS];
+/* the CPU SIMD levels, then CUDA (device.h) */
+static tu_cpu_backend backends[TU_NUM_CPU_BACKENDS + 1];
 
 static void set_bit(uint8_t *bits, int64_t i) { bits[i / 8] |= (uint8_t)(1u << (i % 8)); }
 
+/* Host buffers and what the library reads and writes (device copies on
+ * CUDA; the buffers themselves on the CPU). */
 typedef struct tensors {
     tu_buf q, k, v, o, lse;
+    tu_mirror mq, mk, mv, mo, ml;
+    const tu_cpu_backend *be;
 } tensors;
 
-static int tensors_alloc(tensors *t, tu_rng *rng, int32_t M, int32_t N, int32_t hq, int32_t hk,
-                         int32_t d, fi_dtype dt) {
+static int tensors_alloc(tensors *t, const tu_cpu_backend *be, tu_rng *rng, int32_t M,
+                         int32_t N, int32_t hq, int32_t hk, int32_t d, fi_dtype dt) {
+    memset(t, 0, sizeof *t);
+    t->be = be;
     int64_t qs[3] = {M, hq, d}, ks[3] = {N, hk, d}, ls[2] = {M, hq};
     if (tu_buf_alloc(&t->q, dt, 3, qs) || tu_buf_alloc(&t->k, dt, 3, ks) ||
         tu_buf_alloc(&t->v, dt, 3, ks) || tu_buf_alloc(&t->o, dt, 3, qs) ||
@@ -47,10 +55,22 @@ static int tensors_alloc(tensors *t, tu_rng *rng, int32_t M, int32_t N, int32_t 
     tu_fill_uniform(rng, &t->v.t, -1, 1, 0);
     tu_buf_poison(&t->o);
     tu_buf_poison(&t->lse);
-    return 0;
+    return tu_mirror_up(be, &t->q, &t->mq) || tu_mirror_up(be, &t->k, &t->mk) ||
+           tu_mirror_up(be, &t->v, &t->mv) || tu_mirror_up(be, &t->o, &t->mo) ||
+           tu_mirror_up(be, &t->lse, &t->ml);
+}
+
+/* O and LSE as the run left them, back on the host. */
+static int tensors_fetch(tensors *t) {
+    return tu_mirror_down(t->be, &t->mo, &t->o) || tu_mirror_down(t->be, &t->ml, &t->lse);
 }
 
 static void tensors_free(tensors *t) {
+    tu_mirror_free(&t->mq);
+    tu_mirror_free(&t->mk);
+    tu_mirror_free(&t->mv);
+    tu_mirror_free(&t->mo);
+    tu_mirror_free(&t->ml);
     tu_buf_free(&t->q);
     tu_buf_free(&t->k);
     tu_buf_free(&t->v);
@@ -61,11 +81,11 @@ static void tensors_free(tensors *t) {
 static fi_run_args args_of(const tensors *t) {
     fi_run_args a;
     memset(&a, 0, sizeof a);
-    a.q = t->q.t;
-    a.k = t->k.t;
-    a.v = t->v.t;
-    a.o = t->o.t;
-    a.lse = t->lse.t;
+    a.q = t->mq.t;
+    a.k = t->mk.t;
+    a.v = t->mv.t;
+    a.o = t->mo.t;
+    a.lse = t->ml.t;
     return a;
 }
 
@@ -176,7 +196,7 @@ static void run_fixed(tu_cpu_backend *be, const fcase *c, const char *name) {
                     if (!bmask || bmask[((int64_t)j * R + i) * C + x])
                         set_bit(dense, (int64_t)(r * R + i) * N + indices[j] * C + x);
     tensors t;
-    int fail = tensors_alloc(&t, &rng, M, N, c->hq, c->hk, c->d, c->dt);
+    int fail = tensors_alloc(&t, be, &rng, M, N, c->hq, c->hk, c->d, c->dt);
     fi_attention_params p = make_params(c->hq, c->hk, c->d, c->dt);
     int64_t rows = (int64_t)M * c->hq;
     double *o = malloc((size_t)(rows * c->d + 1) * sizeof(double));
@@ -195,6 +215,7 @@ static void run_fixed(tu_cpu_backend *be, const fcase *c, const char *name) {
     if (!st) st = fi_bsr_update(bsr, M, N, indptr, indices, bmask);
     fi_run_args a = args_of(&t);
     if (!st) st = fi_bsr_run(bsr, &a);
+    fail |= tensors_fetch(&t);
     if (st) {
         tu_note("%s: %s", fi_status_string(st), fi_last_error());
         fail = 1;
@@ -226,8 +247,12 @@ static void fixed_cases(tu_cpu_backend *be) {
                 for (int ti = 0; ti < 3; ti++)
                     for (int hi = 0; hi < 2; hi++) {
                         int k = count++;
-                        if (k % TU_NUM_CPU_BACKENDS != be->index) continue;
-                        if (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 4) continue;
+                        /* one SIMD level each, --quick 1 in 4; CUDA: every
+                         * other one (--quick: 1 in 8) */
+                        if (tu_is_cuda(be) ? k % (tu_opt.quick ? 8 : 2) != 0
+                                           : k % TU_NUM_CPU_BACKENDS != be->index ||
+                                                 (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 4))
+                            continue;
                         fcase c = {blocks[bi][0], blocks[bi][1], blocks[bi][2], blocks[bi][3],
                                    heads[hi][0], heads[hi][1], (bi + ti) % 2 ? 128 : 64,
                                    dens[di], em, dts[ti]};
@@ -275,7 +300,7 @@ static void run_variable(tu_cpu_backend *be, const vcase *c, const char *name) {
     }
     for (int64_t i = 0; i < (int64_t)hk * MB * NB; i++) map[i] = tu_rng_uniform(&rng) < c->density;
     tensors t;
-    int fail = tensors_alloc(&t, &rng, M, N, c->hq, hk, c->d, c->dt);
+    int fail = tensors_alloc(&t, be, &rng, M, N, c->hq, hk, c->d, c->dt);
     fi_attention_params p = make_params(c->hq, hk, c->d, c->dt);
     int64_t rows = (int64_t)M * c->hq;
     double *o = malloc((size_t)(rows * c->d + 1) * sizeof(double));
@@ -309,6 +334,7 @@ static void run_variable(tu_cpu_backend *be, const vcase *c, const char *name) {
     if (!st) st = fi_bsr_update_variable(bsr, M, N, MB, NB, rs, cs, map);
     fi_run_args a = args_of(&t);
     if (!st) st = fi_bsr_run(bsr, &a);
+    fail |= tensors_fetch(&t);
     if (st) {
         tu_note("%s: %s", fi_status_string(st), fi_last_error());
         fail = 1;
@@ -339,8 +365,12 @@ static void variable_cases(tu_cpu_backend *be) {
                 for (int ti = 0; ti < 3; ti++)
                     for (int hi = 0; hi < 3; hi++) {
                         int k = count++;
-                        if (k % TU_NUM_CPU_BACKENDS != be->index) continue;
-                        if (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 4) continue;
+                        /* one SIMD level each, --quick 1 in 4; CUDA: every
+                         * other one (--quick: 1 in 8) */
+                        if (tu_is_cuda(be) ? k % (tu_opt.quick ? 8 : 2) != 0
+                                           : k % TU_NUM_CPU_BACKENDS != be->index ||
+                                                 (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 4))
+                            continue;
                         vcase c = {shapes[si][0], shapes[si][1], heads[hi][0], heads[hi][1],
                                    (si + ti) % 2 ? 128 : 64, shapes[si][2], shapes[si][3],
                                    gi ? 4 : 1, dens[di], dts[ti]};
@@ -405,7 +435,7 @@ static void bad_input(tu_cpu_backend *be) {
         return;
     }
     tensors t;
-    tensors_alloc(&t, &rng, 16, 32, 4, 2, 64, FI_DTYPE_F32);
+    tensors_alloc(&t, be, &rng, 16, 32, 4, 2, 64, FI_DTYPE_F32);
     fi_run_args a = args_of(&t);
     fail |=
         tu_expect_status(fi_bsr_run(b, &a), FI_STATUS_NOT_PLANNED, "fi_bsr_update", "run first");
@@ -493,12 +523,15 @@ static void bad_input(tu_cpu_backend *be) {
 
 int main(int argc, char **argv) {
     if (tu_parse_args(argc, argv, "fi_bsr_* against the fp64 oracle (dense custom mask)")) return 2;
-    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) {
-        if (tu_cpu_backend_open(&backends[i], i, 3)) continue;
+    for (int i = 0; i <= TU_CUDA_INDEX; i++) {
+        if (i < TU_CUDA_INDEX ? tu_cpu_backend_open(&backends[i], i, 3)
+                              : tu_cuda_backend_open(&backends[i]))
+            continue;
         fixed_cases(&backends[i]);
         variable_cases(&backends[i]);
-        bad_input(&backends[i]);
+        /* the core's validation, the same on every backend: CPU only */
+        if (i < TU_CUDA_INDEX) bad_input(&backends[i]);
     }
-    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) fi_context_destroy(backends[i].ctx);
+    for (int i = 0; i <= TU_CUDA_INDEX; i++) fi_context_destroy(backends[i].ctx);
     return tu_summary("test_bsr");
 }

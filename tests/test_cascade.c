@@ -9,16 +9,21 @@
  *              where the two mean the same, the oracle and a plan of the
  *              same batch as one format (pages concatenated)
  *   detect     fi_cascade_create_auto on radix-tree-like batches (all share,
- *              groups share, nested, none, a shared page that is some
- *              request's partial last page, causal chunks whose queries sit
- *              inside the prefix) with detection ALWAYS / AUTO / OFF: each
- *              against the oracle, and ALWAYS against OFF
+ *              groups share, nested, a 3-deep tree, none, a shared page that
+ *              is some request's partial last page, causal chunks whose
+ *              queries sit inside the prefix) with detection ALWAYS / AUTO /
+ *              OFF: each against the oracle, and ALWAYS against OFF; ALWAYS
+ *              keeps every level of the tree (3 for nested, 4 for the tree)
  *   bad_input  named messages for every misuse; O untouched by failed runs
+ *
+ * Backends: the CPU SIMD levels, and CUDA (--backend cuda; inputs and
+ * poisoned outputs mirrored in device memory, tests/device.h).
  *
  * Every case: fresh seeded inputs, unused KV slots NaN, O/LSE (and their
  * padding rows) poisoned before the run; NaN never passes.
  */
 #include "flashinfer.h"
+#include "device.h"
 #include "oracle.h"
 #include "util.h"
 
@@ -28,7 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static tu_cpu_backend backends[TU_NUM_CPU_BACKENDS];
+/* the CPU SIMD levels, then CUDA (device.h) */
+static tu_cpu_backend backends[TU_NUM_CPU_BACKENDS + 1];
 
 /* ------------------------------------------------------------ the pool */
 
@@ -118,30 +124,66 @@ static int64_t make_mask(tu_rng *rng, const tbatch *b, int32_t ps, uint8_t *bits
 
 typedef struct outputs {
     tu_buf o, lse;
+    tu_mirror mo, ml; /* what the library writes (device copies on CUDA) */
     int64_t rows; /* token rows the batch has; the buffers have 2 more */
 } outputs;
 
+/* The inputs as the library sees them on the backend under test. */
+typedef struct lib_in {
+    tu_mirror q, k, v, mask;
+} lib_in;
+
+static int lib_in_up(const tu_cpu_backend *be, lib_in *in, const tu_buf *q, const pool *p,
+                     const tu_buf *mask) {
+    memset(in, 0, sizeof *in);
+    return tu_mirror_up(be, q, &in->q) || tu_mirror_up(be, &p->k, &in->k) ||
+           tu_mirror_up(be, &p->v, &in->v) || (mask && tu_mirror_up(be, mask, &in->mask));
+}
+
+static void lib_in_free(lib_in *in) {
+    tu_mirror_free(&in->q);
+    tu_mirror_free(&in->k);
+    tu_mirror_free(&in->v);
+    tu_mirror_free(&in->mask);
+}
+
+/* Poison O and LSE (padding rows included) where the library writes. */
+static int outputs_poison(const tu_cpu_backend *be, outputs *out) {
+    tu_buf_poison(&out->o);
+    tu_buf_poison(&out->lse);
+    tu_mirror_free(&out->mo);
+    tu_mirror_free(&out->ml);
+    return tu_mirror_up(be, &out->o, &out->mo) || tu_mirror_up(be, &out->lse, &out->ml);
+}
+
+/* What the library wrote, back on the host for the checks. */
+static int outputs_fetch(const tu_cpu_backend *be, outputs *out) {
+    return tu_mirror_down(be, &out->mo, &out->o) || tu_mirror_down(be, &out->ml, &out->lse);
+}
+
 static int outputs_alloc(outputs *out, int64_t rows, int32_t h, int32_t d, fi_dtype o_dt) {
+    memset(out, 0, sizeof *out);
     out->rows = rows;
     int64_t os[3] = {rows + 2, h, d}, ls[2] = {rows + 2, h};
     return tu_buf_alloc(&out->o, o_dt, 3, os) || tu_buf_alloc(&out->lse, FI_DTYPE_F32, 2, ls);
 }
 
 static void outputs_free(outputs *out) {
+    tu_mirror_free(&out->mo);
+    tu_mirror_free(&out->ml);
     tu_buf_free(&out->o);
     tu_buf_free(&out->lse);
 }
 
-static fi_run_args run_args(const tu_buf *q, const pool *p, outputs *out, int with_lse,
-                            const tu_buf *mask) {
+static fi_run_args run_args(const lib_in *in, outputs *out, int with_lse, int with_mask) {
     fi_run_args a;
     memset(&a, 0, sizeof a);
-    a.q = q->t;
-    a.k = p->k.t;
-    a.v = p->v.t;
-    a.o = out->o.t;
-    if (with_lse) a.lse = out->lse.t;
-    if (mask) a.custom_mask = mask->t;
+    a.q = in->q.t;
+    a.k = in->k.t;
+    a.v = in->v.t;
+    a.o = out->mo.t;
+    if (with_lse) a.lse = out->ml.t;
+    if (with_mask) a.custom_mask = in->mask.t;
     return a;
 }
 
@@ -341,6 +383,8 @@ static void run_level_case(tu_cpu_backend *be, const lcase *c, const char *name)
         mask.t = fi_tensor_contiguous(mask.base, FI_DTYPE_U8, 1, &bytes);
         single_ok = false;
     }
+    lib_in in;
+    fail |= lib_in_up(be, &in, &q, &p, c->mask == FI_MASK_CUSTOM ? &mask : NULL);
 
     int64_t rows = (int64_t)total * c->h_qo;
     double *lo[FI_CASCADE_MAX_LEVELS], *ll[FI_CASCADE_MAX_LEVELS];
@@ -371,10 +415,10 @@ static void run_level_case(tu_cpu_backend *be, const lcase *c, const char *name)
     fi_batch fbs[FI_CASCADE_MAX_LEVELS];
     for (int32_t l = 0; l < L; l++) fbs[l] = tb_view(&lv[l]);
     if (!st) st = fi_cascade_update(cas, fbs);
-    tu_buf_poison(&out.o);
-    tu_buf_poison(&out.lse);
-    fi_run_args a = run_args(&q, &p, &out, c->with_lse, c->mask == FI_MASK_CUSTOM ? &mask : NULL);
+    fail |= outputs_poison(be, &out);
+    fi_run_args a = run_args(&in, &out, c->with_lse, c->mask == FI_MASK_CUSTOM);
     if (!st) st = fi_cascade_run(cas, &a);
+    fail |= outputs_fetch(be, &out);
     double tol = tu_dtype_tol(c->q_dt);
     if (tu_dtype_tol(c->kv_dt) > tol) tol = tu_dtype_tol(c->kv_dt);
     if (tu_dtype_tol(c->o_dt) > tol) tol = tu_dtype_tol(c->o_dt);
@@ -395,12 +439,12 @@ static void run_level_case(tu_cpu_backend *be, const lcase *c, const char *name)
         fi_plan_config pc = cfg[0];
         outputs o2;
         outputs_alloc(&o2, total, c->h_qo, c->d, c->o_dt);
-        tu_buf_poison(&o2.o);
-        tu_buf_poison(&o2.lse);
-        fi_run_args a2 = run_args(&q, &p, &o2, c->with_lse, NULL);
+        fail |= outputs_poison(be, &o2);
+        fi_run_args a2 = run_args(&in, &o2, c->with_lse, 0);
         st = fi_plan_create(be->ctx, &params, &pc, &plan);
         if (!st) st = fi_plan_update(plan, &sb);
         if (!st) st = fi_plan_run(plan, &a2);
+        fail |= outputs_fetch(be, &o2);
         if (st) {
             tu_note("single plan: %s", fi_last_error());
             fail = 1;
@@ -425,6 +469,7 @@ static void run_level_case(tu_cpu_backend *be, const lcase *c, const char *name)
     }
     free(o_ref);
     free(lse_ref);
+    lib_in_free(&in);
     tu_buf_free(&q);
     tu_buf_free(&mask);
     outputs_free(&out);
@@ -451,10 +496,13 @@ static void level_cases(tu_cpu_backend *be) {
                 for (int di = 0; di < 4; di++)
                     for (int shape = 0; shape < 2; shape++)
                         for (int var = 0; var < 3; var++) {
-                            /* each combination on one SIMD level in turn; --quick: 1 in 8 */
+                            /* each combination on one SIMD level in turn; --quick: 1 in 8;
+                             * CUDA: 1 in 6 (--quick: 1 in 24) */
                             int k = count++;
-                            if (k % TU_NUM_CPU_BACKENDS != be->index) continue;
-                            if (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 8) continue;
+                            if (tu_is_cuda(be) ? k % (tu_opt.quick ? 24 : 6) != 0
+                                               : k % TU_NUM_CPU_BACKENDS != be->index ||
+                                                     (tu_opt.quick && (k / TU_NUM_CPU_BACKENDS) % 8))
+                                continue;
                             lcase c = {.levels = L, .batch = 6 + var * 5, .h_qo = heads[hi][0],
                                        .h_kv = heads[hi][1], .d = (hi + di) % 2 ? 128 : 64,
                                        .ps = var == 2 ? 7 : 16, .mask = masks[mi].mask,
@@ -488,24 +536,26 @@ typedef enum shape_kind {
     SH_NONE = 3,     /* nothing shared */
     SH_PARTIAL = 4,  /* a shared page that is one request's partial last page */
     SH_CHUNK = 5,    /* causal chunks whose first queries sit inside the prefix */
-    SH_COUNT = 6
+    SH_TREE = 6,     /* a deeper radix tree: all share, quads share more, pairs more */
+    SH_COUNT = 7
 } shape_kind;
 
-static const char *shape_names[SH_COUNT] = {"all", "groups", "nested", "none", "partial", "chunk"};
+static const char *shape_names[SH_COUNT] = {"all", "groups", "nested", "none", "partial", "chunk", "tree"};
 
 static void build_radix(tu_rng *rng, pool *p, tbatch *b, shape_kind sk, int32_t B,
                         int32_t max_qo) {
     int32_t ps = p->page_size;
     int32_t common[6], ncommon = tu_rng_int(rng, 2, 5);
     for (int32_t k = 0; k < ncommon; k++) common[k] = pool_page(p, ps);
-    int32_t pair[6], npair = 0, grp[6], ngrp = 0;
+    int32_t pair[6], npair = 0, grp[6], ngrp = 0, quad[6], nquad = 0;
     b->n = B;
     b->qo[0] = b->kv[0] = 0;
     for (int32_t i = 0; i < B; i++) {
         int32_t q = max_qo == 1 ? 1 : tu_rng_int(rng, 1, max_qo);
         b->qo[i + 1] = b->qo[i] + q;
         int32_t at = b->kv[i];
-        if (sk == SH_ALL || sk == SH_NESTED || sk == SH_CHUNK || sk == SH_PARTIAL)
+        if (sk == SH_ALL || sk == SH_NESTED || sk == SH_CHUNK || sk == SH_PARTIAL ||
+            sk == SH_TREE)
             for (int32_t k = 0; k < ncommon; k++) b->idx[at++] = common[k];
         if (sk == SH_GROUPS) {
             if (i % 3 == 0) {
@@ -514,7 +564,14 @@ static void build_radix(tu_rng *rng, pool *p, tbatch *b, shape_kind sk, int32_t 
             }
             for (int32_t k = 0; k < ngrp; k++) b->idx[at++] = grp[k];
         }
-        if (sk == SH_NESTED) {
+        if (sk == SH_TREE) {
+            if (i % 4 == 0) {
+                nquad = tu_rng_int(rng, 1, 3);
+                for (int32_t k = 0; k < nquad; k++) quad[k] = pool_page(p, ps);
+            }
+            for (int32_t k = 0; k < nquad; k++) b->idx[at++] = quad[k];
+        }
+        if (sk == SH_NESTED || sk == SH_TREE) {
             if (i % 2 == 0) {
                 npair = tu_rng_int(rng, 1, 4);
                 for (int32_t k = 0; k < npair; k++) pair[k] = pool_page(p, ps);
@@ -575,6 +632,8 @@ static void run_detect_case(tu_cpu_backend *be, const dcase *c, const char *name
     int fail = tu_buf_alloc(&q, c->dt, 3, qs) || pool_fill(&p, &rng, c->dt, c->h_kv, c->d);
     for (int m = 0; m < 3; m++) fail |= outputs_alloc(&out[m], total, c->h_qo, c->d, c->dt);
     tu_fill_uniform(&rng, &q.t, -2, 2, 0);
+    lib_in in;
+    fail |= lib_in_up(be, &in, &q, &p, NULL);
     int64_t rows = (int64_t)total * c->h_qo;
     double *o_ref = calloc((size_t)(rows * c->d), sizeof(double));
     double *l_ref = calloc((size_t)rows, sizeof(double));
@@ -601,16 +660,18 @@ static void run_detect_case(tu_cpu_backend *be, const dcase *c, const char *name
         fi_cascade_info info;
         fi_cascade_info_init(&info);
         if (!st) st = fi_cascade_get_info(cas, &info);
-        tu_buf_poison(&out[m].o);
-        tu_buf_poison(&out[m].lse);
-        fi_run_args a = run_args(&q, &p, &out[m], 1, NULL);
+        fail |= outputs_poison(be, &out[m]);
+        fi_run_args a = run_args(&in, &out[m], 1, 0);
         if (!st) st = fi_cascade_run(cas, &a);
+        fail |= outputs_fetch(be, &out[m]);
         /* twice: a second run on the same plan gives the same bits */
         if (!st) {
             outputs again;
             outputs_alloc(&again, total, c->h_qo, c->d, c->dt);
-            fi_run_args a2 = run_args(&q, &p, &again, 1, NULL);
+            fail |= outputs_poison(be, &again);
+            fi_run_args a2 = run_args(&in, &again, 1, 0);
             st = fi_cascade_run(cas, &a2);
+            fail |= outputs_fetch(be, &again);
             if (!st && memcmp(again.o.t.data, out[m].o.t.data,
                               (size_t)rows * c->d * tu_dtype_size(c->dt))) {
                 tu_note("%s: a second run differs", mode_names[m]);
@@ -634,8 +695,17 @@ static void run_detect_case(tu_cpu_backend *be, const dcase *c, const char *name
                     shape_names[c->shape], info.num_groups);
             fail = 1;
         }
+        /* ALWAYS keeps every level of the tree: nested is global + pairs,
+         * tree is global + quads + pairs (each over its suffixes) */
+        int want = c->shape == SH_NESTED ? 3 : c->shape == SH_TREE ? 4 : 0;
+        if (m == 0 && want && info.num_levels != want) {
+            tu_note("always: %d levels for shape %s, want %d", info.num_levels,
+                    shape_names[c->shape], want);
+            fail = 1;
+        }
         char what[64];
-        snprintf(what, sizeof what, "detection %s (split %d)", mode_names[m], info.split);
+        snprintf(what, sizeof what, "detection %s (split %d, %d levels)", mode_names[m],
+                 info.split, info.num_levels);
         fail |= check_out(&out[m], o_ref, l_ref, c->h_qo, c->d, tol, 1, what);
     }
     if (!fail) {
@@ -652,6 +722,7 @@ static void run_detect_case(tu_cpu_backend *be, const dcase *c, const char *name
     tu_record("detect", name, fail ? TU_FAIL : TU_PASS);
     free(o_ref);
     free(l_ref);
+    lib_in_free(&in);
     tu_buf_free(&q);
     for (int m = 0; m < 3; m++) outputs_free(&out[m]);
     pool_free(&p);
@@ -668,7 +739,7 @@ static void detect_cases(tu_cpu_backend *be) {
                 for (int hi = 0; hi < 2; hi++)
                     for (int di = 0; di < 3; di++) {
                         int k = count++;
-                        if (tu_opt.quick && (k % 4) != be->index) continue;
+                        if (tu_opt.quick && (k % 4) != be->index % 4) continue;
                         dcase c = {.shape = (shape_kind)s, .batch = 8 + 4 * hi + di,
                                    .h_qo = heads[hi][0], .h_kv = heads[hi][1],
                                    .d = di == 1 ? 128 : 64, .ps = hi ? 16 : 8,
@@ -878,12 +949,14 @@ static void bad_input_cases(tu_cpu_backend *be) {
 int main(int argc, char **argv) {
     if (tu_parse_args(argc, argv, "fi_cascade_* against the fp64 oracle")) return 2;
     for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) tu_cpu_backend_open(&backends[i], i, 3);
-    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) {
+    tu_cuda_backend_open(&backends[TU_CUDA_INDEX]);
+    for (int i = 0; i <= TU_CUDA_INDEX; i++) {
         if (!backends[i].ctx) continue;
         level_cases(&backends[i]);
         detect_cases(&backends[i]);
-        bad_input_cases(&backends[i]);
+        /* the core's validation, the same on every backend: CPU only */
+        if (!tu_is_cuda(&backends[i])) bad_input_cases(&backends[i]);
     }
-    for (int i = 0; i < TU_NUM_CPU_BACKENDS; i++) fi_context_destroy(backends[i].ctx);
+    for (int i = 0; i <= TU_CUDA_INDEX; i++) fi_context_destroy(backends[i].ctx);
     return tu_summary("test_cascade");
 }

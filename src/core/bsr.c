@@ -7,7 +7,8 @@
  *    page_size = C over K/V [N, H_kv, D] viewed as [ceil(N/C), C, H_kv, D]
  *    (strides only); a partial last column block is the request's partial
  *    last page. The element mask [nnz, R, C] becomes the requests' custom
- *    masks (row-major bits over each request's keys, packed here).
+ *    masks (row-major bits over each request's keys, packed here and
+ *    copied into the bsr's backend memory: device memory on CUDA).
  *  - variable blocks per KV head: one plan per KV head over head-sliced
  *    views (its query heads, its K/V head); block row r is request r with
  *    block_row_sz[h][r] tokens, its pages the keys of its chosen column
@@ -31,7 +32,8 @@ struct fi_bsr {
     /* per plan: qo_indptr [max_rows+1], kv_indptr [max_rows+1], last [max_rows];
      * variable: indices [max_pages] */
     int32_t *qo, *kv, *last, *indices;
-    uint8_t *mask;                /* packed element mask (fixed) */
+    uint8_t *mask;                /* packed element mask (fixed), host */
+    void *dev_mask;               /* its copy the kernels read (backend memory) */
     int64_t mask_cap, mask_bytes;
     bool planned;
     int32_t qo_len, kv_len;
@@ -149,6 +151,10 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
         fi_bsr_destroy(b);
         return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_bsr_create: out of memory");
     }
+    if (b->mask_cap && (st = fi_backend_alloc(ctx, (size_t)b->mask_cap, &b->dev_mask))) {
+        fi_bsr_destroy(b);
+        return st;
+    }
     b->kv = b->qo + (size_t)b->num_plans * (size_t)(b->max_rows + 1);
     b->last = b->kv + (size_t)b->num_plans * (size_t)(b->max_rows + 1);
     b->indices = b->last + (size_t)b->num_plans * (size_t)b->max_rows;
@@ -169,6 +175,7 @@ void fi_bsr_destroy(fi_bsr *b) {
     free(b->plans);
     free(b->qo);
     free(b->mask);
+    fi_backend_free(b->ctx, b->dev_mask);
     free(b);
 }
 
@@ -244,6 +251,8 @@ fi_status fi_bsr_update(fi_bsr *b, int32_t qo_len, int32_t kv_len, const int32_t
             off += bytes;
         }
         b->mask_bytes = off;
+        /* before the plan's update: the copy is ordered before its runs */
+        if ((st = fi_plan_copy_in(b->plans[0], b->dev_mask, b->mask, (size_t)off))) return st;
     }
     fi_batch batch = {.batch_size = mb, .qo_indptr = b->qo, .kv_indptr = b->kv,
                       .kv_indices = indices, .kv_last_page_len = b->last, .mask_indptr = NULL};
@@ -399,11 +408,8 @@ fi_status fi_bsr_run(fi_bsr *b, const fi_run_args *args) {
         a.k = page_view(&k, C, -1);
         a.v = page_view(&v, C, -1);
         if (b->config.element_mask && !args->custom_mask.data) {
-            if (b->ctx->device != FI_DEVICE_CPU)
-                return INVALID("fi_bsr_run: a %s context needs args->custom_mask: the bytes of "
-                               "fi_bsr_packed_mask in device memory", b->ctx->backend->name);
             int64_t bytes = b->mask_bytes > 0 ? b->mask_bytes : 1;
-            a.custom_mask = fi_tensor_contiguous(b->mask, FI_DTYPE_U8, 1, &bytes);
+            a.custom_mask = fi_tensor_contiguous(b->dev_mask, FI_DTYPE_U8, 1, &bytes);
         }
         return fi_plan_run(b->plans[0], &a);
     }

@@ -5,10 +5,17 @@
  * of a fixed workspace; one fi_merge_states call through the backend table
  * merges the levels, in level order, into the caller's O and LSE.
  *
- * Workspace (per token t, level l, query head h):
+ * Workspace (backend memory, per token t, level l, query head h):
  *   part_o   [max_qo, L, H, D_vo] f32     level l writes the view [:, l]
  *   part_lse [max_qo, L, H]       f32
  *   lse_out  [max_qo, H]          f32     the merged LSE when none is asked for
+ *
+ * Automatic detection builds a radix tree of the batch's page tables over
+ * consecutive requests: level k's groups are the maximal runs, inside one
+ * group of level k - 1, whose requests share more full pages than the
+ * levels above hold; each group's next pages form one request of level k.
+ * The cost model picks how many shared levels to keep (the rest of every
+ * table goes to the suffix level), or none.
  */
 #include "core/internal.h"
 
@@ -18,21 +25,26 @@
 
 #define INVALID(...) fi_error(FI_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* Requests per split group bound (auto): scratch arrays have this many. */
+/* Automatic cascades: shared levels at most (plus the suffix level). */
+#define SHARED_MAX (FI_CASCADE_AUTO_MAX_LEVELS - 1)
+
 struct fi_cascade {
     fi_context *ctx;
     fi_attention_params params;   /* the caller's, alibi_slopes not kept */
-    int32_t num_levels;           /* plans in level[] (explicit), 2 (auto) */
+    int32_t num_levels;           /* plans in level[] (explicit) */
     bool automatic;
     bool can_split;               /* auto: detection possible for these params */
     fi_prefix_detection detection;
+    /* explicit: level l's plan; auto: the shared levels' plans */
     fi_plan *level[FI_CASCADE_MAX_LEVELS];
+    fi_plan *suffix;              /* auto: the last level */
     fi_plan *direct;              /* auto: the plain batch as one plan */
     int32_t max_total_qo;
 
     /* state of the last update */
     bool planned;
-    bool split;                   /* auto: the two levels run (else direct) */
+    bool split;                   /* auto: shared levels + suffix run (else direct) */
+    int32_t shared_levels;        /* auto: shared levels of the split */
     int32_t total_qo;
     fi_cascade_info info;
 
@@ -44,9 +56,15 @@ struct fi_cascade {
 
     /* auto: the derived batches (capacity from the plain batch's bounds) */
     int32_t max_batch, max_pages;
-    int32_t *pre_qo, *pre_kv, *pre_idx, *pre_last;
+    int32_t *lv_qo[SHARED_MAX], *lv_kv[SHARED_MAX], *lv_last[SHARED_MAX];
+    int32_t *lv_base[SHARED_MAX]; /* [B] pages of each request held by levels <= k */
+    int64_t lv_at[SHARED_MAX];    /* level k's pages start at shared_idx[lv_at[k]] */
+    int32_t lv_groups[SHARED_MAX];
+    int32_t *shared_idx;          /* [P] the shared levels' pages, level after level */
     int32_t *suf_kv, *suf_idx, *suf_last;
-    int32_t *allowed;             /* full pages a request may share */
+    int32_t *allowed;             /* [B] full pages a request may share */
+    int32_t *lcp;                 /* [B] pages request i shares with request i + 1 */
+    uint8_t *starts;              /* [B] request i starts a group of the last level built */
     void *host;
 };
 
@@ -104,13 +122,8 @@ static fi_status setup_workspace(fi_cascade *c, const fi_cascade_options *o, int
                            o->workspace_bytes, need, (int)levels, (int)c->max_total_qo);
         c->ws = o->workspace;
     } else {
-        if (c->ctx->device != FI_DEVICE_CPU)
-            return INVALID("fi_cascade: a %s context needs options.workspace of %zu bytes "
-                           "of device memory (fi_cascade_workspace_size)",
-                           c->ctx->backend->name, need);
-        c->ws = aligned_alloc(64, align64(need));
-        if (!c->ws)
-            return fi_error(FI_STATUS_OUT_OF_MEMORY, "cascade workspace of %zu bytes", need);
+        fi_status st = fi_backend_alloc(c->ctx, need, &c->ws);
+        if (st) return st;
         c->ws_owned = true;
     }
     c->ws_bytes = need;
@@ -134,6 +147,31 @@ static fi_attention_params level_params(const fi_attention_params *p, bool last,
     }
     if (to_workspace) q.o_dtype = FI_DTYPE_F32;
     return q;
+}
+
+/* Partial-state rows for a shared level's plan. Its one query tile (all the
+ * tokens that share a prefix) faces a long span; the scheduler cuts it into
+ * chunks, each chunk's tokens a partial state, within this budget. Enough
+ * for about 2 x workers / KV heads chunks of max_total_qo tokens (on CUDA a
+ * worker runs one CTA per KV head: ~2 CTAs per SM), at most 64 MiB. */
+static int32_t shared_budget(fi_context *ctx, const fi_attention_params *p,
+                             const fi_plan_config *cfg) {
+    if (p->struct_size != sizeof *p || p->num_kv_heads <= 0 || p->num_qo_heads <= 0 ||
+        p->head_dim_vo <= 0 || cfg->max_total_qo <= 0)
+        return 0; /* fi_plan_create names the bad value */
+    int64_t n = cfg->num_workers > 0 ? cfg->num_workers : ctx->backend->num_workers(ctx);
+    int64_t k = 2 * n / p->num_kv_heads;
+    if (k < 1) k = 1;
+    if (k > n) k = n;
+    int64_t rows = k * cfg->max_total_qo;
+    int64_t cap = ((int64_t)64 << 20) / ((int64_t)p->num_qo_heads * (p->head_dim_vo + 1) * 4);
+    if (rows > cap) rows = cap;
+    return (int32_t)(rows < INT32_MAX / 2 ? rows : INT32_MAX / 2);
+}
+
+static fi_status shared_plan(fi_context *ctx, const fi_attention_params *lp,
+                             const fi_plan_config *cfg, fi_plan **out) {
+    return fi_plan_create_budget(ctx, lp, cfg, shared_budget(ctx, lp, cfg), out);
 }
 
 static fi_status check_params(fi_context *ctx, const fi_attention_params *params,
@@ -193,8 +231,10 @@ fi_status fi_cascade_create(fi_context *ctx, const fi_attention_params *params,
     c->num_levels = num_levels;
     c->max_total_qo = max_qo;
     for (int32_t l = 0; l < num_levels && !st; l++) {
-        fi_attention_params lp = level_params(params, l == num_levels - 1, num_levels > 1);
-        st = fi_plan_create(ctx, &lp, &level_configs[l], &c->level[l]);
+        bool last = l == num_levels - 1;
+        fi_attention_params lp = level_params(params, last, num_levels > 1);
+        st = last ? fi_plan_create(ctx, &lp, &level_configs[l], &c->level[l])
+                  : shared_plan(ctx, &lp, &level_configs[l], &c->level[l]);
         if (st && l > 0) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", fi_last_error());
@@ -230,7 +270,6 @@ fi_status fi_cascade_create_auto(fi_context *ctx, const fi_attention_params *par
     fi_cascade *c = cascade_new(ctx, params);
     if (!c) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_cascade_create_auto: out of memory");
     c->automatic = true;
-    c->num_levels = 2;
     c->detection = opt.prefix_detection;
     c->max_total_qo = config->max_total_qo;
     if ((st = fi_plan_create(ctx, params, config, &c->direct))) {
@@ -247,25 +286,32 @@ fi_status fi_cascade_create_auto(fi_context *ctx, const fi_attention_params *par
         c->max_batch = config->max_batch_size;
         c->max_pages = config->max_total_kv;
         size_t b = (size_t)c->max_batch, p = (size_t)c->max_pages;
-        size_t bytes = (4 * (b + 1) + 4 * b + 2 * p) * sizeof(int32_t) + 16 * 64;
+        size_t bytes = (SHARED_MAX * (3 * b + 2) + 4 * b + 1 + 2 * p) * sizeof(int32_t) + b +
+                       (4 * SHARED_MAX + 16) * 64;
         char *m = calloc(1, bytes);
         if (!m) st = fi_error(FI_STATUS_OUT_OF_MEMORY, "cascade host arrays of %zu bytes", bytes);
         c->host = m;
         if (m) {
-            c->pre_qo = carve(&m, (b + 1) * sizeof(int32_t));
-            c->pre_kv = carve(&m, (b + 1) * sizeof(int32_t));
+            for (int32_t k = 0; k < SHARED_MAX; k++) {
+                c->lv_qo[k] = carve(&m, (b + 1) * sizeof(int32_t));
+                c->lv_kv[k] = carve(&m, (b + 1) * sizeof(int32_t));
+                c->lv_last[k] = carve(&m, b * sizeof(int32_t));
+                c->lv_base[k] = carve(&m, b * sizeof(int32_t));
+            }
             c->suf_kv = carve(&m, (b + 1) * sizeof(int32_t));
-            c->pre_last = carve(&m, b * sizeof(int32_t));
             c->suf_last = carve(&m, b * sizeof(int32_t));
             c->allowed = carve(&m, b * sizeof(int32_t));
-            c->pre_idx = carve(&m, p * sizeof(int32_t));
+            c->lcp = carve(&m, b * sizeof(int32_t));
+            c->shared_idx = carve(&m, p * sizeof(int32_t));
             c->suf_idx = carve(&m, p * sizeof(int32_t));
+            c->starts = carve(&m, b);
         }
-        for (int32_t l = 0; l < 2 && !st; l++) {
-            fi_attention_params lp = level_params(params, l == 1, true);
-            st = fi_plan_create(ctx, &lp, config, &c->level[l]);
-        }
-        if (!st) st = setup_workspace(c, &opt, 2);
+        fi_attention_params shared = level_params(params, false, true);
+        for (int32_t k = 0; k < SHARED_MAX && !st; k++)
+            st = shared_plan(ctx, &shared, config, &c->level[k]);
+        fi_attention_params last = level_params(params, true, true);
+        if (!st) st = fi_plan_create(ctx, &last, config, &c->suffix);
+        if (!st) st = setup_workspace(c, &opt, FI_CASCADE_AUTO_MAX_LEVELS);
     }
     if (st) {
         fi_cascade_destroy(c);
@@ -278,8 +324,9 @@ fi_status fi_cascade_create_auto(fi_context *ctx, const fi_attention_params *par
 void fi_cascade_destroy(fi_cascade *c) {
     if (!c) return;
     for (int32_t l = 0; l < FI_CASCADE_MAX_LEVELS; l++) fi_plan_destroy(c->level[l]);
+    fi_plan_destroy(c->suffix);
     fi_plan_destroy(c->direct);
-    if (c->ws_owned) free(c->ws);
+    if (c->ws_owned) fi_backend_free(c->ctx, c->ws);
     free(c->host);
     free(c);
 }
@@ -347,18 +394,14 @@ static double item_cost(const fi_backend *be, int32_t heads, int64_t rows, int64
 /* Required gain before splitting: the merge is estimated, not measured. */
 #define FI_CASCADE_SPLIT_MARGIN 0.9
 
-static fi_status detect_and_plan(fi_cascade *c, const fi_batch *b) {
-    const fi_backend *be = c->ctx->backend;
-    const fi_attention_params *p = &c->params;
-    int32_t n = b->batch_size, ps = p->page_size;
-    int32_t heads = p->num_kv_heads, group = p->num_qo_heads / p->num_kv_heads;
-    bool causal = p->mask_mode == FI_MASK_CAUSAL;
-    const int32_t *qi = b->qo_indptr, *ki = b->kv_indptr, *idx = b->kv_indices;
-
-    /* Full pages each request may put in a shared, non-causal level: all its
-     * full pages, and with causal no key past its first query's position
-     * (kv_len - qo_len), so the suffix keeps every key a query may not see. */
-    for (int32_t i = 0; i < n; i++) {
+/* Full pages each request may put in a shared, non-causal level: all its
+ * full pages, and with causal no key past its first query's position
+ * (kv_len - qo_len), so the suffix keeps every key a query may not see. */
+static void shareable_pages(fi_cascade *c, const fi_batch *b) {
+    int32_t ps = c->params.page_size;
+    bool causal = c->params.mask_mode == FI_MASK_CAUSAL;
+    const int32_t *qi = b->qo_indptr, *ki = b->kv_indptr;
+    for (int32_t i = 0; i < b->batch_size; i++) {
         int32_t pages = ki[i + 1] - ki[i];
         int32_t full = pages == 0 ? 0 : pages - (b->kv_last_page_len[i] < ps);
         if (causal) {
@@ -369,74 +412,154 @@ static fi_status detect_and_plan(fi_cascade *c, const fi_batch *b) {
         }
         c->allowed[i] = full;
     }
-
-    /* Greedy grouping of consecutive requests: extend the group while the
-     * pages it saves, (members - 1) x shared pages, do not shrink. */
-    double single = 0, cascade = 0;
-    int32_t groups = 0, shared_groups = 0;
-    int64_t saved = 0, pre_pages = 0, suf_pages = 0;
-    c->pre_qo[0] = 0;
-    c->pre_kv[0] = 0;
-    c->suf_kv[0] = 0;
-    for (int32_t i = 0; i < n;) {
-        int32_t shared = c->allowed[i], members = 1;
-        while (i + members < n) {
-            int32_t j = i + members, lim = shared < c->allowed[j] ? shared : c->allowed[j];
-            int32_t lcp = 0;
-            while (lcp < lim && idx[ki[i] + lcp] == idx[ki[j] + lcp]) lcp++;
-            if (lcp == 0 || (int64_t)members * lcp < (int64_t)(members - 1) * shared) break;
-            shared = lcp;
-            members++;
-        }
-        if (members == 1) shared = 0;
-        int32_t g = groups++;
-        c->pre_qo[g + 1] = qi[i + members];
-        for (int32_t k = 0; k < shared; k++) c->pre_idx[pre_pages + k] = idx[ki[i] + k];
-        pre_pages += shared;
-        c->pre_kv[g + 1] = (int32_t)pre_pages;
-        c->pre_last[g] = shared ? ps : 0;
-        int64_t g_rows = (int64_t)(qi[i + members] - qi[i]) * group;
-        cascade += item_cost(be, heads, g_rows, (int64_t)shared * ps);
-        if (shared) {
-            shared_groups++;
-            saved += (int64_t)(members - 1) * shared;
-        }
-        for (int32_t r = i; r < i + members; r++) {
-            int32_t pages = ki[r + 1] - ki[r], rest = pages - shared;
-            for (int32_t k = 0; k < rest; k++) c->suf_idx[suf_pages + k] = idx[ki[r] + shared + k];
-            suf_pages += rest;
-            c->suf_kv[r + 1] = (int32_t)suf_pages;
-            c->suf_last[r] = rest ? b->kv_last_page_len[r] : 0;
-            int64_t kv = pages ? (int64_t)ps * (pages - 1) + b->kv_last_page_len[r] : 0;
-            int64_t rows = (int64_t)(qi[r + 1] - qi[r]) * group;
-            single += item_cost(be, heads, rows, kv);
-            cascade += item_cost(be, heads, rows, kv - (int64_t)shared * ps);
-        }
-        i += members;
+    /* identical leading page ids of neighbours, within what both may share */
+    for (int32_t i = 0; i + 1 < b->batch_size; i++) {
+        int32_t lim = c->allowed[i] < c->allowed[i + 1] ? c->allowed[i] : c->allowed[i + 1];
+        const int32_t *x = b->kv_indices + ki[i], *y = b->kv_indices + ki[i + 1];
+        int32_t n = 0;
+        while (n < lim && x[n] == y[n]) n++;
+        c->lcp[i] = n;
     }
-    /* The merge reads two f32 states and writes one per (token, query
-     * head): priced as a pass over two keys of every row. */
-    int64_t rows = (int64_t)qi[n] * group;
-    cascade += (double)heads * (double)rows *
-               (be->cost_per_q_row + 2.0 * (be->cost_per_key + be->cost_per_row_key));
+}
 
+/* Shared level k of the radix tree over consecutive requests: inside each
+ * group of level k - 1 (starts[]), a request joins its predecessor's group
+ * when the two share more than base pages (base: held by the levels above,
+ * the same for a whole group); a group's pages are the ones all its members
+ * share beyond base (the minimum of its neighbours' lcp). Consecutive groups
+ * without pages become one request of no keys. Returns the pages the level
+ * holds (0: nothing more is shared), from shared_idx[at]; starts[] then
+ * marks this level's groups; *saved = the page reads it saves, *cost
+ * its cost-model figure. */
+static int64_t build_shared_level(fi_cascade *c, const fi_batch *b, int32_t k, int64_t at,
+                                  int64_t *saved, int32_t *groups, double *cost) {
+    const fi_backend *be = c->ctx->backend;
+    int32_t n = b->batch_size, ps = c->params.page_size;
+    int32_t heads = c->params.num_kv_heads, group = c->params.num_qo_heads / heads;
+    const int32_t *qi = b->qo_indptr, *ki = b->kv_indptr;
+    const int32_t *base = k > 0 ? c->lv_base[k - 1] : NULL;
+    int32_t *qo = c->lv_qo[k], *kv = c->lv_kv[k], *last = c->lv_last[k], *nb = c->lv_base[k];
+    int32_t g = 0;
+    int64_t pages = 0;
+    qo[0] = 0;
+    kv[0] = 0;
+    c->lv_at[k] = at;
+    *saved = 0;
+    *groups = 0;
+    *cost = 0;
+    for (int32_t i = 0; i < n;) {
+        int32_t b0 = base ? base[i] : 0, e = i + 1, shared = INT32_MAX;
+        c->starts[i] = 1; /* only starts past e are read below */
+        while (e < n && !c->starts[e] && c->lcp[e - 1] > b0) {
+            if (c->lcp[e - 1] < shared) shared = c->lcp[e - 1];
+            e++;
+        }
+        int32_t np = e - i >= 2 ? shared - b0 : 0;
+        for (int32_t r = i; r < e; r++) nb[r] = b0 + np;
+        bool merge = np == 0 && g > 0 && kv[g] == kv[g - 1]; /* joins a keyless request */
+        if (!merge) g++;
+        qo[g] = qi[e];
+        if (np) {
+            memcpy(c->shared_idx + at + pages, b->kv_indices + ki[i] + b0,
+                   (size_t)np * sizeof(int32_t));
+            pages += np;
+            *saved += (int64_t)(e - i - 1) * np;
+            (*groups)++;
+            *cost += item_cost(be, heads, (int64_t)(qi[e] - qi[i]) * group, (int64_t)np * ps);
+        } else {
+            *cost += item_cost(be, heads, (int64_t)(qi[e] - qi[i]) * group, 0);
+        }
+        kv[g] = (int32_t)pages;
+        last[g - 1] = kv[g] > kv[g - 1] ? ps : 0;
+        i = e;
+    }
+    c->lv_groups[k] = g;
+    return pages;
+}
+
+/* The cost of the suffix level (each request's keys past base pages) plus
+ * the merge of `levels` states per row. */
+static double suffix_cost(const fi_cascade *c, const fi_batch *b, const int32_t *base,
+                          int32_t levels) {
+    const fi_backend *be = c->ctx->backend;
+    int32_t ps = c->params.page_size, heads = c->params.num_kv_heads;
+    int32_t group = c->params.num_qo_heads / heads;
+    double cost = 0;
+    for (int32_t i = 0; i < b->batch_size; i++) {
+        int32_t pages = b->kv_indptr[i + 1] - b->kv_indptr[i];
+        int64_t kv = pages ? (int64_t)ps * (pages - 1) + b->kv_last_page_len[i] : 0;
+        if (base) kv -= (int64_t)base[i] * ps;
+        cost += item_cost(be, heads, (int64_t)(b->qo_indptr[i + 1] - b->qo_indptr[i]) * group, kv);
+    }
+    if (levels > 1) {
+        /* the merge reads `levels` f32 states and writes one per (token,
+         * query head): priced as a pass over that many keys of every row */
+        int64_t rows = (int64_t)b->qo_indptr[b->batch_size] * group;
+        cost += (double)heads * (double)rows *
+                (be->cost_per_q_row + levels * (be->cost_per_key + be->cost_per_row_key));
+    }
+    return cost;
+}
+
+static fi_status detect_and_plan(fi_cascade *c, const fi_batch *b) {
+    int32_t n = b->batch_size;
+    shareable_pages(c, b);
+    double single = suffix_cost(c, b, NULL, 1), level_cost = 0, cost_upto[SHARED_MAX];
+    int32_t depth = 0, best_depth = 0, groups_upto[SHARED_MAX];
+    int64_t at = 0, saved_upto[SHARED_MAX], saved = 0;
+    int32_t groups = 0;
+    if (n > 0) memset(c->starts, 0, (size_t)n);
+    for (int32_t k = 0; k < SHARED_MAX && n > 1; k++) {
+        int64_t sv;
+        int32_t gk;
+        double ck;
+        int64_t pages = build_shared_level(c, b, k, at, &sv, &gk, &ck);
+        if (pages == 0) break;
+        at += pages;
+        depth = k + 1;
+        level_cost += ck;
+        saved += sv;
+        groups += gk;
+        saved_upto[k] = saved;
+        groups_upto[k] = groups;
+        cost_upto[k] = level_cost + suffix_cost(c, b, c->lv_base[k], k + 2);
+        if (best_depth == 0 || cost_upto[k] < cost_upto[best_depth - 1]) best_depth = depth;
+    }
     c->info.cost_single = single;
-    c->info.cost_cascade = cascade;
-    c->info.num_groups = shared_groups;
-    c->info.saved_page_reads = saved;
-    bool split = shared_groups > 0 &&
-                 (c->detection == FI_PREFIX_DETECTION_ALWAYS ||
-                  cascade <= FI_CASCADE_SPLIT_MARGIN * single);
-    if (!split) return FI_OK;
+    c->info.cost_cascade = best_depth ? cost_upto[best_depth - 1] : single;
+    if (depth == 0) return FI_OK;
+    /* ALWAYS takes every shared level (tests reach the deepest trees) */
+    bool always = c->detection == FI_PREFIX_DETECTION_ALWAYS;
+    int32_t d = always ? depth : best_depth;
+    if (!always && cost_upto[d - 1] > FI_CASCADE_SPLIT_MARGIN * single) return FI_OK;
+    c->info.cost_cascade = cost_upto[d - 1];
+    c->info.num_groups = groups_upto[d - 1];
+    c->info.saved_page_reads = saved_upto[d - 1];
 
-    fi_batch pre = {.batch_size = groups, .qo_indptr = c->pre_qo, .kv_indptr = c->pre_kv,
-                    .kv_indices = c->pre_idx, .kv_last_page_len = c->pre_last};
-    fi_batch suf = {.batch_size = n, .qo_indptr = qi, .kv_indptr = c->suf_kv,
-                    .kv_indices = c->suf_idx, .kv_last_page_len = c->suf_last,
-                    .mask_indptr = NULL};
-    fi_status st = fi_plan_update(c->level[0], &pre);
-    if (st) return level_error(st, 0);
-    if ((st = fi_plan_update(c->level[1], &suf))) return level_error(st, 1);
+    /* the suffix: every request's pages past what the shared levels hold */
+    const int32_t *base = c->lv_base[d - 1];
+    int64_t sp = 0;
+    c->suf_kv[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t rest = b->kv_indptr[i + 1] - b->kv_indptr[i] - base[i];
+        memcpy(c->suf_idx + sp, b->kv_indices + b->kv_indptr[i] + base[i],
+               (size_t)rest * sizeof(int32_t));
+        sp += rest;
+        c->suf_kv[i + 1] = (int32_t)sp;
+        c->suf_last[i] = rest ? b->kv_last_page_len[i] : 0;
+    }
+    for (int32_t k = 0; k < d; k++) {
+        fi_batch lb = {.batch_size = c->lv_groups[k], .qo_indptr = c->lv_qo[k],
+                       .kv_indptr = c->lv_kv[k], .kv_indices = c->shared_idx + c->lv_at[k],
+                       .kv_last_page_len = c->lv_last[k]};
+        fi_status st = fi_plan_update(c->level[k], &lb);
+        if (st) return level_error(st, k);
+    }
+    fi_batch suf = {.batch_size = n, .qo_indptr = b->qo_indptr, .kv_indptr = c->suf_kv,
+                    .kv_indices = c->suf_idx, .kv_last_page_len = c->suf_last};
+    fi_status st = fi_plan_update(c->suffix, &suf);
+    if (st) return level_error(st, d);
+    c->shared_levels = d;
     c->split = true;
     return FI_OK;
 }
@@ -456,7 +579,7 @@ fi_status fi_cascade_update_batch(fi_cascade *c, const fi_batch *batch) {
     if (st) return st;
     c->total_qo = batch->qo_indptr[batch->batch_size];
     if (c->can_split && (st = detect_and_plan(c, batch))) return st;
-    c->info.num_levels = c->split ? 2 : 1;
+    c->info.num_levels = c->split ? c->shared_levels + 1 : 1;
     c->info.split = c->split;
     c->planned = true;
     return FI_OK;
@@ -471,6 +594,14 @@ fi_status fi_cascade_get_info(const fi_cascade *c, fi_cascade_info *info) {
         return fi_error(FI_STATUS_NOT_PLANNED, "fi_cascade_get_info: no batch planned yet");
     *info = c->info;
     return FI_OK;
+}
+
+fi_plan *fi_cascade_level_plan(const fi_cascade *c, int32_t level) {
+    if (!c || !c->planned || level < 0) return NULL;
+    if (!c->automatic) return level < c->num_levels ? c->level[level] : NULL;
+    if (!c->split) return level == 0 ? c->direct : NULL;
+    if (level < c->shared_levels) return c->level[level];
+    return level == c->shared_levels ? c->suffix : NULL;
 }
 
 /* ------------------------------------------------------------------- run */
@@ -541,6 +672,12 @@ fi_status fi_cascade_run(fi_cascade *c, const fi_run_args *args) {
         return fi_error(FI_STATUS_NOT_PLANNED,
                         "fi_cascade_run: nothing planned; call fi_cascade_update first");
     if (c->automatic && !c->split) return fi_plan_run(c->direct, args);
+    if (c->automatic) {
+        fi_plan *plans[FI_CASCADE_AUTO_MAX_LEVELS];
+        for (int32_t k = 0; k < c->shared_levels; k++) plans[k] = c->level[k];
+        plans[c->shared_levels] = c->suffix;
+        return run_levels(c, plans, c->shared_levels + 1, args);
+    }
     if (!c->automatic && c->num_levels == 1) return fi_plan_run(c->level[0], args);
     return run_levels(c, c->level, c->num_levels, args);
 }

@@ -50,6 +50,15 @@ typedef struct fi_backend {
     void (*plan_fini)(struct fi_plan *plan);
     fi_status (*plan_upload)(struct fi_plan *plan);
     fi_status (*run)(struct fi_plan *plan, const fi_run_args *args);
+    /* Memory the backend's kernels read and write (CUDA: device memory;
+     * CPU: host memory), for objects that own workspaces (cascades, bsr).
+     * Allocated at creation, never in a run. */
+    fi_status (*mem_alloc)(fi_context *ctx, size_t bytes, void **out);
+    void (*mem_free)(fi_context *ctx, void *ptr);
+    /* Copy host bytes into mem_alloc memory so that the plan's later runs,
+     * on any stream, see them (CUDA: on the stream of the plan's uploads,
+     * complete on return). The source may be reused on return. */
+    fi_status (*plan_copy_in)(struct fi_plan *plan, void *dst, const void *src, size_t bytes);
 
     fi_status (*merge_state)(fi_context *ctx, const fi_tensor *v_a,
                              const fi_tensor *s_a, const fi_tensor *v_b,
@@ -200,6 +209,23 @@ struct fi_plan {
     void *backend_state;          /* e.g. device workspace */
     size_t workspace_bytes;
 };
+
+/* Backend memory (see fi_backend.mem_alloc / plan_copy_in); NULL-safe free. */
+fi_status fi_backend_alloc(fi_context *ctx, size_t bytes, void **out);
+void fi_backend_free(fi_context *ctx, void *ptr);
+fi_status fi_plan_copy_in(struct fi_plan *plan, void *dst, const void *src, size_t bytes);
+
+/* A plan whose partial-state budget is at least min_partial_rows rows (the
+ * cascade's shared levels: one query tile over a long prefix is split into
+ * many chunks, each chunk's rows a partial state). */
+fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *params,
+                                const fi_plan_config *config, int32_t min_partial_rows,
+                                fi_plan **out);
+
+/* Level l's plan of a cascade as it last ran (auto: shared levels, then the
+ * suffix; the plain plan when it did not split); NULL past the levels. For
+ * benchmarks and tests that inspect a level's schedule. */
+fi_plan *fi_cascade_level_plan(const fi_cascade *c, int32_t level);
 
 /* ------------------------------------------------------------ validation */
 

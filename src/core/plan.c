@@ -47,6 +47,12 @@ static void *carve(char **cursor, size_t bytes) {
 
 fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *params,
                          const fi_plan_config *config, fi_plan **out) {
+    return fi_plan_create_budget(ctx, params, config, 0, out);
+}
+
+fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *params,
+                                const fi_plan_config *config, int32_t min_partial_rows,
+                                fi_plan **out) {
     if (!out) return INVALID("fi_plan_create: out is NULL");
     *out = NULL;
     if (!ctx) return INVALID("fi_plan_create: context is NULL");
@@ -79,6 +85,7 @@ fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *params,
     } else {
         fi_schedule_limits_for(&lim, cfg.max_batch_size, cfg.max_total_qo,
                                plan->config.num_workers);
+        if (lim.max_partial_rows < min_partial_rows) lim.max_partial_rows = min_partial_rows;
     }
     size_t bytes = host_bytes(&cfg, &lim, params);
     char *mem = calloc(1, bytes);
@@ -112,6 +119,20 @@ fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *params,
     }
     *out = plan;
     return FI_OK;
+}
+
+fi_status fi_backend_alloc(fi_context *ctx, size_t bytes, void **out) {
+    *out = NULL;
+    return ctx->backend->mem_alloc(ctx, bytes ? bytes : 64, out);
+}
+
+void fi_backend_free(fi_context *ctx, void *ptr) {
+    if (ptr) ctx->backend->mem_free(ctx, ptr);
+}
+
+fi_status fi_plan_copy_in(fi_plan *plan, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return FI_OK;
+    return plan->ctx->backend->plan_copy_in(plan, dst, src, bytes);
 }
 
 void fi_plan_destroy(fi_plan *plan) {

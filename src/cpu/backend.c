@@ -58,6 +58,26 @@ static fi_status cpu_plan_init(struct fi_plan *plan) {
 
 static int32_t cpu_num_workers(const fi_context *ctx) { return ctx->num_threads; }
 
+static fi_status cpu_mem_alloc(fi_context *ctx, size_t bytes, void **out) {
+    (void)ctx;
+    *out = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    return *out ? FI_OK
+                : fi_error(FI_STATUS_OUT_OF_MEMORY, "workspace of %zu bytes: out of memory", bytes);
+}
+
+static void cpu_mem_free(fi_context *ctx, void *ptr) {
+    (void)ctx;
+    free(ptr);
+}
+
+/* Runs are synchronous on the CPU: a plain copy is ordered before them. */
+static fi_status cpu_plan_copy_in(struct fi_plan *plan, void *dst, const void *src,
+                                  size_t bytes) {
+    (void)plan;
+    memcpy(dst, src, bytes);
+    return FI_OK;
+}
+
 const fi_backend fi_cpu_backend = {
     .name = "cpu",
     /* Packed-row tiles: a multiple of the kernel's 64-row block, or less for
@@ -76,6 +96,9 @@ const fi_backend fi_cpu_backend = {
     .plan_fini = fi_cpu_variant_plan_fini,
     .plan_upload = NULL,
     .run = fi_cpu_run,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .plan_copy_in = cpu_plan_copy_in,
     .merge_state = fi_cpu_merge_state,
     .merge_state_in_place = fi_cpu_merge_state_in_place,
     .merge_states = fi_cpu_merge_states,

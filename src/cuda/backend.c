@@ -97,6 +97,26 @@ static int32_t cuda_num_workers(const fi_context *ctx) {
     return cc && cc->sm_count > 0 ? cc->sm_count : 1;
 }
 
+/* Device memory for objects that own a workspace (cascades, bsr masks). */
+static fi_status cuda_mem_alloc(fi_context *ctx, size_t bytes, void **out) {
+    fi_cuda_ctx *cc = ctx->backend_state;
+    fi_status st = fi_cuda_push(cc);
+    if (st) return st;
+    CUdeviceptr p = 0;
+    CUresult r = cc->cu->MemAlloc(&p, bytes);
+    fi_cuda_pop(cc);
+    if (r != 0) return fi_cu_error(cc->cu, "cuMemAlloc", r);
+    *out = (void *)(uintptr_t)p;
+    return FI_OK;
+}
+
+static void cuda_mem_free(fi_context *ctx, void *ptr) {
+    fi_cuda_ctx *cc = ctx->backend_state;
+    if (fi_cuda_push(cc) != FI_OK) return;
+    cc->cu->MemFree((CUdeviceptr)(uintptr_t)ptr);
+    fi_cuda_pop(cc);
+}
+
 const fi_backend fi_cuda_backend = {
     .name = "cuda",
     /* Packed-row tiles; the CUDA-core kernel runs any tile as blocks of up to
@@ -114,6 +134,9 @@ const fi_backend fi_cuda_backend = {
     .plan_fini = fi_cuda_plan_fini,
     .plan_upload = fi_cuda_plan_upload,
     .run = fi_cuda_run,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .plan_copy_in = fi_cuda_plan_copy_in,
     .merge_state = fi_cuda_merge_state,
     .merge_state_in_place = fi_cuda_merge_state_in_place,
     .merge_states = fi_cuda_merge_states,

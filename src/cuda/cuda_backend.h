@@ -129,5 +129,8 @@ fi_status fi_cuda_plan_init(struct fi_plan *plan);
 void fi_cuda_plan_fini(struct fi_plan *plan);
 fi_status fi_cuda_plan_upload(struct fi_plan *plan);
 fi_status fi_cuda_run(struct fi_plan *plan, const fi_run_args *args);
+/* Host bytes into device memory, queued on the stream of the plan's next
+ * upload (its event then orders every run after the copy). */
+fi_status fi_cuda_plan_copy_in(struct fi_plan *plan, void *dst, const void *src, size_t bytes);
 
 #endif /* FI_CUDA_BACKEND_H */

@@ -199,3 +199,35 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
     ps->ordered_stream = ps->last_stream;
     return FI_OK;
 }
+
+/* Queued on last_stream, where fi_cuda_plan_upload puts the metadata copy
+ * and records `uploaded` after it: a run on any stream waits for that
+ * event, hence for this copy. The copy is waited for here (the event
+ * recorded after it), so the caller may rewrite the source on return:
+ * the driver does not promise that for pageable memory. */
+fi_status fi_cuda_plan_copy_in(fi_plan *plan, void *dst, const void *src, size_t bytes) {
+    fi_cuda_plan *ps = plan->backend_state;
+    const fi_cu_api *cu = ps->cc->cu;
+    fi_status st = fi_cuda_push(ps->cc);
+    if (st) return st;
+    int capturing = FI_CU_CAPTURE_NONE;
+    CUresult r = cu->StreamIsCapturing(ps->last_stream, &capturing);
+    const char *call = r != 0 ? "cuStreamIsCapturing" : NULL;
+    if (!call && capturing == FI_CU_CAPTURE_NONE) {
+        if ((r = cu->MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, ps->last_stream)))
+            call = "cuMemcpyHtoDAsync";
+        else if ((r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
+            call = "cuEventRecord";
+        else if ((r = cu->EventSynchronize(ps->uploaded)) != 0)
+            call = "cuEventSynchronize";
+        else
+            ps->upload_recorded = 1;
+    }
+    fi_cuda_pop(ps->cc);
+    if (call) return fi_cu_error(cu, call, r);
+    if (capturing != FI_CU_CAPTURE_NONE)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "update while the plan's stream is being captured into a CUDA graph: "
+                        "update outside the captured region");
+    return FI_OK;
+}

@@ -54,18 +54,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
     if (reps < 30) reps = 30;
-    if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
-        printf("no CUDA device\n");
-        return 0;
-    }
-    fi_context_options opt;
-    fi_context_options_init(&opt);
-    opt.device = FI_DEVICE_CUDA;
     fi_context *ctx = NULL;
-    if (fi_context_create(&opt, &ctx)) {
-        printf("context: %s\n", fi_last_error());
-        return 1;
-    }
+    int open = gu_bench_context(&ctx);
+    if (open) return open < 0;
     printf("%s; pages %s\n", fi_context_describe(ctx),
            contiguous ? "contiguous per request" : "random");
     tu_rng rng;
@@ -167,16 +158,8 @@ int main(int argc, char **argv) {
             GU(gu.BeginCapture(s, 0));
             for (int r = 0; r < R; r++) fi_plan_run(cp[r].plan, &a);
             if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
-            for (int w = 0; w < 3; w++) GU(gu.GraphLaunch(ex, s));
             float *ms = malloc(sizeof(float) * reps);
-            for (int t = 0; t < reps; t++) {
-                GU(gu.EventRecord(e0, s));
-                GU(gu.GraphLaunch(ex, s));
-                GU(gu.EventRecord(e1, s));
-                GU(gu.EventSynchronize(e1));
-                GU(gu.EventElapsedTime(&ms[t], e0, e1));
-            }
-            qsort(ms, (size_t)reps, sizeof ms[0], gu_cmp_float);
+            if (gu_replay_times(ex, s, e0, e1, reps, ms)) return 1;
             double us = 1e3 * ms[reps / 2] / R;
             double tbs = bytes / (us * 1e-6) / 1e12;
             /* the output must be finite (not a test; a guard against timing garbage) */

@@ -37,18 +37,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--paged-only")) want_ragged = 0;
     }
     if (reps < 30) reps = 30;
-    if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
-        printf("no CUDA device\n");
-        return 0;
-    }
-    fi_context_options opt;
-    fi_context_options_init(&opt);
-    opt.device = FI_DEVICE_CUDA;
     fi_context *ctx = NULL;
-    if (fi_context_create(&opt, &ctx)) {
-        printf("context: %s\n", fi_last_error());
-        return 1;
-    }
+    int open = gu_bench_context(&ctx);
+    if (open) return open < 0;
     const char *tc = getenv("FLASHINFER_CUDA_TC");
     printf("%s; kernel: %s\n", fi_context_describe(ctx),
            tc && tc[0] == '0' ? "CUDA cores (FLASHINFER_CUDA_TC=0)" : "tensor cores");

@@ -103,6 +103,25 @@ static int gu_check(int r, const char *what, int line) {
 
 /* ------------------------------------------------------------ benchmarks */
 
+/* The driver loaded and a CUDA context of the library on device 0, for the
+ * benchmark programs. Returns 1 when there is no CUDA device (the caller
+ * prints nothing more and exits 0), -1 on a failure (printed), else 0. */
+static inline int gu_bench_context(fi_context **ctx) {
+    *ctx = NULL;
+    if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
+        printf("no CUDA device\n");
+        return 1;
+    }
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.device = FI_DEVICE_CUDA;
+    if (fi_context_create(&opt, ctx)) {
+        printf("context: %s\n", fi_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 /* Fill `bytes` of device memory with random bf16 in [-1, 1) (a repeated
  * 64 MiB random block, shifted per copy: cheap for multi-GiB caches, and
  * no two copies alike). Returns 0, or -1 if out of memory or a copy failed. */
@@ -127,6 +146,22 @@ static inline int gu_fill_random_bf16(gu_ptr dst, size_t bytes, tu_rng *rng) {
 static inline int gu_cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* Replay `ex` reps times on `s` (after 3 warm-up replays), each between
+ * events e0 and e1: the sorted milliseconds into ms[reps]. Returns 0, or -1
+ * when a call failed (printed). */
+static inline int gu_replay_times(gu_exec ex, gu_stream s, gu_event e0, gu_event e1, int reps,
+                                  float *ms) {
+    for (int w = 0; w < 3; w++)
+        if (GU(gu.GraphLaunch(ex, s))) return -1;
+    for (int t = 0; t < reps; t++) {
+        if (GU(gu.EventRecord(e0, s)) || GU(gu.GraphLaunch(ex, s)) || GU(gu.EventRecord(e1, s)) ||
+            GU(gu.EventSynchronize(e1)) || GU(gu.EventElapsedTime(&ms[t], e0, e1)))
+            return -1;
+    }
+    qsort(ms, (size_t)reps, sizeof ms[0], gu_cmp_float);
+    return 0;
 }
 
 #endif

@@ -2,15 +2,16 @@
 # run_device.sh — the CUDA backend on the GPU machine, in one call: build
 # there, JIT (cold compile vs warm load), graph capture/replay across
 # batches, the attention harness on the cuda backend against the fp64
-# oracle, and BENCH.md's decode cells. Logs under $OUT (or /tmp/fi-out);
-# a short table last.
+# oracle, BENCH.md's decode cells, and cascades / block-sparse attention
+# (tests/gpu/run_cascade.sh). Logs under $OUT (or /tmp/fi-out); a short
+# table last.
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
-#                           [--no-torch]
+#                           [--no-torch] [--no-cascade]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
 mkdir -p "$OUT"
-QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1
+QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 CASCADE=1
 for a in "$@"; do
     case $a in
         --quick) QUICK="--quick" ;;
@@ -18,6 +19,7 @@ for a in "$@"; do
         --no-harness) HARNESS=0 ;;
         --no-decode) DECODE=0 ;;
         --no-torch) TORCH=0 ;;
+        --no-cascade) CASCADE=0 ;;
     esac
 done
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -78,6 +80,14 @@ if [ "$BENCH" = 1 ] && [ "$DECODE" = 1 ]; then
     stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
     ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
         | tee "$OUT/bench_contig.log" | grep -v "^|"
+fi
+
+if [ "$CASCADE" = 1 ]; then
+    stamp "cascades and block-sparse (tests/gpu/run_cascade.sh)"
+    cargs=($QUICK)
+    [ "$BENCH" = 0 ] && cargs+=(--no-bench)
+    OUT="$OUT" tests/gpu/run_cascade.sh "${cargs[@]}" > "$OUT/cascade.log" 2>&1 || status=1
+    tail -30 "$OUT/cascade.log"
 fi
 
 stamp "done (status $status)"
