@@ -36,6 +36,15 @@
  *   FI_SOFTCAP        1: logits soft-cap
  *   FI_POS            0 none, 1 LLaMA RoPE fused, 2 ALiBi
  *   FI_ATTN_NAME      the extern "C" entry point's name
+ *   FI_VARIANT, FI_VHOOKS  a user variant's hooks (kernels/variant.cuh)
+ *
+ * Soft-cap, ALiBi, the window and the custom mask are the hooks of
+ * variant.cuh (the built-ins), called where a user variant's are: row hooks
+ * where rows are loaded (q: an f32 copy in shared memory, one thread per
+ * row; k/v: each landed tile copied to f32 rows in shared memory and
+ * transformed there, one thread per key), logits hooks on the scores, the
+ * output hook on write-through rows (split rows: merge.cuh). use_softmax = 0
+ * (FI_VH_NO_SOFTMAX) accumulates o += w v with no max or sum.
  */
 #include "prelude.cuh"
 
@@ -54,6 +63,7 @@
 #define FI_POS 0
 #define FI_ATTN_NAME fi_attn_default
 #endif
+#include "variant.cuh"
 
 namespace fi_attn {
 
@@ -66,9 +76,11 @@ constexpr int QT = FI_QT, KT = FI_KVT, OT = FI_OT;
 constexpr int GROUP = FI_GROUP, RM = FI_ROWS;
 constexpr bool PAGED = FI_PAGED != 0;
 constexpr bool CAUSAL = FI_MASK == 1, CUSTOM = FI_MASK == 2;
-constexpr bool WINDOW = FI_WINDOW != 0, SOFTCAP = FI_SOFTCAP != 0;
-constexpr bool ROPE = FI_POS == 1, ALIBI = FI_POS == 2;
-constexpr bool TRANSFORM = SOFTCAP || ALIBI; /* logits leave the log2 domain */
+constexpr bool WINDOW = FI_WINDOW != 0;
+constexpr bool ROPE = FI_POS == 1 && !fi_v::USER; /* built-in, element-wise */
+constexpr bool TRANSFORM = fi_v::NATURAL;         /* logits leave the log2 domain */
+constexpr bool SOFTMAX = fi_v::SOFTMAX;
+constexpr bool ROW_KV = fi_v::KEY || fi_v::VALUE; /* f32 K/V rows per tile */
 
 constexpr int NT = 128, NWARP = NT / 32;
 constexpr int TX = imax(DQK, DVO) / 8;       /* lanes per key: 8, 16, 32 */
@@ -76,8 +88,8 @@ constexpr int EQ = DQK / TX, EV = DVO / TX;  /* elements per lane */
 constexpr int KG = 32 / TX, NG = NWARP * KG; /* key groups per warp, per CTA */
 constexpr int KB = fi_dtype_bytes<KT>::value;
 constexpr int KROW = DQK * KB, VROW = DVO * KB;           /* bytes per key */
-#ifndef FI_TILE_BYTES
-#define FI_TILE_BYTES 16384 /* K + V bytes per stage (tuning knob) */
+#ifndef FI_TILE_BYTES /* K + V bytes per stage (tuning knob); half with f32 row copies */
+#define FI_TILE_BYTES (ROW_KV ? 8192 : 16384)
 #endif
 #ifndef FI_STAGES
 #define FI_STAGES 3
@@ -88,9 +100,14 @@ constexpr int KSUB = imin(KPG, 4);           /* keys per softmax update */
 constexpr int STAGES = FI_STAGES;
 constexpr int STAGE_BYTES = BN * (KROW + VROW);
 constexpr int KCH = KROW / 16, VCH = VROW / 16, CH = imax(KCH, VCH);
-/* final merge: o [NG][RM][DVO], m, l, w [NG][RM], inv, lse [RM] */
-constexpr int RED_BYTES = 4 * (NG * RM * DVO + 3 * NG * RM + 2 * RM);
-constexpr int SMEM_BYTES = imax(STAGES * STAGE_BYTES, RED_BYTES);
+/* row hooks' f32 rows: K [BN][DQK], V [BN][DVO] after the stages */
+constexpr int KBUF_BYTES = fi_v::KEY ? BN * DQK * 4 : 0;
+constexpr int VBUF_BYTES = fi_v::VALUE ? BN * DVO * 4 : 0;
+/* final merge: o [NG][RM][DVO], m, l, w [NG][RM], inv, lse [RM], then the
+ * output hook's rows [RM][DVO] */
+constexpr int RED_BYTES = 4 * (NG * RM * DVO + 3 * NG * RM + 2 * RM + (fi_v::OUTPUT ? RM * DVO : 0));
+constexpr int SMEM_BYTES = imax(STAGES * STAGE_BYTES + KBUF_BYTES + VBUF_BYTES, RED_BYTES);
+static_assert(RM * DQK * 4 <= STAGES * STAGE_BYTES, "q rows of the query hook");
 #ifdef FI_MIN_BLOCKS
 constexpr int MIN_BLOCKS = FI_MIN_BLOCKS;
 #else
@@ -109,7 +126,6 @@ struct Item {
     int qo_len, kv_len;
     int64_t qo_base;   /* qo_indptr[req] */
     int64_t kv_base;   /* paged: kv_indptr[req] (pages); ragged: first token */
-    int64_t mask_bit0; /* custom mask: first bit of the request's segment */
     int hkv;
 };
 
@@ -211,24 +227,41 @@ FI_DEV void load_tile(const fi_attn_args &a, const int32_t *kv_indices, const It
     }
 }
 
-/* RoPE frequency of the pair that dimension d belongs to. */
-FI_DEV float rope_freq(const fi_attn_args &a, int d) {
-    int i = d % (DQK / 2);
-    return exp2f(-2.0f * (float)i / (float)DQK * a.rope_log2_theta) * a.rope_rcp_scale;
-}
-
 /* The per-thread state of one row block. */
 struct State {
     float q[RM][EQ];
     float o[RM][EV];
     float m[RM], l[RM];
-    float slope[RM];
+    float slope[RM]; /* built-in ALiBi */
     float freq[EQ];
 };
 
-FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, int c, const float *alibi,
-                   State &S) {
+/* The hook context of row p (q fields) at key j. */
+FI_DEV fi_hook_ctx row_ctx(const fi_attn_args &a, const Item &it, int p, int j, int dim) {
+    const int diag = it.kv_len - it.qo_len + it.q0 + p / GROUP;
+    return fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv, diag, j, it.qo_len, it.kv_len,
+                     dim, a.sm_scale);
+}
+
+/* Rows [rb, rb + RM) of q into registers (this thread's EQ elements each),
+ * scaled by q_scale; with a query hook, through f32 rows in shared memory
+ * (free here: the stages are refilled after). */
+FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, int c,
+                   const fi_variant_params &P, unsigned char *smem, State &S) {
     const int diag0 = it.kv_len - it.qo_len + it.q0;
+    if constexpr (fi_v::QUERY) {
+        float *rows = (float *)smem; /* [RM][DQK] */
+        for (int i = threadIdx.x; i < RM * DQK; i += NT) {
+            const int r = i / DQK, d = i % DQK, p = rb + r, t = p / GROUP;
+            const int head = it.hkv * GROUP + p % GROUP;
+            const char *base = a.q + (it.qo_base + it.q0 + t) * a.q_tok + (int64_t)head * a.q_head;
+            rows[i] = p < it.rows ? fi_load_elem<QT>(base + d * a.q_dim) : 0.0f;
+        }
+        __syncthreads();
+        if (threadIdx.x < RM && rb + (int)threadIdx.x < it.rows)
+            fi_v::query(rows + threadIdx.x * DQK, row_ctx(a, it, rb + threadIdx.x, -1, DQK), P);
+        __syncthreads();
+    }
 #pragma unroll
     for (int r = 0; r < RM; r++) {
         int p = rb + r, t = p / GROUP, head = it.hkv * GROUP + p % GROUP;
@@ -237,27 +270,60 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, int c, const f
 #pragma unroll
         for (int e = 0; e < EQ; e++) {
             int d = c * EQ + e;
-            float x = valid ? fi_load_elem<QT>(base + d * a.q_dim) : 0.0f;
+            float x;
+            if constexpr (fi_v::QUERY) {
+                x = ((const float *)smem)[r * DQK + d];
+            } else {
+                x = valid ? fi_load_elem<QT>(base + d * a.q_dim) : 0.0f;
+            }
             if constexpr (ROPE) {
                 int pd = d < DQK / 2 ? d + DQK / 2 : d - DQK / 2;
                 float xp = valid ? fi_load_elem<QT>(base + pd * a.q_dim) : 0.0f;
-                float sn, cs;
-                sincosf((float)(diag0 + t) * S.freq[e], &sn, &cs);
-                x = d < DQK / 2 ? x * cs - xp * sn : x * cs + xp * sn;
+                x = fi_rope_pair(x, xp, d < DQK / 2, S.freq[e], diag0 + t);
             }
             S.q[r][e] = x * a.q_scale;
         }
-        if constexpr (ALIBI) S.slope[r] = valid ? alibi[head] : 0.0f;
+        S.slope[r] = valid ? fi_v::row_slope(P, head) : 0.0f;
         S.m[r] = FI_NEG_INF;
         S.l[r] = 0.0f;
 #pragma unroll
         for (int e = 0; e < EV; e++) S.o[r][e] = 0.0f;
     }
+    if constexpr (fi_v::QUERY) __syncthreads(); /* rows read before the stages refill */
+}
+
+/* Key and value hooks: the landed tile's rows as f32 (dequantised) into
+ * kbuf / vbuf, one thread per key, transformed there; keys past the span
+ * are zeros and see no hook. */
+FI_DEV void transform_tile(const fi_attn_args &a, const Item &it, const fi_variant_params &P,
+                           const unsigned char *st, int j0, float *kbuf, float *vbuf) {
+    for (int key = threadIdx.x; key < BN; key += NT) {
+        const int j = j0 + key;
+        const bool in = j < it.k1;
+        const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP, it.hkv, -1, j, it.qo_len,
+                                         it.kv_len, DQK, a.sm_scale);
+        if constexpr (fi_v::KEY) {
+            float *x = kbuf + key * DQK;
+            for (int d = 0; d < DQK; d++)
+                x[d] = in ? fi_load_elem<KT>((const char *)st + key * KROW + d * KB) * a.k_scale : 0.0f;
+            if (in) fi_v::key(x, hc, P);
+        }
+        if constexpr (fi_v::VALUE) {
+            float *x = vbuf + key * DVO;
+            for (int d = 0; d < DVO; d++)
+                x[d] = in ? fi_load_elem<KT>((const char *)st + BN * KROW + key * VROW + d * KB) * a.v_scale
+                          : 0.0f;
+            fi_hook_ctx hv = hc;
+            hv.head_dim = DVO;
+            if (in) fi_v::value(x, hv, P);
+        }
+    }
 }
 
 /* One stage of keys [j0, j0 + BN): this thread's key group's KPG keys. */
 FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, int g,
-                         const unsigned char *st, int j0, State &S) {
+                         const unsigned char *st, int j0, const fi_variant_params &P,
+                         const float *kbuf, const float *vbuf, State &S) {
     const unsigned char *ks = st, *vs = st + BN * KROW;
     const int diag0 = it.kv_len - it.qo_len + it.q0;
 #pragma unroll
@@ -267,17 +333,14 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
         for (int i = 0; i < KSUB; i++) {
             const int key = g * KPG + kb + i;
             float kf[EQ];
-            fi_load_vec<KT, EQ>((const char *)ks + key * KROW + c * EQ * KB, kf);
+            if constexpr (fi_v::KEY) fi_load_vec<FI_T_F32, EQ>((const char *)(kbuf + key * DQK + c * EQ), kf);
+            else fi_load_vec<KT, EQ>((const char *)ks + key * KROW + c * EQ * KB, kf);
             if constexpr (ROPE) {
                 float kp[EQ];
                 fi_load_vec<KT, EQ>((const char *)ks + key * KROW + (c ^ (TX / 2)) * EQ * KB, kp);
-                const float pos = (float)(j0 + key);
+                const int pos = j0 + key;
 #pragma unroll
-                for (int e = 0; e < EQ; e++) {
-                    float sn, cs;
-                    sincosf(pos * S.freq[e], &sn, &cs);
-                    kf[e] = c < TX / 2 ? kf[e] * cs - kp[e] * sn : kf[e] * cs + kp[e] * sn;
-                }
+                for (int e = 0; e < EQ; e++) kf[e] = fi_rope_pair(kf[e], kp[e], c < TX / 2, S.freq[e], pos);
             }
 #pragma unroll
             for (int r = 0; r < RM; r++) {
@@ -298,7 +361,7 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
         /* masks and logit transforms; a tile every row sees whole (the
          * common case of decode) skips the per-element checks */
         const int t_first = rb / GROUP, t_last = (rb + RM - 1) / GROUP;
-        bool whole = j0 + BN <= it.k1 && rb + RM <= it.rows && !CUSTOM && !TRANSFORM;
+        bool whole = j0 + BN <= it.k1 && rb + RM <= it.rows && !fi_v::ELEM_MASK && !TRANSFORM;
         if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + t_first;
         if constexpr (WINDOW) whole = whole && j0 >= diag0 + t_last - a.window_left;
         if (!whole) {
@@ -310,25 +373,23 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
                     const int p = rb + r, diag = diag0 + p / GROUP;
                     bool vis = j < it.k1 && p < it.rows;
                     if constexpr (CAUSAL) vis = vis && j <= diag;
-                    if constexpr (WINDOW) vis = vis && j >= diag - a.window_left;
-                    if constexpr (CUSTOM) {
-                        if (vis) {
-                            int64_t bit = it.mask_bit0 + (int64_t)(it.q0 + p / GROUP) * it.kv_len + j;
-                            vis = (a.mask[bit >> 3] >> (bit & 7)) & 1;
-                        }
-                    }
+                    /* a user's hooks only on keys and rows that exist (they
+                     * may index their tensors by position); the built-ins
+                     * are safe anywhere and run branch-free */
+                    fi_hook_ctx hc = row_ctx(a, it, p, j, DQK);
+                    fi_v::set_slope(hc, S.slope[r]); /* built-in ALiBi */
+                    if constexpr (WINDOW || fi_v::MASK) vis = vis && fi_v::visible(hc, P, a.window_left);
                     float x = s[i][r];
-                    if constexpr (SOFTCAP) x = a.softcap * tanhf(x * a.softcap_rcp);
-                    if constexpr (ALIBI) x = fmaf(S.slope[r], (float)(j - diag), x);
-                    if constexpr (TRANSFORM) x *= LOG2E;
-                    s[i][r] = vis ? x : FI_NEG_INF;
+                    if constexpr (fi_v::LOGITS) x = vis || !fi_v::USER ? fi_v::logits(x, hc, P) : x;
+                    if constexpr (TRANSFORM && SOFTMAX) x *= LOG2E;
+                    s[i][r] = vis ? x : SOFTMAX ? FI_NEG_INF : 0.0f;
                 }
             }
         }
 
-        /* online softmax */
+        /* online softmax (use_softmax = 0: s are the weights) */
 #pragma unroll
-        for (int r = 0; r < RM; r++) {
+        for (int r = 0; r < RM && SOFTMAX; r++) {
             float mx = S.m[r];
 #pragma unroll
             for (int i = 0; i < KSUB; i++) mx = fmaxf(mx, s[i][r]);
@@ -351,7 +412,8 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
         for (int i = 0; i < KSUB; i++) {
             const int key = g * KPG + kb + i;
             float vf[EV];
-            fi_load_vec<KT, EV>((const char *)vs + key * VROW + c * EV * KB, vf);
+            if constexpr (fi_v::VALUE) fi_load_vec<FI_T_F32, EV>((const char *)(vbuf + key * DVO + c * EV), vf);
+            else fi_load_vec<KT, EV>((const char *)vs + key * VROW + c * EV * KB, vf);
 #pragma unroll
             for (int r = 0; r < RM; r++)
 #pragma unroll
@@ -361,16 +423,19 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
 }
 
 /* Merge the NG key groups' states in group order; write O and LSE (or the
- * item's partial rows). */
+ * item's partial rows). use_softmax = 0: the groups' sums add, LSE is 0.
+ * An output hook sees each write-through row once, in shared memory. */
 FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, int g,
-                        unsigned char *smem, const State &S) {
+                        const fi_variant_params &P, unsigned char *smem, const State &S) {
     float *red_o = (float *)smem;
     float *red_m = red_o + NG * RM * DVO;
     float *red_l = red_m + NG * RM;
     float *red_w = red_l + NG * RM;
     float *row_inv = red_w + NG * RM;
     float *row_lse = row_inv + RM;
+    float *out_rows = row_lse + RM; /* [RM][DVO], output hook */
     const int tid = threadIdx.x;
+    const float vsc = fi_v::VALUE ? 1.0f : a.v_scale; /* V rows dequantised already */
 #pragma unroll
     for (int r = 0; r < RM; r++) {
 #pragma unroll
@@ -381,7 +446,11 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
         }
     }
     __syncthreads();
-    if (tid < RM) {
+    if (tid < RM && !SOFTMAX) {
+        for (int gg = 0; gg < NG; gg++) red_w[gg * RM + tid] = 1.0f;
+        row_inv[tid] = vsc;
+        row_lse[tid] = 0.0f;
+    } else if (tid < RM) {
         const int r = tid;
         float M = FI_NEG_INF;
         for (int gg = 0; gg < NG; gg++) M = fmaxf(M, red_m[gg * RM + r]);
@@ -391,17 +460,34 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
             red_w[gg * RM + r] = w;
             L = fmaf(w, red_l[gg * RM + r], L);
         }
-        row_inv[r] = L > 0.0f ? a.v_scale / L : 0.0f;
+        row_inv[r] = L > 0.0f ? vsc / L : 0.0f;
         row_lse[r] = L > 0.0f ? M + log2f(L) : FI_NEG_INF;
     }
     __syncthreads();
     const int H = a.num_qo_heads;
+    const bool hook = fi_v::OUTPUT && it.prow < 0; /* uniform over the CTA */
+    if (hook) {
+        for (int idx = tid; idx < RM * DVO; idx += NT) {
+            const int r = idx / DVO, d = idx % DVO;
+            float acc = 0.0f;
+            for (int gg = 0; gg < NG; gg++) acc = fmaf(red_w[gg * RM + r], red_o[(gg * RM + r) * DVO + d], acc);
+            out_rows[idx] = acc * row_inv[r];
+        }
+        __syncthreads();
+        if (tid < RM && rb + tid < it.rows)
+            fi_v::output(out_rows + tid * DVO, row_lse[tid], row_ctx(a, it, rb + tid, -1, DVO), P);
+        __syncthreads();
+    }
     for (int idx = tid; idx < RM * DVO; idx += NT) {
         const int r = idx / DVO, d = idx % DVO, p = rb + r;
         if (p >= it.rows) continue;
         float acc = 0.0f;
-        for (int gg = 0; gg < NG; gg++) acc = fmaf(red_w[gg * RM + r], red_o[(gg * RM + r) * DVO + d], acc);
-        acc *= row_inv[r];
+        if (hook) {
+            acc = out_rows[idx];
+        } else {
+            for (int gg = 0; gg < NG; gg++) acc = fmaf(red_w[gg * RM + r], red_o[(gg * RM + r) * DVO + d], acc);
+            acc *= row_inv[r];
+        }
         const int t = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
         if (it.prow >= 0) {
             int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
@@ -436,11 +522,14 @@ FI_ATTN_NAME(const fi_attn_args a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = lane % TX, g = warp * KG + lane / TX;
     const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
+    fi_variant_params VP = fi_v::params(a, alibi);
+    float *kbuf = (float *)(smem + STAGES * STAGE_BYTES);
+    float *vbuf = (float *)(smem + STAGES * STAGE_BYTES + KBUF_BYTES);
 
     State S;
     if constexpr (ROPE) {
 #pragma unroll
-        for (int e = 0; e < EQ; e++) S.freq[e] = rope_freq(a, c * EQ + e);
+        for (int e = 0; e < EQ; e++) S.freq[e] = fi_rope_freq(a.rope_log2_theta, a.rope_rcp_scale, (c * EQ + e) % (DQK / 2), DQK);
     }
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y) {
         for (int n = ib; n < ie; n++) {
@@ -457,11 +546,11 @@ FI_ATTN_NAME(const fi_attn_args a) {
             it.qo_len = qo_indptr[it.req + 1] - qo_indptr[it.req];
             it.kv_len = kv_len[it.req];
             it.kv_base = kv_indptr[it.req];
-            it.mask_bit0 = CUSTOM ? mask_offset[it.req] * 8 : 0;
+            fi_v::set_request(VP, mask_offset, it.req);
             it.hkv = hkv;
             const int ntiles = (it.k1 - it.k0 + BN - 1) / BN;
             for (int rb = 0; rb < it.rows; rb += RM) {
-                load_q(a, it, rb, c, alibi, S);
+                load_q(a, it, rb, c, VP, smem, S);
                 Pages P; /* the page ids of the next tile to load */
                 if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0, P);
 #pragma unroll
@@ -481,11 +570,16 @@ FI_ATTN_NAME(const fi_attn_args a) {
                     fi_cp_async_commit();
                     fi_cp_async_wait<STAGES - 1>();
                     __syncthreads();
-                    compute_tile(a, it, rb, c, g, smem + (t % STAGES) * STAGE_BYTES, it.k0 + t * BN, S);
+                    const unsigned char *st = smem + (t % STAGES) * STAGE_BYTES;
+                    if constexpr (ROW_KV) {
+                        transform_tile(a, it, VP, st, it.k0 + t * BN, kbuf, vbuf);
+                        __syncthreads();
+                    }
+                    compute_tile(a, it, rb, c, g, st, it.k0 + t * BN, VP, kbuf, vbuf, S);
                     __syncthreads();
                 }
                 fi_cp_async_wait<0>();
-                finish_rows(a, it, rb, c, g, smem, S);
+                finish_rows(a, it, rb, c, g, VP, smem, S);
             }
         }
     }

@@ -34,7 +34,16 @@
  * contiguous (a.tc_min_rows is 0 otherwise).
  *
  * Configuration (-D): FI_DQK FI_DVO FI_QT FI_OT FI_GROUP FI_PAGED FI_MASK
- * FI_WINDOW FI_SOFTCAP FI_POS FI_ATTN_TC_NAME.
+ * FI_WINDOW FI_SOFTCAP FI_POS FI_ATTN_TC_NAME, and FI_VARIANT FI_VHOOKS.
+ *
+ * Hooks (kernels/variant.cuh): soft-cap, ALiBi, window and custom mask are
+ * the built-in logits/mask hooks, applied on the accumulators as a user
+ * variant's are. A user's row hooks rewrite the shared-memory tiles in
+ * place (16-bit, as the MMA reads them): the Q block once (one thread per
+ * row, when tile 0 has landed), each K/V tile once per row block (one
+ * thread per key), through an f32 row in local memory. use_softmax = 0: P
+ * holds the weights, no max or sum. The output hook runs on write-through
+ * rows, staged as f32 in the (then free) shared memory.
  */
 #include "prelude.cuh"
 
@@ -51,6 +60,7 @@
 #define FI_POS 0
 #define FI_ATTN_TC_NAME fi_attn_tc_default
 #endif
+#include "variant.cuh"
 
 namespace fi_tc {
 
@@ -58,10 +68,12 @@ constexpr int DQK = FI_DQK, DVO = FI_DVO;
 constexpr int QT = FI_QT, OT = FI_OT;
 constexpr int GROUP = FI_GROUP;
 constexpr bool PAGED = FI_PAGED != 0;
-constexpr bool CAUSAL = FI_MASK == 1, CUSTOM = FI_MASK == 2;
-constexpr bool WINDOW = FI_WINDOW != 0, SOFTCAP = FI_SOFTCAP != 0;
-constexpr bool ALIBI = FI_POS == 2;
-constexpr bool TRANSFORM = SOFTCAP || ALIBI;
+constexpr bool CAUSAL = FI_MASK == 1;
+constexpr bool WINDOW = FI_WINDOW != 0;
+constexpr bool TRANSFORM = fi_v::NATURAL; /* logits leave the log2 domain */
+constexpr bool SOFTMAX = fi_v::SOFTMAX;
+constexpr bool ROWS = fi_v::QUERY || fi_v::KEY || fi_v::VALUE;
+static_assert(FI_POS != 1 || fi_v::USER, "built-in RoPE runs on the CUDA-core kernel");
 constexpr bool BF16 = QT == FI_T_BF16;
 
 constexpr int NT = 128, NWARP = 4, MT = 2;   /* m16 tiles per warp */
@@ -78,6 +90,8 @@ constexpr int STAGES = 2;
 constexpr int OFF_BYTES = 2 * BN * 16;
 constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + OFF_BYTES; /* = fi_cuda_attn_tc_smem() */
 constexpr float LOG2E = 1.4426950408889634f;
+/* output hook: f32 rows [BM][DVO] over Q and the stages */
+static_assert(!fi_v::OUTPUT || BM * (DVO + 1) * 4 <= SMEM_BYTES, "output rows");
 
 static_assert(QT == FI_T_F16 || QT == FI_T_BF16, "16-bit Q/KV");
 static_assert((DQK == 64 || DQK == 128) && (DVO == 64 || DVO == 128), "head dims");
@@ -127,9 +141,34 @@ FI_DEV uint32_t pack2(float lo, float hi) {
 struct Item {
     int req, q0, rows, k0, k1, prow;
     int qo_len, kv_len;
-    int64_t qo_base, kv_base, mask_bit0;
+    int64_t qo_base, kv_base;
     int hkv;
 };
+
+/* A user row hook on row r of a swizzled 16-bit tile of NCH chunks per row:
+ * out to f32 (times scale), the hook, back in place. */
+template <int NCH, class F>
+FI_DEV void row_hook(unsigned char *tile, int r, float scale, F hook) {
+    float x[NCH * 8];
+#pragma unroll
+    for (int ch = 0; ch < NCH; ch++) {
+        const uint4 w = *reinterpret_cast<const uint4 *>(tile + swz<NCH>(r, ch));
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+        fi_unpack<QT, 8>(ws, x + ch * 8);
+    }
+#pragma unroll
+    for (int d = 0; d < NCH * 8; d++) x[d] *= scale;
+    hook(x);
+#pragma unroll
+    for (int ch = 0; ch < NCH; ch++) {
+        uint4 w;
+        w.x = pack2(x[ch * 8], x[ch * 8 + 1]);
+        w.y = pack2(x[ch * 8 + 2], x[ch * 8 + 3]);
+        w.z = pack2(x[ch * 8 + 4], x[ch * 8 + 5]);
+        w.w = pack2(x[ch * 8 + 6], x[ch * 8 + 7]);
+        *reinterpret_cast<uint4 *>(tile + swz<NCH>(r, ch)) = w;
+    }
+}
 
 /* Q rows [rb, rb + BM) of the item into shared memory (zeros past rows). */
 FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, unsigned char *qs) {
@@ -220,6 +259,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
     const float *alibi = (const float *)(a.meta + meta->off_alibi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;
+    fi_variant_params VP = fi_v::params(a, alibi);
     const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
     unsigned char *qs = smem;
     unsigned char *kvs = smem + Q_BYTES;
@@ -241,7 +281,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
             it.qo_len = qo_indptr[it.req + 1] - qo_indptr[it.req];
             it.kv_len = kv_len[it.req];
             it.kv_base = kv_indptr[it.req];
-            it.mask_bit0 = CUSTOM ? mask_offset[it.req] * 8 : 0;
+            fi_v::set_request(VP, mask_offset, it.req);
             it.hkv = hkv;
             const int diag0 = it.kv_len - it.qo_len + it.q0;
             for (int rb = 0; rb < it.rows; rb += BM) {
@@ -266,7 +306,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                         m[mt][h] = FI_NEG_INF;
                         l[mt][h] = 0.0f;
                         const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
-                        slope[mt][h] = ALIBI && p < it.rows ? alibi[it.hkv * GROUP + p % GROUP] : 0.0f;
+                        slope[mt][h] = p < it.rows ? fi_v::row_slope(VP, it.hkv * GROUP + p % GROUP) : 0.0f;
                     }
 #pragma unroll
                     for (int d = 0; d < DT; d++)
@@ -298,6 +338,29 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                                        ? page_of(a, kv_indices, it, j0 + 2 * BN + threadIdx.x) : 0;
                     fi_cp_async_wait<1>();
                     __syncthreads();
+                    if constexpr (ROWS) { /* a user's row hooks, on the landed tiles */
+                        const int tid = threadIdx.x;
+                        if (fi_v::QUERY && t == 0 && rb + tid < it.rows) {
+                            const int p = rb + tid;
+                            const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv,
+                                                             diag0 + p / GROUP, -1, it.qo_len, it.kv_len,
+                                                             DQK, a.sm_scale);
+                            row_hook<KCH>(qs, tid, 1.0f, [&](float *x) { fi_v::query(x, hc, VP); });
+                        }
+                        unsigned char *kst = kvs + (t % STAGES) * STAGE_BYTES;
+                        for (int key = tid; key < BN && (fi_v::KEY || fi_v::VALUE); key += NT) {
+                            if (j0 + key >= it.k1) continue;
+                            fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP, it.hkv, -1, j0 + key,
+                                                       it.qo_len, it.kv_len, DQK, a.sm_scale);
+                            if constexpr (fi_v::KEY)
+                                row_hook<KCH>(kst, key, a.k_scale, [&](float *x) { fi_v::key(x, hc, VP); });
+                            hc.head_dim = DVO;
+                            if constexpr (fi_v::VALUE)
+                                row_hook<VCH>(kst + K_BYTES, key, a.v_scale,
+                                              [&](float *x) { fi_v::value(x, hc, VP); });
+                        }
+                        __syncthreads();
+                    }
                     const uint32_t ks_a = kvs_a + (t % STAGES) * STAGE_BYTES;
                     const uint32_t vs_a = ks_a + K_BYTES;
 
@@ -332,7 +395,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
 
                     /* logits: transforms, masks (a tile every row of the
                      * block sees whole skips all of it without a transform) */
-                    bool whole = j0 + BN <= it.k1 && rb + BM <= it.rows && !CUSTOM;
+                    bool whole = j0 + BN <= it.k1 && rb + BM <= it.rows && !fi_v::ELEM_MASK;
                     if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + rb / GROUP;
                     if constexpr (WINDOW) whole = whole && j0 >= diag0 + rlast / GROUP - a.window_left;
                     if (TRANSFORM || !whole)
@@ -350,22 +413,24 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                                      * FFMA below (q_scale > 0: the host refuses sm_scale < 0) */
                                     float x = s[mt][nt][2 * h + e];
                                     const int j = j0 + nt * 8 + 2 * tq + e;
+                                    const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv,
+                                                                     diag, j, it.qo_len, it.kv_len, DQK,
+                                                                     a.sm_scale, slope[mt][h]);
                                     if constexpr (TRANSFORM) x *= a.q_scale;
-                                    if constexpr (SOFTCAP) x = a.softcap * tanhf(x * a.softcap_rcp);
-                                    if constexpr (ALIBI) x = fmaf(slope[mt][h], (float)(j - diag), x);
-                                    if constexpr (TRANSFORM) x *= LOG2E;
-                                    if (!whole) {
-                                        bool vis = j < it.k1 && p < it.rows;
-                                        if constexpr (CAUSAL) vis = vis && j <= diag;
-                                        if constexpr (WINDOW) vis = vis && j >= diag - a.window_left;
-                                        if constexpr (CUSTOM) {
-                                            if (vis) {
-                                                int64_t bit = it.mask_bit0 +
-                                                              (int64_t)(it.q0 + p / GROUP) * it.kv_len + j;
-                                                vis = (a.mask[bit >> 3] >> (bit & 7)) & 1;
-                                            }
+                                    if constexpr (fi_v::LOGITS && !fi_v::USER) x = fi_v::logits(x, hc, VP);
+                                    if constexpr (TRANSFORM && SOFTMAX && !fi_v::USER) x *= LOG2E;
+                                    if (!whole || fi_v::USER) {
+                                        bool vis = true;
+                                        if (!whole) {
+                                            vis = j < it.k1 && p < it.rows;
+                                            if constexpr (CAUSAL) vis = vis && j <= diag;
+                                            if constexpr (WINDOW || fi_v::MASK)
+                                                vis = vis && fi_v::visible(hc, VP, a.window_left);
                                         }
-                                        if (!vis) x = FI_NEG_INF;
+                                        /* a user's hook only where the key and row exist */
+                                        if constexpr (fi_v::LOGITS && fi_v::USER) x = vis ? fi_v::logits(x, hc, VP) : x;
+                                        if constexpr (TRANSFORM && SOFTMAX && fi_v::USER) x *= LOG2E;
+                                        if (!vis) x = SOFTMAX ? FI_NEG_INF : 0.0f;
                                     }
                                     s[mt][nt][2 * h + e] = x;
                                 }
@@ -375,7 +440,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                      * the log2 domain, s raw (times qs) */
                     const float qs = TRANSFORM ? 1.0f : a.q_scale;
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
+                    for (int mt = 0; mt < MT && SOFTMAX; mt++)
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
                             float mx = FI_NEG_INF;
@@ -440,8 +505,13 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                 }
                 fi_cp_async_wait<0>();
 
-                /* O / l and LSE (log2 domain), or the item's partial rows */
+                /* O / l and LSE (log2 domain), or the item's partial rows;
+                 * use_softmax = 0: O as summed, LSE 0. With an output hook,
+                 * write-through rows go through shared memory (f32). */
                 const int H = a.num_qo_heads;
+                const bool hook = fi_v::OUTPUT && it.prow < 0; /* uniform */
+                float *orow = reinterpret_cast<float *>(smem), *olse = orow + BM * DVO;
+                if (hook) __syncthreads(); /* Q and the stages are free */
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -451,10 +521,18 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                         L += __shfl_xor_sync(0xffffffffu, L, 2);
                         const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
                         if (p >= it.rows) continue;
-                        const float inv = L > 0.0f ? a.v_scale / L : 0.0f;
-                        const float lse = L > 0.0f ? m[mt][h] + log2f(L) : FI_NEG_INF;
+                        const float inv = !SOFTMAX ? a.v_scale : L > 0.0f ? a.v_scale / L : 0.0f;
+                        const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[mt][h] + log2f(L) : FI_NEG_INF;
                         const int t = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
-                        if (it.prow >= 0) {
+                        if (hook) {
+                            const int rl = p - rb;
+#pragma unroll
+                            for (int d = 0; d < DT; d++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++)
+                                    orow[rl * DVO + d * 8 + 2 * tq + e] = o[mt][d][2 * h + e] * inv;
+                            if (tq == 0) olse[rl] = lse;
+                        } else if (it.prow >= 0) {
                             const int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
                             float *po = a.partial_o + row * DVO;
 #pragma unroll
@@ -475,6 +553,25 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                             if (tq == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
                         }
                     }
+                if (hook) {
+                    __syncthreads();
+                    const int p = rb + threadIdx.x;
+                    if (p < it.rows)
+                        fi_v::output(orow + threadIdx.x * DVO, olse[threadIdx.x],
+                                     fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv, diag0 + p / GROUP,
+                                               -1, it.qo_len, it.kv_len, DVO, a.sm_scale),
+                                     VP);
+                    __syncthreads();
+                    for (int i = threadIdx.x; i < BM * DVO; i += NT) {
+                        const int rl = i / DVO, d = i % DVO, pp = rb + rl;
+                        if (pp >= it.rows) continue;
+                        const int64_t tok = it.qo_base + it.q0 + pp / GROUP;
+                        const int head = it.hkv * GROUP + pp % GROUP;
+                        fi_store_elem<OT>(a.o + tok * a.o_tok + (int64_t)head * a.o_head + (int64_t)d * a.o_dim,
+                                          orow[i]);
+                        if (d == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = olse[rl];
+                    }
+                }
                 __syncthreads(); /* Q and the stages are reused by the next block */
             }
         }

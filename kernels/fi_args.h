@@ -67,6 +67,12 @@ typedef struct fi_attn_args {
     float v_scale;
     float rope_rcp_scale;      /* 1 / rope_scale */
     float rope_log2_theta;     /* log2(rope_theta) */
+    float sm_scale;            /* the hooks' c->sm_scale */
+    float k_scale;             /* FP8 K scale (q_scale leaves it out when a
+                                  key hook sees dequantised rows) */
+    /* A user variant's per-run parameters: the bytes of its
+     * fi_variant_params (kernels/variant.cuh), laid out by the host. */
+    uint64_t vparams[16];
 } fi_attn_args;
 
 #endif /* FI_KERNEL_ARGS_H */

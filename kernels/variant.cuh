@@ -1,0 +1,276 @@
+/*
+ * variant.cuh — the hook points of the attention kernels (attention.cuh,
+ * attention_tc.cuh, merge.cuh): what a variant may change, as the six hook
+ * functions of docs/VARIANTS.md over fi_hook_ctx and fi_variant_params:
+ *
+ *   fi_query_transform(x, c, p)   a q row (f32, in/out), once per row block
+ *   fi_key_transform(x, c, p)     a k row, once per key tile and row block
+ *   fi_value_transform(x, c, p)   a v row, idem
+ *   fi_logits_transform(s, c, p)  s = sm_scale * q.k -> logit (or weight)
+ *   fi_logits_mask(c, p)          non-zero: key kv_pos visible to q_pos
+ *   fi_output_transform(o, lse, c, p)  the final row, once (after merging)
+ *
+ * Two builds of the same kernels:
+ *
+ * - FI_VARIANT = 0 (default): the built-ins, chosen by the -D constants the
+ *   kernels always had (FI_SOFTCAP, FI_POS, FI_MASK == 2, FI_WINDOW), are
+ *   these hooks, defined below; a hook the configuration does not use is
+ *   never called (fi_v::HAS_* is a compile-time constant), so the identity
+ *   costs nothing and a built-in costs what its inline code did.
+ * - FI_VARIANT = 1: a user's variant. The host passes the hook text of
+ *   fi_variant_source(..., FI_VARIANT_TARGET_CUDA) as the NVRTC header
+ *   "fi_variant_hooks.cuh" (fi_hook_ctx, fi_variant_params, the six hooks,
+ *   FI_VARIANT_HAS_* and FI_VARIANT_USE_SOFTMAX, from which FI_VHOOKS, the
+ *   bit set of the hooks it has, follows: FI_VH_* below). Causal and window
+ *   masks still apply (plan params).
+ *
+ * Built-in fused RoPE is a row transform of q and k (rotate_half at q_pos /
+ * kv_pos, fi_rope_row below); the CUDA-core kernel applies it element-wise
+ * with the pair function the row form is made of (fi_rope_pair), lane-
+ * parallel, while a user's row hook runs one thread per row over an f32 copy
+ * of the row (shared memory). The tensor-core kernel runs user row hooks on
+ * its shared-memory tiles (16-bit) and not the built-in RoPE (CUDA cores).
+ *
+ * Per-run values: fi_attn_args.vparams is the raw bytes of
+ * fi_variant_params, laid out by the host with C's rules (float, int32_t,
+ * pointers, in the spec's order; src/cuda/variant.c).
+ */
+#ifndef FI_VARIANT_CUH
+#define FI_VARIANT_CUH
+
+#include "prelude.cuh"
+
+#ifndef FI_VARIANT
+#define FI_VARIANT 0
+#endif
+
+/* FI_VHOOKS bits */
+#define FI_VH_QUERY 1
+#define FI_VH_KEY 2
+#define FI_VH_VALUE 4
+#define FI_VH_LOGITS 8
+#define FI_VH_MASK 16
+#define FI_VH_OUTPUT 32
+#define FI_VH_NO_SOFTMAX 64
+
+/* merge.cuh has none of these */
+#ifndef FI_SOFTCAP
+#define FI_SOFTCAP 0
+#endif
+#ifndef FI_POS
+#define FI_POS 0
+#endif
+#ifndef FI_MASK
+#define FI_MASK 0
+#endif
+#ifndef FI_WINDOW
+#define FI_WINDOW 0
+#endif
+
+/* LLaMA RoPE (rotate_half), the built-in's parts: the pair (x[i],
+ * x[i + D/2]) turns by pos * freq_i, freq_i = theta^(-2i / D) / scale. */
+FI_DEV float fi_rope_freq(float log2_theta, float rcp_scale, int i, int dim) {
+    return exp2f(-2.0f * (float)i / (float)dim * log2_theta) * rcp_scale;
+}
+/* One element of the rotated row: x the element, xp its partner, lo whether
+ * x is in the first half. */
+FI_DEV float fi_rope_pair(float x, float xp, bool lo, float freq, int pos) {
+    float sn, cs;
+    sincosf((float)pos * freq, &sn, &cs);
+    return lo ? x * cs - xp * sn : x * cs + xp * sn;
+}
+
+#if FI_VARIANT
+
+#include "fi_variant_hooks.cuh"
+#ifndef FI_VHOOKS /* from the generated text's FI_VARIANT_HAS_* */
+#define FI_VHOOKS                                                              \
+    ((FI_VARIANT_HAS_QUERY_TRANSFORM ? FI_VH_QUERY : 0) |                      \
+     (FI_VARIANT_HAS_KEY_TRANSFORM ? FI_VH_KEY : 0) |                          \
+     (FI_VARIANT_HAS_VALUE_TRANSFORM ? FI_VH_VALUE : 0) |                      \
+     (FI_VARIANT_HAS_LOGITS_TRANSFORM ? FI_VH_LOGITS : 0) |                    \
+     (FI_VARIANT_HAS_LOGITS_MASK ? FI_VH_MASK : 0) |                           \
+     (FI_VARIANT_HAS_OUTPUT_TRANSFORM ? FI_VH_OUTPUT : 0) |                    \
+     (FI_VARIANT_USE_SOFTMAX ? 0 : FI_VH_NO_SOFTMAX))
+#endif
+
+#else /* the built-ins */
+
+#define FI_HOOK __device__ __forceinline__
+
+typedef struct fi_hook_ctx {
+    int32_t request, qo_head, kv_head;
+    int32_t q_pos, kv_pos;
+    int32_t qo_len, kv_len;
+    int32_t head_dim;
+    float sm_scale;
+    float alibi_slope; /* built-ins only: slopes[qo_head], loaded once per row
+                          by the kernels (fi_v::row_slope) */
+} fi_hook_ctx;
+
+/* The built-in specs' parameters, filled by the kernels from fi_attn_args
+ * (and mask_bit0 per request). */
+typedef struct fi_variant_params {
+    float cap, cap_rcp;         /* soft-cap c, 1 / c */
+    const float *slopes;        /* ALiBi [H_qo] */
+    int32_t window_left;        /* sliding window */
+    const uint8_t *mask;        /* custom mask bits */
+    int64_t mask_bit0;          /* first bit of this request's segment */
+    float rope_rcp_scale, rope_log2_theta;
+} fi_variant_params;
+
+/* soft-cap then ALiBi: logits leave the log2 domain */
+FI_HOOK float fi_logits_transform(float s, const fi_hook_ctx *c, const fi_variant_params *p) {
+    if (FI_SOFTCAP) s = p->cap * tanhf(s * p->cap_rcp);
+    if (FI_POS == 2) s = fmaf(c->alibi_slope, (float)(c->kv_pos - c->q_pos), s); /* p->slopes[qo_head] */
+    return s;
+}
+
+/* sliding window and custom mask bits (causal is the kernels' own: it
+ * also decides which tiles are loaded) */
+FI_HOOK int fi_logits_mask(const fi_hook_ctx *c, const fi_variant_params *p) {
+    bool keep = true;
+    if (FI_WINDOW) keep = c->kv_pos >= c->q_pos - p->window_left;
+    if (FI_MASK == 2) {
+        const int64_t bit = p->mask_bit0 +
+                            (int64_t)(c->q_pos - c->kv_len + c->qo_len) * c->kv_len + c->kv_pos;
+        keep = keep && ((p->mask[bit >> 3] >> (bit & 7)) & 1);
+    }
+    return keep;
+}
+
+FI_HOOK void fi_rope_row(float *x, int pos, int dim, const fi_variant_params *p) {
+    for (int i = 0; i < dim / 2; i++) {
+        const float f = fi_rope_freq(p->rope_log2_theta, p->rope_rcp_scale, i, dim);
+        const float a = x[i], b = x[i + dim / 2];
+        x[i] = fi_rope_pair(a, b, true, f, pos);
+        x[i + dim / 2] = fi_rope_pair(b, a, false, f, pos);
+    }
+}
+FI_HOOK void fi_query_transform(float *x, const fi_hook_ctx *c, const fi_variant_params *p) {
+    if (FI_POS == 1) fi_rope_row(x, c->q_pos, c->head_dim, p);
+}
+FI_HOOK void fi_key_transform(float *x, const fi_hook_ctx *c, const fi_variant_params *p) {
+    if (FI_POS == 1) fi_rope_row(x, c->kv_pos, c->head_dim, p);
+}
+FI_HOOK void fi_value_transform(float *, const fi_hook_ctx *, const fi_variant_params *) {}
+FI_HOOK void fi_output_transform(float *, float, const fi_hook_ctx *, const fi_variant_params *) {}
+
+/* Built-ins: logits hook for soft-cap / ALiBi, mask hook for custom bits
+ * and the window; RoPE is applied element-wise (fi_rope_pair) by the
+ * CUDA-core kernel (FI_POS == 1), so it is not among the row hooks. */
+#define FI_VHOOKS                                                        \
+    ((FI_SOFTCAP || FI_POS == 2 ? FI_VH_LOGITS : 0) |                    \
+     (FI_MASK == 2 || FI_WINDOW ? FI_VH_MASK : 0))
+
+#endif /* FI_VARIANT */
+
+namespace fi_v {
+constexpr bool QUERY = (FI_VHOOKS & FI_VH_QUERY) != 0;
+constexpr bool KEY = (FI_VHOOKS & FI_VH_KEY) != 0;
+constexpr bool VALUE = (FI_VHOOKS & FI_VH_VALUE) != 0;
+constexpr bool LOGITS = (FI_VHOOKS & FI_VH_LOGITS) != 0;
+constexpr bool MASK = (FI_VHOOKS & FI_VH_MASK) != 0;   /* per-element mask hook */
+constexpr bool OUTPUT = (FI_VHOOKS & FI_VH_OUTPUT) != 0;
+constexpr bool SOFTMAX = (FI_VHOOKS & FI_VH_NO_SOFTMAX) == 0;
+constexpr bool USER = FI_VARIANT != 0;
+/* a mask hook other than the window (which the kernels also check per tile) */
+constexpr bool ELEM_MASK = USER ? MASK : FI_MASK == 2;
+/* logits leave the log2 domain: q carries sm_scale only */
+constexpr bool NATURAL = LOGITS || !SOFTMAX;
+constexpr float LN2 = 0.69314718055994531f;
+
+/* The per-run parameters from the launch's bytes (fi_attn_args.vparams). */
+FI_DEV fi_variant_params params(const fi_attn_args &a, const float *alibi) {
+    fi_variant_params p;
+#if FI_VARIANT
+    static_assert(sizeof(fi_variant_params) <= sizeof(a.vparams), "variant parameters");
+    __builtin_memcpy(&p, a.vparams, sizeof p);
+#else
+    p.cap = a.softcap;
+    p.cap_rcp = a.softcap_rcp;
+    p.slopes = alibi;
+    p.window_left = a.window_left;
+    p.mask = a.mask;
+    p.mask_bit0 = 0;
+    p.rope_rcp_scale = a.rope_rcp_scale;
+    p.rope_log2_theta = a.rope_log2_theta;
+#endif
+    return p;
+}
+/* The custom mask's segment of a request (built-ins only). */
+FI_DEV void set_request(fi_variant_params &p, const int64_t *mask_offset, int req) {
+#if !FI_VARIANT
+    if (FI_MASK == 2) p.mask_bit0 = mask_offset[req] * 8;
+#endif
+}
+
+/* ALiBi's slope of a row, hoisted out of the key loops (0 otherwise). */
+FI_DEV float row_slope(const fi_variant_params &p, int qo_head) {
+#if !FI_VARIANT
+    if (FI_POS == 2) return __ldg(p.slopes + qo_head);
+#endif
+    return 0.0f;
+}
+
+FI_DEV void set_slope(fi_hook_ctx &c, float slope) {
+#if !FI_VARIANT
+    c.alibi_slope = slope;
+#endif
+}
+
+FI_DEV fi_hook_ctx ctx(int req, int qo_head, int kv_head, int q_pos, int kv_pos, int qo_len,
+                       int kv_len, int head_dim, float sm_scale, float slope = 0.0f) {
+    fi_hook_ctx c;
+    c.request = req;
+    c.qo_head = qo_head;
+    c.kv_head = kv_head;
+    c.q_pos = q_pos;
+    c.kv_pos = kv_pos;
+    c.qo_len = qo_len;
+    c.kv_len = kv_len;
+    c.head_dim = head_dim;
+    c.sm_scale = sm_scale;
+#if !FI_VARIANT
+    c.alibi_slope = slope;
+#endif
+    return c;
+}
+
+/* Calls that exist only where the hook does (dependent on P, so a hook the
+ * configuration lacks is never looked up). */
+template <class P>
+FI_DEV void query(float *x, const fi_hook_ctx &c, const P &p) {
+    if constexpr (QUERY) fi_query_transform(x, &c, &p);
+}
+template <class P>
+FI_DEV void key(float *x, const fi_hook_ctx &c, const P &p) {
+    if constexpr (KEY) fi_key_transform(x, &c, &p);
+}
+template <class P>
+FI_DEV void value(float *x, const fi_hook_ctx &c, const P &p) {
+    if constexpr (VALUE) fi_value_transform(x, &c, &p);
+}
+template <class P>
+FI_DEV float logits(float s, const fi_hook_ctx &c, const P &p) {
+    if constexpr (LOGITS) return fi_logits_transform(s, &c, &p);
+    else return s;
+}
+/* The hook mask and, for user variants, the window (built-ins: inside the
+ * mask hook). */
+template <class P>
+FI_DEV bool visible(const fi_hook_ctx &c, const P &p, int window_left) {
+    bool keep = true;
+#if FI_VARIANT
+    if (FI_WINDOW) keep = c.kv_pos >= c.q_pos - window_left;
+#endif
+    if constexpr (MASK) keep = keep && fi_logits_mask(&c, &p) != 0;
+    return keep;
+}
+template <class P>
+FI_DEV void output(float *o, float lse_log2, const fi_hook_ctx &c, const P &p) {
+    if constexpr (OUTPUT) fi_output_transform(o, SOFTMAX ? lse_log2 * LN2 : 0.0f, &c, &p);
+}
+} /* namespace fi_v */
+
+#endif /* FI_VARIANT_CUH */
