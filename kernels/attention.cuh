@@ -88,8 +88,9 @@ constexpr int EQ = DQK / TX, EV = DVO / TX;  /* elements per lane */
 constexpr int KG = 32 / TX, NG = NWARP * KG; /* key groups per warp, per CTA */
 constexpr int KB = fi_dtype_bytes<KT>::value;
 constexpr int KROW = DQK * KB, VROW = DVO * KB;           /* bytes per key */
-#ifndef FI_TILE_BYTES /* K + V bytes per stage (tuning knob); half with f32 row copies */
-#define FI_TILE_BYTES (ROW_KV ? 8192 : 16384)
+#ifndef FI_TILE_BYTES /* K + V bytes per stage (tuning knob); less with f32 row copies
+                          (they take 4 / KB times a stage) */
+#define FI_TILE_BYTES (!ROW_KV ? 16384 : KB == 1 ? 4096 : 8192)
 #endif
 #ifndef FI_STAGES
 #define FI_STAGES 3
@@ -126,6 +127,7 @@ struct Item {
     int qo_len, kv_len;
     int64_t qo_base;   /* qo_indptr[req] */
     int64_t kv_base;   /* paged: kv_indptr[req] (pages); ragged: first token */
+    int64_t mask_bit0; /* custom mask: first bit of the request's segment */
     int hkv;
 };
 
@@ -378,7 +380,7 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
                      * are safe anywhere and run branch-free */
                     fi_hook_ctx hc = row_ctx(a, it, p, j, DQK);
                     fi_v::set_slope(hc, S.slope[r]); /* built-in ALiBi */
-                    if constexpr (WINDOW || fi_v::MASK) vis = vis && fi_v::visible(hc, P, a.window_left);
+                    if constexpr (fi_v::ANY_MASK) vis = vis && fi_v::visible(hc, P, a, it.mask_bit0);
                     float x = s[i][r];
                     if constexpr (fi_v::LOGITS) x = vis || !fi_v::USER ? fi_v::logits(x, hc, P) : x;
                     if constexpr (TRANSFORM && SOFTMAX) x *= LOG2E;
@@ -546,7 +548,7 @@ FI_ATTN_NAME(const fi_attn_args a) {
             it.qo_len = qo_indptr[it.req + 1] - qo_indptr[it.req];
             it.kv_len = kv_len[it.req];
             it.kv_base = kv_indptr[it.req];
-            fi_v::set_request(VP, mask_offset, it.req);
+            it.mask_bit0 = fi_v::mask_bit0(VP, mask_offset, it.req);
             it.hkv = hkv;
             const int ntiles = (it.k1 - it.k0 + BN - 1) / BN;
             for (int rb = 0; rb < it.rows; rb += RM) {

@@ -141,7 +141,7 @@ FI_DEV uint32_t pack2(float lo, float hi) {
 struct Item {
     int req, q0, rows, k0, k1, prow;
     int qo_len, kv_len;
-    int64_t qo_base, kv_base;
+    int64_t qo_base, kv_base, mask_bit0;
     int hkv;
 };
 
@@ -281,7 +281,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
             it.qo_len = qo_indptr[it.req + 1] - qo_indptr[it.req];
             it.kv_len = kv_len[it.req];
             it.kv_base = kv_indptr[it.req];
-            fi_v::set_request(VP, mask_offset, it.req);
+            it.mask_bit0 = fi_v::mask_bit0(VP, mask_offset, it.req);
             it.hkv = hkv;
             const int diag0 = it.kv_len - it.qo_len + it.q0;
             for (int rb = 0; rb < it.rows; rb += BM) {
@@ -424,8 +424,8 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
                                         if (!whole) {
                                             vis = j < it.k1 && p < it.rows;
                                             if constexpr (CAUSAL) vis = vis && j <= diag;
-                                            if constexpr (WINDOW || fi_v::MASK)
-                                                vis = vis && fi_v::visible(hc, VP, a.window_left);
+                                            if constexpr (fi_v::ANY_MASK)
+                                                vis = vis && fi_v::visible(hc, VP, a, it.mask_bit0);
                                         }
                                         /* a user's hook only where the key and row exist */
                                         if constexpr (fi_v::LOGITS && fi_v::USER) x = vis ? fi_v::logits(x, hc, VP) : x;

@@ -13,6 +13,16 @@
 #ifndef FI_KERNEL_ARGS_H
 #define FI_KERNEL_ARGS_H
 
+/* The hooks a user variant has (kernels/variant.cuh's FI_VHOOKS; the host
+ * decides q_scale and the merge kernel from the same bits). */
+#define FI_VH_QUERY 1
+#define FI_VH_KEY 2
+#define FI_VH_VALUE 4
+#define FI_VH_LOGITS 8
+#define FI_VH_MASK 16
+#define FI_VH_OUTPUT 32
+#define FI_VH_NO_SOFTMAX 64
+
 typedef struct fi_meta {
     int64_t off_qo_indptr;     /* int32 [B+1] */
     int64_t off_kv_indptr;     /* int32 [B+1] pages (paged) or tokens (ragged) */

@@ -44,14 +44,7 @@
 #define FI_VARIANT 0
 #endif
 
-/* FI_VHOOKS bits */
-#define FI_VH_QUERY 1
-#define FI_VH_KEY 2
-#define FI_VH_VALUE 4
-#define FI_VH_LOGITS 8
-#define FI_VH_MASK 16
-#define FI_VH_OUTPUT 32
-#define FI_VH_NO_SOFTMAX 64
+/* FI_VHOOKS bits: FI_VH_* in fi_args.h */
 
 /* merge.cuh has none of these */
 #ifndef FI_SOFTCAP
@@ -66,6 +59,14 @@
 #ifndef FI_WINDOW
 #define FI_WINDOW 0
 #endif
+
+/* Custom mask bit of (q_pos, kv_pos): bit0 is the request's first bit, rows
+ * of kv_len bits per query. */
+FI_DEV bool fi_mask_bit(const uint8_t *mask, int64_t bit0, int q_pos, int kv_pos, int qo_len,
+                        int kv_len) {
+    const int64_t bit = bit0 + (int64_t)(q_pos - kv_len + qo_len) * kv_len + kv_pos;
+    return (mask[bit >> 3] >> (bit & 7)) & 1;
+}
 
 /* LLaMA RoPE (rotate_half), the built-in's parts: the pair (x[i],
  * x[i + D/2]) turns by pos * freq_i, freq_i = theta^(-2i / D) / scale. */
@@ -131,11 +132,8 @@ FI_HOOK float fi_logits_transform(float s, const fi_hook_ctx *c, const fi_varian
 FI_HOOK int fi_logits_mask(const fi_hook_ctx *c, const fi_variant_params *p) {
     bool keep = true;
     if (FI_WINDOW) keep = c->kv_pos >= c->q_pos - p->window_left;
-    if (FI_MASK == 2) {
-        const int64_t bit = p->mask_bit0 +
-                            (int64_t)(c->q_pos - c->kv_len + c->qo_len) * c->kv_len + c->kv_pos;
-        keep = keep && ((p->mask[bit >> 3] >> (bit & 7)) & 1);
-    }
+    if (FI_MASK == 2)
+        keep = keep && fi_mask_bit(p->mask, p->mask_bit0, c->q_pos, c->kv_pos, c->qo_len, c->kv_len);
     return keep;
 }
 
@@ -174,19 +172,28 @@ constexpr bool MASK = (FI_VHOOKS & FI_VH_MASK) != 0;   /* per-element mask hook 
 constexpr bool OUTPUT = (FI_VHOOKS & FI_VH_OUTPUT) != 0;
 constexpr bool SOFTMAX = (FI_VHOOKS & FI_VH_NO_SOFTMAX) == 0;
 constexpr bool USER = FI_VARIANT != 0;
-/* a mask hook other than the window (which the kernels also check per tile) */
-constexpr bool ELEM_MASK = USER ? MASK : FI_MASK == 2;
+/* a mask other than causal and the window (which the kernels also check per
+ * tile): custom bits or a user's mask hook */
+constexpr bool ELEM_MASK = FI_MASK == 2 || (USER && MASK);
+/* some per-element mask besides causal */
+constexpr bool ANY_MASK = ELEM_MASK || FI_WINDOW;
 /* logits leave the log2 domain: q carries sm_scale only */
 constexpr bool NATURAL = LOGITS || !SOFTMAX;
 constexpr float LN2 = 0.69314718055994531f;
 
 /* The per-run parameters from the launch's bytes (fi_attn_args.vparams). */
 FI_DEV fi_variant_params params(const fi_attn_args &a, const float *alibi) {
-    fi_variant_params p;
 #if FI_VARIANT
     static_assert(sizeof(fi_variant_params) <= sizeof(a.vparams), "variant parameters");
-    __builtin_memcpy(&p, a.vparams, sizeof p);
+    union {
+        fi_variant_params p;
+        uint64_t w[sizeof(a.vparams) / 8];
+    } u;
+#pragma unroll
+    for (int i = 0; i < (int)((sizeof(fi_variant_params) + 7) / 8); i++) u.w[i] = a.vparams[i];
+    return u.p;
 #else
+    fi_variant_params p;
     p.cap = a.softcap;
     p.cap_rcp = a.softcap_rcp;
     p.slopes = alibi;
@@ -195,14 +202,17 @@ FI_DEV fi_variant_params params(const fi_attn_args &a, const float *alibi) {
     p.mask_bit0 = 0;
     p.rope_rcp_scale = a.rope_rcp_scale;
     p.rope_log2_theta = a.rope_log2_theta;
-#endif
     return p;
-}
-/* The custom mask's segment of a request (built-ins only). */
-FI_DEV void set_request(fi_variant_params &p, const int64_t *mask_offset, int req) {
-#if !FI_VARIANT
-    if (FI_MASK == 2) p.mask_bit0 = mask_offset[req] * 8;
 #endif
+}
+/* The first bit of a request's custom mask segment (0 without one). */
+FI_DEV int64_t mask_bit0(fi_variant_params &p, const int64_t *mask_offset, int req) {
+    if (FI_MASK != 2) return 0;
+    const int64_t b = mask_offset[req] * 8;
+#if !FI_VARIANT
+    p.mask_bit0 = b;
+#endif
+    return b;
 }
 
 /* ALiBi's slope of a row, hoisted out of the key loops (0 otherwise). */
@@ -256,16 +266,20 @@ FI_DEV float logits(float s, const fi_hook_ctx &c, const P &p) {
     if constexpr (LOGITS) return fi_logits_transform(s, &c, &p);
     else return s;
 }
-/* The hook mask and, for user variants, the window (built-ins: inside the
- * mask hook). */
+/* Window, custom bits and a user's mask hook (built-ins: the first two are
+ * the mask hook). Causal is the kernels' own. */
 template <class P>
-FI_DEV bool visible(const fi_hook_ctx &c, const P &p, int window_left) {
-    bool keep = true;
+FI_DEV bool visible(const fi_hook_ctx &c, const P &p, const fi_attn_args &a, int64_t bit0) {
 #if FI_VARIANT
-    if (FI_WINDOW) keep = c.kv_pos >= c.q_pos - window_left;
-#endif
+    bool keep = true;
+    if (FI_WINDOW) keep = c.kv_pos >= c.q_pos - a.window_left;
+    if (FI_MASK == 2)
+        keep = keep && fi_mask_bit(a.mask, bit0, c.q_pos, c.kv_pos, c.qo_len, c.kv_len);
     if constexpr (MASK) keep = keep && fi_logits_mask(&c, &p) != 0;
     return keep;
+#else
+    return fi_logits_mask(&c, &p) != 0;
+#endif
 }
 template <class P>
 FI_DEV void output(float *o, float lse_log2, const fi_hook_ctx &c, const P &p) {

@@ -14,12 +14,17 @@
 
 #define FI_SPEC_MAX_DEFINES 16
 
-/* One kernel: the kernels/ file that defines it, its entry point, its -D. */
+#define FI_KERNEL_NAME_MAX 128
+
+/* One kernel: the kernels/ file that defines it, its entry point, its -D,
+ * and a user variant's hook text (fi_variant_source for CUDA; NULL for the
+ * built-ins), given to NVRTC as the header "fi_variant_hooks.cuh". */
 typedef struct fi_kernel_spec {
     const char *entry_file;
-    char name[96];
-    char defines[FI_SPEC_MAX_DEFINES][64];
+    char name[FI_KERNEL_NAME_MAX];
+    char defines[FI_SPEC_MAX_DEFINES][FI_KERNEL_NAME_MAX + 32];
     int num_defines;
+    const char *header;
 } fi_kernel_spec;
 
 /* The compile-time facts of one attention kernel (see kernels/attention.cuh). */
@@ -28,10 +33,22 @@ typedef struct fi_attn_config {
     int qt, kvt, ot; /* fi_dtype codes */
     int group, rows;
     int paged, mask, window, softcap, pos;
+    /* A user variant: its name, hook text (CUDA target; owned by the
+     * caller) and hook bits (FI_VH_*); NULL / 0 for the built-ins. */
+    const char *vname;
+    const char *vsrc;
+    int vhooks;
 } fi_attn_config;
 
+/* The configuration of a plan's params; a variant's text is attached with
+ * fi_cuda_attn_set_variant. */
 void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_config *c);
+/* Attach variant v's CUDA hook text `src` (kept by reference) to c. */
+void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char *src);
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+/* The merge kernel of c's output (the built-in one unless c's variant has an
+ * output hook or use_softmax = 0). */
+void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *spec);
 void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *spec);
 /* The tensor-core kernel (kernels/attention_tc.cuh): whether it supports the
  * configuration (16-bit Q == KV dtype, head dims 64/128, no fused RoPE), its
@@ -66,7 +83,7 @@ typedef struct fi_cuda_jit_stats {
 
 typedef struct fi_cuda_module {
     struct fi_cuda_module *next;
-    char name[96];
+    char name[FI_KERNEL_NAME_MAX];
     CUmodule module;
     CUfunction function;
 } fi_cuda_module;
@@ -122,7 +139,9 @@ typedef struct fi_cuda_plan {
     int has_cc_items;        /* ... and for attn */
     unsigned grid_x, grid_y, merge_grid;
     int blocks_per_sm;
-    char attn_name[96];
+    char attn_name[FI_KERNEL_NAME_MAX];
+    char *vsrc;              /* a user variant's CUDA hook text (malloc'd) */
+    int vhooks;              /* its FI_VH_* bits */
 } fi_cuda_plan;
 
 fi_status fi_cuda_plan_init(struct fi_plan *plan);

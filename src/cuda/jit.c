@@ -57,6 +57,7 @@ uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch) {
     char archopt[64];
     int n = spec_options(spec, arch, archopt, sizeof archopt, opts);
     for (int i = 0; i < n; i++) h = fi_fnv_str(h, opts[i]);
+    if (spec->header) h = fi_fnv_str(h, spec->header); /* a variant's hook text */
     int ver[2] = {nv ? nv->major : 0, nv ? nv->minor : 0};
     return fi_fnv(h, ver, sizeof ver);
 }
@@ -69,14 +70,18 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
     const fi_nvrtc_api *nv = fi_nvrtc_load(&why);
     if (!nv) return fi_error(FI_STATUS_NO_DEVICE, "kernel %s: %s", spec->name, why);
     const char *hdr[16], *inc[16];
-    int nh = fi_kernel_file_count < 16 ? fi_kernel_file_count : 16;
+    int nh = fi_kernel_file_count < 15 ? fi_kernel_file_count : 15;
     for (int i = 0; i < nh; i++) {
         hdr[i] = fi_kernel_files[i].text;
         inc[i] = fi_kernel_files[i].name;
     }
-    char main_src[128];
+    if (spec->header) { /* kernels/variant.cuh includes it under FI_VARIANT */
+        hdr[nh] = spec->header;
+        inc[nh++] = "fi_variant_hooks.cuh";
+    }
+    char main_src[160];
     snprintf(main_src, sizeof main_src, "#include \"%s\"\n", spec->entry_file);
-    char prog_name[112];
+    char prog_name[FI_KERNEL_NAME_MAX + 8];
     snprintf(prog_name, sizeof prog_name, "%s.cu", spec->name);
     nvrtcProgram prog = NULL;
     int r = nv->CreateProgram(&prog, main_src, prog_name, nh, hdr, inc);
@@ -89,7 +94,7 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
     r = nv->CompileProgram(prog, n, opts);
     if (r != 0) {
         size_t logn = 0;
-        char log[1536] = "";
+        char log[7000] = "";
         if (nv->GetProgramLogSize(prog, &logn) == 0 && logn > 0) {
             char *full = malloc(logn + 1);
             if (full && nv->GetProgramLog(prog, full) == 0) {
@@ -99,8 +104,11 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
             free(full);
         }
         nv->DestroyProgram(&prog);
-        return fi_error(FI_STATUS_BACKEND_ERROR, "NVRTC compile of %s for %s failed: %s\n%s",
-                        spec->name, arch, nv->GetErrorString(r), log);
+        /* with a variant, most likely its hook source: the log says where
+         * (the generated text names each snippet "<variant>.<hook>") */
+        return fi_error(spec->header ? FI_STATUS_COMPILE_ERROR : FI_STATUS_BACKEND_ERROR,
+                        "NVRTC compile of %s for %s failed: %s\n%s", spec->name, arch,
+                        nv->GetErrorString(r), log);
     }
     int want_cubin = strncmp(arch, "sm_", 3) == 0;
     size_t len = 0;
@@ -129,7 +137,7 @@ void fi_cuda_cache_dir(char *buf, size_t n) { fi_cache_dir(buf, n); }
 static void cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n) {
     char dir[800];
     fi_cuda_cache_dir(dir, sizeof dir);
-    snprintf(buf, n, "%.800s/%.96s-%.16s-%016llx.cubin", dir, spec->name, arch,
+    snprintf(buf, n, "%.800s/%.128s-%.16s-%016llx.cubin", dir, spec->name, arch,
              (unsigned long long)fi_cuda_jit_key(spec, arch));
 }
 

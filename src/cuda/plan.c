@@ -4,6 +4,7 @@
  * resolved (JIT) at creation, and the one async copy per fi_plan_update.
  */
 #include "cuda/cuda_backend.h"
+#include "core/variant.h"
 
 #include "../../kernels/fi_args.h"
 
@@ -54,6 +55,7 @@ void fi_cuda_plan_fini(fi_plan *plan) {
         if (ps->partial_lse) cu->MemFree(ps->partial_lse);
         fi_cuda_pop(ps->cc);
     }
+    free(ps->vsrc);
     free(ps);
     plan->backend_state = NULL;
 }
@@ -69,11 +71,17 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     fi_attn_config cfg;
     fi_kernel_spec spec;
     fi_cuda_attn_config(p, plan->group_size, &cfg);
+    if (p->variant) { /* a user variant: its hooks spliced into every kernel */
+        ps->vsrc = fi_variant_source_alloc(p->variant, FI_VARIANT_TARGET_CUDA);
+        if (!ps->vsrc) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant source: out of memory");
+        fi_cuda_attn_set_variant(&cfg, p->variant, ps->vsrc);
+        ps->vhooks = cfg.vhooks;
+    }
     fi_cuda_attn_spec(&cfg, &spec);
     memcpy(ps->attn_name, spec.name, sizeof ps->attn_name);
     fi_status st = fi_cuda_jit_function(ps->cc, &spec, &ps->attn);
     if (st) return st;
-    fi_cuda_merge_spec(p->head_dim_vo, (int)p->o_dtype, &spec);
+    fi_cuda_merge_spec_of(&cfg, &spec);
     if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->merge))) return st;
     /* Items with many packed rows run on tensor cores where the
      * configuration allows (kernels/attention_tc.cuh); both kernels share

@@ -5,6 +5,7 @@
  * captured around it replays correctly after another fi_plan_update.
  */
 #include "cuda/cuda_backend.h"
+#include "core/variant.h"
 
 #include "../../kernels/fi_args.h"
 
@@ -71,14 +72,26 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     a->tc_min_rows = ps->attn_tc && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
     a->window_left = p->window_left;
     bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
-    bool transform = p->logits_soft_cap > 0.0f || p->pos_encoding == FI_POS_ALIBI;
-    a->q_scale = p->sm_scale * (fp8 ? p->k_scale : 1.0f) * (transform ? 1.0f : 1.4426950408889634f);
+    /* logits in natural units for a logits hook or weights (use_softmax = 0);
+     * a key hook sees dequantised rows, so k_scale is not in q then */
+    bool transform = p->logits_soft_cap > 0.0f || p->pos_encoding == FI_POS_ALIBI ||
+                     (ps->vhooks & (FI_VH_LOGITS | FI_VH_NO_SOFTMAX));
+    bool kq = fp8 && !(ps->vhooks & FI_VH_KEY);
+    a->q_scale = p->sm_scale * (kq ? p->k_scale : 1.0f) * (transform ? 1.0f : 1.4426950408889634f);
+    a->sm_scale = p->sm_scale;
+    a->k_scale = fp8 ? p->k_scale : 1.0f;
     a->softcap = p->logits_soft_cap;
     a->softcap_rcp = p->logits_soft_cap > 0.0f ? 1.0f / p->logits_soft_cap : 0.0f;
     a->v_scale = fp8 ? p->v_scale : 1.0f;
     a->rope_rcp_scale = 1.0f / (p->rope_scale > 0.0f ? p->rope_scale : 1.0f);
     a->rope_log2_theta = log2f(p->rope_theta > 0.0f ? p->rope_theta : 1e4f);
+    /* the variant's per-run values, by value in the launch (so a captured
+     * graph replays them; the core checked them) */
+    if (p->variant) fi_variant_pack(p->variant, ra->variant_args, a->vparams);
 }
+
+_Static_assert(sizeof(((fi_attn_args *)0)->vparams) >= FI_VARIANT_MAX_PARAMS * 8,
+               "variant parameter block");
 
 /* Order `stream` after the plan's last upload. During a capture the wait
  * is done on the host (the copy was queued before the capture began). */

@@ -1,6 +1,9 @@
 /* spec.c — kernel configurations: from attention params to the entry-point
  * name (which encodes the configuration) and the -D options of the sources. */
 #include "cuda/cuda_backend.h"
+#include "core/cache.h"
+#include "core/variant.h"
+#include "../../kernels/fi_args.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +35,28 @@ void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_co
     c->pos = p->pos_encoding == FI_POS_ROPE_LLAMA ? 1 : p->pos_encoding == FI_POS_ALIBI ? 2 : 0;
 }
 
+void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char *src) {
+    static const int bits[FI_HOOK_COUNT] = {FI_VH_QUERY,  FI_VH_KEY,  FI_VH_VALUE,
+                                            FI_VH_LOGITS, FI_VH_MASK, FI_VH_OUTPUT};
+    c->vname = v->spec.name;
+    c->vsrc = src;
+    c->vhooks = v->spec.use_softmax ? 0 : FI_VH_NO_SOFTMAX;
+    for (int i = 0; i < FI_HOOK_COUNT; i++)
+        if (fi_variant_hook(v, (fi_hook_id)i)) c->vhooks |= bits[i];
+}
+
+/* "_v<name>_<hash of the hook text>" for a variant's kernels, "" otherwise;
+ * and its -D. The name is cut to 32 characters (the hash tells apart). */
+static void add_variant(const fi_attn_config *c, fi_kernel_spec *s) {
+    if (!c->vsrc) return;
+    uint64_t h = fi_fnv_str(FI_FNV_SEED, c->vsrc);
+    size_t n = strlen(s->name);
+    snprintf(s->name + n, sizeof s->name - n, "_v%.32s_%08x", c->vname,
+             (unsigned)(h ^ (h >> 32)));
+    s->header = c->vsrc;
+    add_define(s, "-DFI_VARIANT=1");
+}
+
 /* fi_attn_d128x128_q2k2o2_g4r4_paged_m0w0c0p0 */
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     memset(s, 0, sizeof *s);
@@ -39,6 +64,7 @@ void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     snprintf(s->name, sizeof s->name, "fi_attn_d%dx%d_q%dk%do%d_g%dr%d_%s_m%dw%dc%dp%d", c->dqk,
              c->dvo, c->qt, c->kvt, c->ot, c->group, c->rows, c->paged ? "paged" : "ragged",
              c->mask, c->window, c->softcap, c->pos);
+    add_variant(c, s);
     add_define(s, "-DFI_DQK=%d", c->dqk);
     add_define(s, "-DFI_DVO=%d", c->dvo);
     add_define(s, "-DFI_QT=%d", c->qt);
@@ -72,6 +98,16 @@ void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *s) {
     add_define(s, "-DFI_MERGE_NAME=%s", s->name);
 }
 
+/* fi_merge_d128_o2_vsink_1a2b3c4d: a variant whose merge differs (output
+ * hook, or partial sums that add) */
+void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *s) {
+    fi_cuda_merge_spec(c->dvo, c->ot, s);
+    if (!(c->vhooks & (FI_VH_OUTPUT | FI_VH_NO_SOFTMAX))) return;
+    s->num_defines--; /* the name define is redone */
+    add_variant(c, s);
+    add_define(s, "-DFI_MERGE_NAME=%s", s->name);
+}
+
 /* Tensor-core kernel: Q and KV one 16-bit dtype (FP8 KV and f32 stay on the
  * CUDA-core kernel), O any of f32/f16/bf16, head dims 64 or 128 (256 would
  * need a smaller tile: not yet), no fused RoPE (not yet). */
@@ -96,6 +132,7 @@ void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     snprintf(s->name, sizeof s->name, "fi_attn_tc_d%dx%d_q%do%d_g%d_%s_m%dw%dc%dp%d", c->dqk,
              c->dvo, c->qt, c->ot, c->group, c->paged ? "paged" : "ragged", c->mask, c->window,
              c->softcap, c->pos);
+    add_variant(c, s);
     add_define(s, "-DFI_DQK=%d", c->dqk);
     add_define(s, "-DFI_DVO=%d", c->dvo);
     add_define(s, "-DFI_QT=%d", c->qt);

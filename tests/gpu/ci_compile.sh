@@ -3,7 +3,9 @@
 # without a GPU (CI): nvcc -arch=sm_90 on a one-line .cu per configuration
 # (the same kernels/ sources, the same -D options), then the library's own
 # NVRTC JIT path to PTX (build/jit_compile, compile-only mode). The list of
-# configurations comes from build/jit_compile --list.
+# configurations comes from build/jit_compile --list: the built-in
+# configurations, the standalone ops, and every example variant
+# (tests/variant_examples.c) x the main configurations.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -15,7 +17,9 @@ if [ ! -x "$NVCC" ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$BUILD/jit_compile" --list > "$tmp/list"
+# example variants: their hook text goes to $tmp/variants/<variant>/, and
+# their lines carry the -I that finds it
+"$BUILD/jit_compile" --list --variant-dir "$tmp/variants" > "$tmp/list"
 while read -r file name defs; do
     printf '#include "%s"\n' "$file" > "$tmp/$name.cu"
     echo "$name $defs" >> "$tmp/jobs"

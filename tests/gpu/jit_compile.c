@@ -8,6 +8,10 @@
  *   build/jit_compile --list          one line per kernel: entry file, name, -D...
  *                                     (attention, merge, then the standalone ops)
  *   build/jit_compile --filter STR    only names containing STR
+ *   build/jit_compile --list --variant-dir DIR
+ *       also write each example variant's hook text (tests/variant_examples)
+ *       to DIR/<variant>/fi_variant_hooks.cuh and add -IDIR/<variant> to its
+ *       kernels' lines, so nvcc compiles them (tests/gpu/ci_compile.sh)
  *   build/jit_compile --warm [-j N] [--arch sm_90a]
  *       read attention configurations from stdin, one per line as
  *       "paged mask window softcap pos qt kvt ot dqk dvo hq hkv" (what
@@ -17,56 +21,64 @@
  * The configurations cover every value of every compile-time option at
  * least once (head dims, dtypes, FP8, group sizes and row blocks, paged /
  * ragged, each mask and variant); the library compiles any other
- * combination on first use the same way.
+ * combination on first use the same way. Then every example variant
+ * (tests/variant_examples.h) x the main configurations (CUDA-core and
+ * tensor-core kernels, paged / ragged, masks, FP8, f32) and their merges.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ops.h"
+#include "core/variant.h"
+#include "../variant_examples.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 enum { F32 = 0, F16 = 1, BF16 = 2, E4M3 = 3, E5M2 = 4 };
 
-/* dqk dvo qt kvt ot group rows paged mask window softcap pos */
+/* dqk dvo qt kvt ot group rows paged mask window softcap pos (then the
+ * variant fields, zero) */
+#define C(dqk, dvo, qt, kvt, ot, g, r, pg, m, w, c, p) \
+    {dqk, dvo, qt, kvt, ot, g, r, pg, m, w, c, p, NULL, NULL, 0}
 static const fi_attn_config attn_configs[] = {
-    {128, 128, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0}, /* decode 32/8 bf16: the benchmark's */
-    {128, 128, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0},
-    {128, 128, BF16, BF16, BF16, 8, 8, 1, 0, 0, 0, 0}, /* 32/4 */
-    {128, 128, BF16, BF16, BF16, 1, 1, 1, 0, 0, 0, 0}, /* MHA */
-    {128, 128, F16, F16, F16, 2, 2, 1, 0, 0, 0, 0},
-    {128, 128, F16, F16, F16, 3, 3, 1, 0, 0, 0, 0},
-    {128, 128, BF16, BF16, BF16, 16, 8, 1, 0, 0, 0, 0}, /* group > rows */
-    {64, 64, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0},
-    {256, 256, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0},
-    {256, 256, F16, F16, F16, 8, 8, 1, 1, 0, 0, 0},
-    {64, 128, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0}, /* qk != vo */
-    {128, 64, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0},
-    {64, 256, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0},
-    {128, 128, F32, F32, F32, 4, 4, 1, 0, 0, 0, 0},
-    {256, 256, F32, F32, F32, 4, 4, 1, 0, 0, 0, 0},
-    {64, 64, F32, F32, F32, 1, 1, 1, 0, 0, 0, 0},
-    {128, 128, F16, F16, F32, 4, 4, 1, 0, 0, 0, 0}, /* mixed dtypes */
-    {128, 128, BF16, F32, F16, 4, 4, 1, 0, 0, 0, 0},
-    {128, 128, BF16, E4M3, BF16, 4, 4, 1, 0, 0, 0, 0}, /* FP8 KV */
-    {128, 128, F16, E5M2, F16, 4, 4, 1, 0, 0, 0, 0},
-    {64, 64, BF16, E4M3, BF16, 8, 8, 1, 0, 0, 0, 0},
-    {256, 256, F16, E4M3, F16, 1, 1, 1, 0, 0, 0, 0},
-    {128, 128, BF16, BF16, BF16, 4, 4, 1, 1, 0, 0, 0}, /* causal */
-    {128, 128, F16, F16, F16, 4, 4, 1, 1, 1, 0, 0},    /* causal + window */
-    {128, 128, F16, F16, F16, 4, 4, 1, 0, 1, 0, 0},    /* window */
-    {128, 128, F16, F16, F16, 4, 4, 1, 0, 0, 1, 0},    /* soft-cap */
-    {128, 128, F16, F16, F16, 4, 4, 1, 1, 0, 0, 2},    /* ALiBi */
-    {128, 128, F16, F16, F16, 4, 4, 1, 1, 0, 0, 1},    /* RoPE */
-    {256, 256, BF16, BF16, BF16, 8, 8, 1, 1, 0, 0, 1},
-    {128, 128, F16, F16, F16, 4, 4, 1, 2, 0, 0, 0},    /* custom mask */
-    {128, 128, F16, F16, F16, 4, 4, 1, 2, 1, 1, 2},    /* everything at once */
-    {128, 128, BF16, BF16, BF16, 4, 4, 0, 1, 0, 0, 0}, /* ragged */
-    {128, 128, F16, F16, F16, 1, 1, 0, 2, 0, 0, 1},
-    {64, 64, F32, F32, F32, 8, 8, 0, 0, 0, 0, 0},
+    C(128, 128, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0), /* decode 32/8 bf16: the benchmark's */
+    C(128, 128, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0),
+    C(128, 128, BF16, BF16, BF16, 8, 8, 1, 0, 0, 0, 0), /* 32/4 */
+    C(128, 128, BF16, BF16, BF16, 1, 1, 1, 0, 0, 0, 0), /* MHA */
+    C(128, 128, F16, F16, F16, 2, 2, 1, 0, 0, 0, 0),
+    C(128, 128, F16, F16, F16, 3, 3, 1, 0, 0, 0, 0),
+    C(128, 128, BF16, BF16, BF16, 16, 8, 1, 0, 0, 0, 0), /* group > rows */
+    C(64, 64, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0),
+    C(256, 256, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0),
+    C(256, 256, F16, F16, F16, 8, 8, 1, 1, 0, 0, 0),
+    C(64, 128, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0), /* qk != vo */
+    C(128, 64, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0),
+    C(64, 256, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0),
+    C(128, 128, F32, F32, F32, 4, 4, 1, 0, 0, 0, 0),
+    C(256, 256, F32, F32, F32, 4, 4, 1, 0, 0, 0, 0),
+    C(64, 64, F32, F32, F32, 1, 1, 1, 0, 0, 0, 0),
+    C(128, 128, F16, F16, F32, 4, 4, 1, 0, 0, 0, 0), /* mixed dtypes */
+    C(128, 128, BF16, F32, F16, 4, 4, 1, 0, 0, 0, 0),
+    C(128, 128, BF16, E4M3, BF16, 4, 4, 1, 0, 0, 0, 0), /* FP8 KV */
+    C(128, 128, F16, E5M2, F16, 4, 4, 1, 0, 0, 0, 0),
+    C(64, 64, BF16, E4M3, BF16, 8, 8, 1, 0, 0, 0, 0),
+    C(256, 256, F16, E4M3, F16, 1, 1, 1, 0, 0, 0, 0),
+    C(128, 128, BF16, BF16, BF16, 4, 4, 1, 1, 0, 0, 0), /* causal */
+    C(128, 128, F16, F16, F16, 4, 4, 1, 1, 1, 0, 0),    /* causal + window */
+    C(128, 128, F16, F16, F16, 4, 4, 1, 0, 1, 0, 0),    /* window */
+    C(128, 128, F16, F16, F16, 4, 4, 1, 0, 0, 1, 0),    /* soft-cap */
+    C(128, 128, F16, F16, F16, 4, 4, 1, 1, 0, 0, 2),    /* ALiBi */
+    C(128, 128, F16, F16, F16, 4, 4, 1, 1, 0, 0, 1),    /* RoPE */
+    C(256, 256, BF16, BF16, BF16, 8, 8, 1, 1, 0, 0, 1),
+    C(128, 128, F16, F16, F16, 4, 4, 1, 2, 0, 0, 0),    /* custom mask */
+    C(128, 128, F16, F16, F16, 4, 4, 1, 2, 1, 1, 2),    /* everything at once */
+    C(128, 128, BF16, BF16, BF16, 4, 4, 0, 1, 0, 0, 0), /* ragged */
+    C(128, 128, F16, F16, F16, 1, 1, 0, 2, 0, 0, 1),
+    C(64, 64, F32, F32, F32, 8, 8, 0, 0, 0, 0, 0),
 };
 
 static const int merge_dims[] = {64, 128, 256};
@@ -82,8 +94,8 @@ static double now(void) {
  * configuration above that it supports (the prefill benchmark's, causal
  * bf16 32/8 d 128, paged and ragged, among them), plus these. */
 static const fi_attn_config tc_configs[] = {
-    {64, 64, F16, F16, F16, 1, 1, 0, 1, 1, 0, 0},
-    {128, 128, BF16, BF16, F32, 8, 8, 1, 2, 0, 1, 2},
+    C(64, 64, F16, F16, F16, 1, 1, 0, 1, 1, 0, 0),
+    C(128, 128, BF16, BF16, F32, 8, 8, 1, 2, 0, 1, 2),
 };
 
 static int ntc(void) {
@@ -117,12 +129,81 @@ static void spec_at_attn(int i, fi_kernel_spec *s) {
     fi_cuda_attn_tc_spec(&tc_configs[k], s);
 }
 
-/* Then the standalone ops' kernels (kernels/ops.cuh, src/cuda/ops.c). */
-static int nspecs(void) { return nspecs_attn() + fi_cuda_ops_num_ci_specs(); }
+/* Example variants x these configurations: decode-like bf16 d 128 group 4
+ * paged, f16 d 64 MHA ragged causal + window, FP8 KV with a custom mask
+ * (CUDA cores), f32 d 256 causal (CUDA cores); each with its tensor-core
+ * kernel where supported and its merge where it differs. */
+static const fi_attn_config variant_configs[] = {
+    C(128, 128, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0),
+    C(64, 64, F16, F16, F16, 1, 1, 0, 1, 1, 0, 0),
+    C(128, 128, BF16, E4M3, BF16, 8, 8, 1, 2, 0, 0, 0),
+    C(256, 256, F32, F32, F32, 2, 2, 1, 1, 0, 0, 0),
+};
+enum { NVC = sizeof variant_configs / sizeof variant_configs[0], MAXV = VX_COUNT * NVC * 3 };
+static fi_kernel_spec vspecs[MAXV];
+static int nvspecs = -1;
+static fi_variant *variants[VX_COUNT];
+static char *vsources[VX_COUNT];
+
+/* The example variants' kernels (built once; duplicates dropped). */
+static int variant_specs(void) {
+    if (nvspecs >= 0) return nvspecs;
+    nvspecs = 0;
+    for (int v = 0; v < VX_COUNT; v++) {
+        if (fi_variant_create(vx_spec(v), &variants[v]) ||
+            !(vsources[v] = fi_variant_source_alloc(variants[v], FI_VARIANT_TARGET_CUDA))) {
+            fprintf(stderr, "variant %d: %s\n", v, fi_last_error());
+            continue;
+        }
+        for (int k = 0; k < NVC; k++) {
+            fi_attn_config c = variant_configs[k];
+            fi_cuda_attn_set_variant(&c, variants[v], vsources[v]);
+            fi_kernel_spec s[3];
+            int n = 0;
+            fi_cuda_attn_spec(&c, &s[n++]);
+            if (fi_cuda_attn_tc_supported(&c)) fi_cuda_attn_tc_spec(&c, &s[n++]);
+            fi_cuda_merge_spec_of(&c, &s[n++]);
+            for (int i = 0; i < n; i++) {
+                int dup = 0;
+                for (int j = 0; j < nvspecs && !dup; j++) dup = !strcmp(vspecs[j].name, s[i].name);
+                if (!dup && nvspecs < MAXV) vspecs[nvspecs++] = s[i];
+            }
+        }
+    }
+    return nvspecs;
+}
+
+/* Then the standalone ops' kernels (kernels/ops.cuh, src/cuda/ops.c), then
+ * the variants'. */
+static int nspecs(void) {
+    return nspecs_attn() + fi_cuda_ops_num_ci_specs() + variant_specs();
+}
 
 static void spec_at(int i, fi_kernel_spec *s) {
-    if (i < nspecs_attn()) spec_at_attn(i, s);
-    else fi_cuda_ops_ci_spec(i - nspecs_attn(), s);
+    int na = nspecs_attn(), no = fi_cuda_ops_num_ci_specs();
+    if (i < na) spec_at_attn(i, s);
+    else if (i < na + no) fi_cuda_ops_ci_spec(i - na, s);
+    else *s = vspecs[i - na - no];
+}
+
+/* --list --variant-dir: a variant kernel's header into DIR/<variant>/ and
+ * the -I that finds it (printed). */
+static int write_header(const char *dir, const fi_kernel_spec *s) {
+    if (!s->header) return 0;
+    const char *tag = strstr(s->name, "_v");
+    while (tag && strstr(tag + 2, "_v")) tag = strstr(tag + 2, "_v"); /* the last _v... */
+    char sub[512], path[600];
+    snprintf(sub, sizeof sub, "%s/%s", dir, tag ? tag + 2 : s->name);
+    mkdir(dir, 0755);
+    mkdir(sub, 0755);
+    snprintf(path, sizeof path, "%s/fi_variant_hooks.cuh", sub);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(s->header, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return -1;
+    }
+    printf(" -I%s", sub);
+    return 0;
 }
 
 /* --warm: the specs named on stdin into the disk cache, `jobs` processes. */
@@ -189,7 +270,7 @@ static int warm(const char *arch, int jobs) {
 }
 
 int main(int argc, char **argv) {
-    const char *arch = "compute_90a", *filter = NULL;
+    const char *arch = "compute_90a", *filter = NULL, *vdir = NULL;
     int list = 0, do_warm = 0, jobs = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--arch") && i + 1 < argc) arch = argv[++i];
@@ -197,6 +278,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-j") && i + 1 < argc) jobs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--list")) list = 1;
+        else if (!strcmp(argv[i], "--variant-dir") && i + 1 < argc) vdir = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--arch compute_90a|sm_90a] [--filter STR] [--list]\n",
                     argv[0]);
@@ -211,8 +293,10 @@ int main(int argc, char **argv) {
         spec_at(i, &s);
         if (filter && !strstr(s.name, filter)) continue;
         if (list) {
+            if (s.header && !vdir) continue; /* nvcc could not find its header */
             printf("%s %s", s.entry_file, s.name);
             for (int d = 0; d < s.num_defines; d++) printf(" %s", s.defines[d]);
+            if (vdir && write_header(vdir, &s)) return 1;
             printf("\n");
             continue;
         }
@@ -226,6 +310,7 @@ int main(int argc, char **argv) {
         if (st) {
             failed++;
             printf("FAIL %-48s %s\n", s.name, fi_last_error());
+            if (st == FI_STATUS_COMPILE_ERROR) printf("%s\n", fi_last_error());
             if (st == FI_STATUS_NO_DEVICE) return 1; /* no NVRTC: nothing else will work */
         } else {
             printf("ok   %-48s %7.0f ms  %8zu bytes\n", s.name, 1e3 * dt, size);

@@ -2,16 +2,16 @@
 # run_device.sh — the CUDA backend on the GPU machine, in one call: build
 # there, JIT (cold compile vs warm load), graph capture/replay across
 # batches, the attention harness on the cuda backend against the fp64
-# oracle, BENCH.md's decode cells, and cascades / block-sparse attention
-# (tests/gpu/run_cascade.sh). Logs under $OUT (or /tmp/fi-out); a short
-# table last.
+# oracle, BENCH.md's decode cells, cascades / block-sparse attention
+# (tests/gpu/run_cascade.sh) and user-defined variants (test_cuda_variants,
+# bench_variant). Logs under $OUT (or /tmp/fi-out); a short table last.
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
-#                           [--no-torch] [--no-cascade]
+#                           [--no-torch] [--no-cascade] [--no-variants]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
 mkdir -p "$OUT"
-QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 CASCADE=1
+QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 CASCADE=1 VARIANTS=1
 for a in "$@"; do
     case $a in
         --quick) QUICK="--quick" ;;
@@ -20,6 +20,7 @@ for a in "$@"; do
         --no-decode) DECODE=0 ;;
         --no-torch) TORCH=0 ;;
         --no-cascade) CASCADE=0 ;;
+        --no-variants) VARIANTS=0 ;;
     esac
 done
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -46,6 +47,12 @@ FLASHINFER_CACHE_DIR=$(mktemp -d) ./build/test_cuda 2>&1 | tee "$OUT/test_cuda.l
 stamp "test_cuda_ops (merge_state(s), append_paged_kv_cache, RoPE vs the fp64 references; graphs)"
 ./build/test_cuda_ops $QUICK 2>&1 | tee "$OUT/test_cuda_ops.log" | grep -v "^PASS"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+if [ "$VARIANTS" = 1 ]; then
+    stamp "test_cuda_variants (example variants x formats x decode/prefill x dtypes x dims x split vs the fp64 oracle with hooks)"
+    ./build/test_cuda_variants $QUICK 2>&1 | tee "$OUT/test_cuda_variants.log" | grep -v "^PASS"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
 
 if [ "$HARNESS" = 1 ]; then
     stamp "JIT cache warm-up for the harness ($JOBS processes)"
@@ -74,6 +81,11 @@ if [ "$BENCH" = 1 ]; then
             | tee "$OUT/bench_prefill_torch.log"
     fi
 fi
+if [ "$BENCH" = 1 ] && [ "$VARIANTS" = 1 ]; then
+    stamp "variant benchmark (JIT cold/warm, fused RoPE vs a separate pass)"
+    ./build/bench_variant --json "$OUT/bench_variant.json" 2>&1 | tee "$OUT/bench_variant.log" \
+        | grep -v "^|" || status=1
+fi
 if [ "$BENCH" = 1 ] && [ "$DECODE" = 1 ]; then
     stamp "decode benchmark (BENCH.md cells)"
     ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
@@ -93,6 +105,7 @@ fi
 stamp "done (status $status)"
 [ -f "$OUT/harness_summary.txt" ] && cat "$OUT/harness_summary.txt"
 [ -f "$OUT/bench_prefill.log" ] && echo "prefill:" && grep "^|" "$OUT/bench_prefill.log"
+[ -f "$OUT/bench_variant.log" ] && echo "variants:" && grep "^|" "$OUT/bench_variant.log"
 [ -f "$OUT/bench.log" ] && echo "random pages:" && grep "^|" "$OUT/bench.log"
 [ -f "$OUT/bench_contig.log" ] && echo "contiguous pages:" && grep "^|" "$OUT/bench_contig.log"
 exit $status
