@@ -105,6 +105,11 @@ typedef struct fi_cuda_ctx {
 /* The entry point of `spec` in this context: from memory, the disk cache, or
  * NVRTC (then cached on disk). The context must be current. */
 fi_status fi_cuda_jit_function(fi_cuda_ctx *cc, const fi_kernel_spec *spec, CUfunction *fn);
+/* Compile those of specs[0..n) that are neither in the context nor on disk
+ * into the disk cache, side by side (one thread each), so that a plan's
+ * kernels compile cold in the time of the slowest; fi_cuda_jit_function then
+ * loads them. Counted as compiled (wall time in compile_seconds). */
+fi_status fi_cuda_jit_prepare(fi_cuda_ctx *cc, const fi_kernel_spec *const *specs, int n);
 /* A copy of the context's JIT counters. */
 fi_cuda_jit_stats fi_cuda_jit_get_stats(const fi_context *ctx);
 

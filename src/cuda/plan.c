@@ -69,7 +69,6 @@ void fi_cuda_plan_fini(fi_plan *plan) {
 static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const fi_attention_params *p = &plan->params;
     fi_attn_config cfg;
-    fi_kernel_spec spec;
     fi_cuda_attn_config(p, plan->group_size, &cfg);
     if (p->variant) { /* a user variant: its hooks spliced into every kernel */
         ps->vsrc = fi_variant_source_alloc(p->variant, FI_VARIANT_TARGET_CUDA);
@@ -77,18 +76,23 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
         fi_cuda_attn_set_variant(&cfg, p->variant, ps->vsrc);
         ps->vhooks = cfg.vhooks;
     }
-    fi_cuda_attn_spec(&cfg, &spec);
-    memcpy(ps->attn_name, spec.name, sizeof ps->attn_name);
-    fi_status st = fi_cuda_jit_function(ps->cc, &spec, &ps->attn);
+    /* attention, merge and (where the configuration allows) tensor-core
+     * attention: items with many packed rows run on tensor cores
+     * (kernels/attention_tc.cuh); both attention kernels share the grid,
+     * each skips the other's items. Cold ones compile side by side. */
+    fi_kernel_spec specs[3];
+    const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
+    bool tc = fi_cuda_attn_tc_supported(&cfg);
+    fi_cuda_attn_spec(&cfg, &specs[0]);
+    fi_cuda_merge_spec_of(&cfg, &specs[1]);
+    if (tc) fi_cuda_attn_tc_spec(&cfg, &specs[2]);
+    fi_status st = fi_cuda_jit_prepare(ps->cc, list, tc ? 3 : 2);
     if (st) return st;
-    fi_cuda_merge_spec_of(&cfg, &spec);
-    if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->merge))) return st;
-    /* Items with many packed rows run on tensor cores where the
-     * configuration allows (kernels/attention_tc.cuh); both kernels share
-     * the grid, each skips the other's items. */
-    if (fi_cuda_attn_tc_supported(&cfg)) {
-        fi_cuda_attn_tc_spec(&cfg, &spec);
-        if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->attn_tc))) return st;
+    memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
+    if ((st = fi_cuda_jit_function(ps->cc, &specs[0], &ps->attn))) return st;
+    if ((st = fi_cuda_jit_function(ps->cc, &specs[1], &ps->merge))) return st;
+    if (tc) {
+        if ((st = fi_cuda_jit_function(ps->cc, &specs[2], &ps->attn_tc))) return st;
         ps->tc_smem = fi_cuda_attn_tc_smem(&cfg);
         FI_CU(ps->cc->cu, FuncSetAttribute, ps->attn_tc, FI_CU_FUNC_MAX_DYN_SMEM, ps->tc_smem);
     }
