@@ -184,7 +184,8 @@ static void make_batch(vbatch *b, const vcase *c, tu_rng *rng) {
     int32_t kvl[MAXREQ];
     for (int i = 0; i < b->n; i++) {
         int qo = c->prefill ? tu_rng_int(rng, 7, 40) : 1;
-        kvl[i] = qo + tu_rng_int(rng, 0, c->prefill ? 150 : 400);
+        /* split cases: every request longer than one chunk, so items split */
+        kvl[i] = qo + tu_rng_int(rng, c->split ? SPLIT + 1 : 0, c->prefill ? 150 : 400);
         b->qo_indptr[i + 1] = b->qo_indptr[i] + qo;
         int units = c->ragged ? kvl[i] : (kvl[i] + PS - 1) / PS;
         b->kv_indptr[i + 1] = b->kv_indptr[i] + units;
