@@ -107,6 +107,47 @@ _SIGNATURES = {
         _status,
         [c_void_p, POINTER(S.RopeParams), _TP, _TP, _TP, _TP, _TP, c_void_p],
     ),
+    "fi_cascade_options_init": (None, [POINTER(S.CascadeOptions)]),
+    "fi_cascade_workspace_size": (c_size_t, [POINTER(S.AttentionParams), c_int32, c_int32]),
+    "fi_cascade_create": (
+        _status,
+        [
+            c_void_p,
+            POINTER(S.AttentionParams),
+            c_int32,
+            POINTER(S.PlanConfig),
+            POINTER(S.CascadeOptions),
+            POINTER(c_void_p),
+        ],
+    ),
+    "fi_cascade_create_auto": (
+        _status,
+        [
+            c_void_p,
+            POINTER(S.AttentionParams),
+            POINTER(S.PlanConfig),
+            POINTER(S.CascadeOptions),
+            POINTER(c_void_p),
+        ],
+    ),
+    "fi_cascade_destroy": (None, [c_void_p]),
+    "fi_cascade_update": (_status, [c_void_p, POINTER(S.Batch)]),
+    "fi_cascade_update_batch": (_status, [c_void_p, POINTER(S.Batch)]),
+    "fi_cascade_run": (_status, [c_void_p, POINTER(S.RunArgs)]),
+    "fi_cascade_info_init": (None, [POINTER(S.CascadeInfo)]),
+    "fi_cascade_get_info": (_status, [c_void_p, POINTER(S.CascadeInfo)]),
+    "fi_bsr_config_init": (None, [POINTER(S.BsrConfig)]),
+    "fi_bsr_create": (
+        _status,
+        [c_void_p, POINTER(S.AttentionParams), POINTER(S.BsrConfig), POINTER(c_void_p)],
+    ),
+    "fi_bsr_destroy": (None, [c_void_p]),
+    "fi_bsr_update": (_status, [c_void_p, c_int32, c_int32, c_void_p, c_void_p, c_void_p]),
+    "fi_bsr_update_variable": (
+        _status,
+        [c_void_p, c_int32, c_int32, c_int32, c_int32, c_void_p, c_void_p, c_void_p],
+    ),
+    "fi_bsr_run": (_status, [c_void_p, POINTER(S.RunArgs)]),
 }
 
 
@@ -244,6 +285,9 @@ def _check_abi():
         (fn.plan_config_init, S.PlanConfig),
         (fn.rope_params_init, S.RopeParams),
         (fn.variant_spec_init, S.VariantSpec),
+        (fn.cascade_options_init, S.CascadeOptions),
+        (fn.cascade_info_init, S.CascadeInfo),
+        (fn.bsr_config_init, S.BsrConfig),
     ):
         value = struct()
         init(ctypes.byref(value))

@@ -93,7 +93,7 @@ class Bounds(NamedTuple):
 _FLOOR = Bounds(8, 64, 256)
 
 
-def _grown(need, have):
+def grown(need, have):
     def up(n, floor, old):
         size = max(floor, old)
         while size < n:
@@ -119,6 +119,93 @@ def _expect(view, code, name, option):
 
 def _ptr(a):
     return None if a is None else a.ctypes.data
+
+
+def batch_of(qo_indptr, kv_indptr, kv_indices=None, last_page_len=None, mask_indptr=None):
+    """fi_batch over host int32 numpy arrays (kept alive by the caller)."""
+    return S.Batch(
+        qo_indptr.shape[0] - 1,
+        _ptr(qo_indptr),
+        _ptr(kv_indptr),
+        _ptr(kv_indices),
+        _ptr(last_page_len),
+        _ptr(mask_indptr),
+    )
+
+
+def check_fixed(fixed, need, names):
+    """A batch within a CUDA-graph wrapper's fixed bounds (ValueError naming the buffer)."""
+    for have, want, name in zip(fixed, need, names):
+        if want > have:
+            raise ValueError(
+                f"the batch needs {want} entries in {name}, which holds {have}: "
+                "a CUDA-graph wrapper's buffers fix its bounds; make them larger"
+            )
+
+
+def refuse_recreate(old, new):
+    """A C object a CUDA graph has captured must never be re-created."""
+    raise ValueError(
+        "plan() changes the attention parameters of a CUDA-graph wrapper whose "
+        "run() a CUDA graph has captured; the graph would keep running the old "
+        "C plan. Plan with the captured parameters, or use a new wrapper (and a "
+        f"new graph) for new ones. Captured: {old}; asked: {new}"
+    )
+
+
+def serves(obj, spec):
+    """With fixed bounds: whether obj's C object (a plan, a cascade) serves
+    `spec` as it is; one a CUDA graph has captured must never be re-created."""
+    if obj.handle is not None and spec == obj.spec:
+        return True
+    if obj.captured:
+        refuse_recreate(obj.spec, spec)
+    return False
+
+
+def ordered_upload(device, upload_streams, call):
+    """call() (a C update that uploads on `upload_streams`; None = the default
+    stream) ordered after the work queued on the caller's current stream, and
+    the current stream made to wait for the upload. Returns call()'s status."""
+    if device[0] != "cuda":
+        return call()
+    import torch
+
+    current = torch.cuda.current_stream(device[1])
+    others = []
+    for stream in upload_streams:
+        stream = torch.cuda.default_stream(device[1]) if stream is None else stream
+        if stream != current and stream not in others:
+            others.append(stream)
+    for stream in others:
+        stream.wait_stream(current)
+    status = call()
+    for stream in others:
+        current.wait_stream(stream)
+    return status
+
+
+def run_args(spec, q, k, v, o, lse=None, custom_mask=None, stream=None):
+    """fi_run_args of one run, the dtypes of q/k/v checked against `spec`.
+    k, v: arrays, or fi_tensor views; q, o, lse likewise."""
+    args = S.RunArgs()
+    for field, x, name in (("q", q, "q"), ("k", k, "k"), ("v", v, "v"), ("o", o, "out")):
+        if isinstance(x, S.Tensor):
+            setattr(args, field, x)
+        else:
+            fill_view(getattr(args, field), x, name)
+    _expect(args.q, spec.q_dtype, "q", "q_data_type")
+    _expect(args.k, spec.kv_dtype, "k", "kv_data_type")
+    _expect(args.v, spec.kv_dtype, "v", "kv_data_type")
+    if isinstance(lse, S.Tensor):
+        args.lse = lse
+    elif lse is not None:
+        fill_view(args.lse, lse, "lse")
+    if custom_mask is not None:
+        fill_view(args.custom_mask, custom_mask, "custom_mask")
+    if stream is not None:
+        args.stream = stream.cuda_stream
+    return args
 
 
 class Plan:
@@ -156,33 +243,12 @@ class Plan:
         n = qo_indptr.shape[0] - 1
         need = Bounds(max(n, 1), max(int(qo_indptr[-1]), 1), max(int(kv_indptr[-1]), 1))
         self._ensure(spec, need)
-        batch = S.Batch(
-            n,
-            _ptr(qo_indptr),
-            _ptr(kv_indptr),
-            _ptr(kv_indices),
-            _ptr(last_page_len),
-            _ptr(mask_indptr),
-        )
+        batch = batch_of(qo_indptr, kv_indptr, kv_indices, last_page_len, mask_indptr)
         self._batch = (qo_indptr, kv_indptr, kv_indices, last_page_len, mask_indptr)
         self._version += 1
         self.total_qo = 0
-        current = upload = None
-        if device[0] == "cuda":
-            import torch
-
-            current = torch.cuda.current_stream(device[1])
-            upload = self._stream
-            if upload is None:  # the C plan has not run: it uploads on the legacy stream
-                upload = torch.cuda.default_stream(device[1])
-            if upload == current:
-                current = upload = None
-            else:
-                upload.wait_stream(current)
-        status = fn.plan_update(self.handle, ctypes.byref(batch))
-        if current is not None:
-            current.wait_stream(upload)
-        check(status, "plan")
+        status = ordered_upload(device, self._upload_streams(), lambda: self._c_update(batch))
+        check(status, self._what)
         self.total_qo = int(qo_indptr[-1])
         self.batch_size = n
         if self.fixed is not None:
@@ -193,26 +259,14 @@ class Plan:
 
     def _ensure(self, spec, need):
         if self.fixed is not None:
-            for have, want, name in zip(self.fixed, need, self.fixed_names):
-                if want > have:
-                    raise ValueError(
-                        f"the batch needs {want} entries in {name}, which holds {have}: "
-                        "a CUDA-graph wrapper's buffers fix its bounds; make them larger"
-                    )
+            check_fixed(self.fixed, need, self.fixed_names)
             bounds = self.fixed
-            if self.handle is not None and spec == self.spec:
+            if serves(self, spec):
                 return
-            if self.captured:
-                raise ValueError(
-                    "plan() changes the attention parameters of a CUDA-graph wrapper whose "
-                    "run() a CUDA graph has captured; the graph would keep running the old "
-                    "C plan. Plan with the captured parameters, or use a new wrapper (and a "
-                    f"new graph) for new ones. Captured: {self.spec}; asked: {spec}"
-                )
         else:
             if self.handle is not None and spec == self.spec and self.bounds.covers(need):
                 return
-            bounds = _grown(need, self.bounds if spec == self.spec else None)
+            bounds = grown(need, self.bounds if spec == self.spec else None)
         self._release()
         config = S.PlanConfig()
         fn.plan_config_init(ctypes.byref(config))
@@ -221,14 +275,9 @@ class Plan:
         config.fixed_split_size = spec.fixed_split_size
         params = spec.params()
         handle = ctypes.c_void_p()
-        check(
-            fn.plan_create(
-                self.ctx.handle, ctypes.byref(params), ctypes.byref(config), ctypes.byref(handle)
-            ),
-            "plan",
-        )
+        check(self._c_create(params, config, handle), self._what)
         self.handle, self.spec, self.bounds = handle.value, spec, bounds
-        self._stream = None  # a new C plan uploads on the default stream until it runs
+        self._reset_streams()
 
     def variant(self, spec):
         """This plan's batch under another Spec (another softmax scale or soft-cap).
@@ -250,7 +299,7 @@ class Plan:
         if sib is None:
             if len(self._siblings) >= 8 and self.fixed is None:
                 self._siblings.clear()
-            sib = self._siblings[spec] = Plan(self.ctx, self.fixed, self.fixed_names)
+            sib = self._siblings[spec] = self._sibling()
         if sib._synced != self._version:
             sib.update(spec, *self._batch)
             sib._synced = self._version
@@ -263,28 +312,42 @@ class Plan:
         stream: the torch stream to queue it on (CUDA); None on the CPU.
         variant_values: the spec's variant's per-run values, in its order."""
         spec = self.spec
-        args = S.RunArgs()
+        args = run_args(spec, q, k, v, o, lse, custom_mask, stream)
         if spec.variant is not None:
             vargs, _keep = spec.variant.pack(variant_values, self.ctx.device)
             args.variant_args = ctypes.addressof(vargs)
-        _expect(fill_view(args.q, q, "q"), spec.q_dtype, "q", "q_data_type")
-        if isinstance(k, S.Tensor):
-            args.k, args.v = k, v
-        else:
-            fill_view(args.k, k, "k")
-            fill_view(args.v, v, "v")
-        _expect(args.k, spec.kv_dtype, "k", "kv_data_type")
-        _expect(args.v, spec.kv_dtype, "v", "kv_data_type")
-        fill_view(args.o, o, "out")
-        if lse is not None:
-            fill_view(args.lse, lse, "lse")
-        if custom_mask is not None:
-            fill_view(args.custom_mask, custom_mask, "custom_mask")
+        check(self._c_run(args), "run")
         if stream is not None:
-            args.stream = stream.cuda_stream
-        check(fn.plan_run(self.handle, ctypes.byref(args)), "run")
-        if stream is not None:
-            self._stream = stream  # where the C plan uploads its next batch
+            self._ran_on(stream)
+
+    # ------------------------------------------- what a subclass replaces
+
+    _what = "plan"
+
+    def _c_create(self, params, config, handle):
+        return fn.plan_create(
+            self.ctx.handle, ctypes.byref(params), ctypes.byref(config), ctypes.byref(handle)
+        )
+
+    def _c_update(self, batch):
+        return fn.plan_update(self.handle, ctypes.byref(batch))
+
+    def _c_run(self, args):
+        return fn.plan_run(self.handle, ctypes.byref(args))
+
+    def _upload_streams(self):
+        """The torch streams the C plan uploads its next batch on (None: the
+        default stream, where a C plan that has not run uploads)."""
+        return [self._stream]
+
+    def _ran_on(self, stream):
+        self._stream = stream  # where the C plan uploads its next batch
+
+    def _reset_streams(self):
+        self._stream = None  # a new C plan uploads on the default stream until it runs
+
+    def _sibling(self):
+        return Plan(self.ctx, self.fixed, self.fixed_names)
 
     # ---------------------------------------------------------- inspection
 

@@ -15,6 +15,7 @@ from ctypes import (
     c_int,
     c_int32,
     c_int64,
+    c_size_t,
     c_uint32,
     c_void_p,
 )
@@ -220,6 +221,54 @@ class RopeParams(Structure):
         ("low_freq_factor", c_float),
         ("high_freq_factor", c_float),
         ("old_context_len", c_float),
+    ]
+
+
+# ------------------------------------------------------- composable formats
+
+CASCADE_MAX_LEVELS = 8
+CASCADE_AUTO_MAX_LEVELS = 4
+
+# fi_prefix_detection
+PREFIX_DETECTION_AUTO = 0
+PREFIX_DETECTION_OFF = 1
+PREFIX_DETECTION_ALWAYS = 2
+
+
+class CascadeOptions(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("prefix_detection", c_enum),
+        ("workspace", c_void_p),
+        ("workspace_bytes", c_size_t),
+    ]
+
+
+class CascadeInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("num_levels", c_int32),
+        ("split", c_int32),
+        ("num_groups", c_int32),
+        ("saved_page_reads", c_int64),
+        ("cost_single", c_double),
+        ("cost_cascade", c_double),
+    ]
+
+
+class BsrConfig(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("block_rows", c_int32),
+        ("block_cols", c_int32),
+        ("max_qo_len", c_int32),
+        ("max_kv_len", c_int32),
+        ("max_nnz", c_int32),
+        ("element_mask", c_int32),
+        ("variable_blocks", c_int32),
+        ("max_block_rows", c_int32),
+        ("col_granularity", c_int32),
+        ("num_workers", c_int32),
     ]
 
 

@@ -14,6 +14,7 @@ from ._attention import (
     run_scale,
     workspace_device,
 )
+from ._cascade import AutoCascadePlan, detection_code
 from ._plan import Bounds, Plan
 
 
@@ -62,6 +63,23 @@ class WrapperBase:
         self._planned = False
         self._fixed = None  # Bounds from the CUDA-graph buffers
         self._fixed_names = ("", "", "")
+        self._prefix_detection = None  # fi_prefix_detection: plan through a C cascade
+
+    def _set_prefix_detection(self, mode):
+        """The paged wrappers' prefix_detection option (an extension): plan each
+        batch with fi_cascade_create_auto, which splits shared leading pages
+        into cascade levels when its cost model says so."""
+        self._prefix_detection = detection_code(mode)
+        if self._prefix_detection is not None and self._variant is not None:
+            raise NotImplementedError(
+                f"{self._name}: prefix_detection with a Variant (jit_args): the C cascade "
+                "merges levels before a variant's output transform; use one or the other"
+            )
+
+    @property
+    def prefix_detection(self):
+        """None (a plain C plan), or the fi_prefix_detection of the C cascade used."""
+        return self._prefix_detection
 
     @property
     def is_cuda_graph_enabled(self):
@@ -135,7 +153,13 @@ class WrapperBase:
     def _update(self, spec, *arrays):
         """Re-plan the C plan for a batch (host int32 arrays)."""
         if self._plan is None:
-            self._plan = Plan(context(self.device), self._fixed, self._fixed_names)
+            ctx = context(self.device)
+            if self._prefix_detection is None:
+                self._plan = Plan(ctx, self._fixed, self._fixed_names)
+            else:
+                self._plan = AutoCascadePlan(
+                    ctx, self._prefix_detection, self._fixed, self._fixed_names
+                )
         self._planned = False
         self._plan.update(spec, *arrays)
         self._planned = True

@@ -1,13 +1,18 @@
 """Attention states and their merge: merge_state, merge_state_in_place,
-merge_states, and MultiLevelCascadeAttentionWrapper (batch prefill per
-level, merged in place, as FlashInfer composes it)."""
+merge_states, and MultiLevelCascadeAttentionWrapper (the C library's
+cascade: fi_cascade_create / _update / _run)."""
 
 import ctypes
 
-from . import _context
+from . import _context, _host
+from . import _structs as S
 from ._arrays import DTypeError, device_of, empty, name_of, view
+from ._attention import check_rank, context, outputs, paged_kv_views, plan_dtypes
+from ._cascade import Cascade
 from ._lib import check_op, fn
-from .prefill import BatchPrefillWithPagedKVCacheWrapper
+from ._plan import Bounds
+from ._wrapper import WrapperBase
+from .utils import kv_layout_code
 
 
 def _lse_f32(s, name):
@@ -97,12 +102,17 @@ def merge_states(v, s):
     return v_out, s_out
 
 
-class MultiLevelCascadeAttentionWrapper:
-    """Cascade attention over a shared page table: one batch prefill per level
-    (a level's qo_indptr groups the queries that share its KV), merged in place.
+class MultiLevelCascadeAttentionWrapper(WrapperBase):
+    """Cascade attention over one paged KV pool, as the C library's cascade
+    (fi_cascade_*): level l's qo_indptr groups the queries that share its
+    pages; one C plan per level, every level computed into the cascade's
+    workspace and merged exactly, in level order, into the output.
 
-    Only the last level (each request's own KV) is causal.
+    Only the last level (each request's own KV) is causal; window_left
+    applies to the last level too (docs/PYTHON_COMPAT.md).
     """
+
+    _name = "MultiLevelCascadeAttentionWrapper"
 
     def __init__(
         self,
@@ -115,9 +125,12 @@ class MultiLevelCascadeAttentionWrapper:
         paged_kv_indices_buf_arr=None,
         paged_kv_last_page_len_buf_arr=None,
     ):
-        self._num_levels = num_levels
-        self._kv_layout = kv_layout
-        self._use_cuda_graph = use_cuda_graph
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, "auto", None)
+        kv_layout_code(kv_layout)
+        if not 1 <= int(num_levels) <= S.CASCADE_MAX_LEVELS:
+            raise ValueError(f"num_levels={num_levels}: expected 1 to {S.CASCADE_MAX_LEVELS}")
+        self._num_levels = int(num_levels)
+        self._bufs = None
         if use_cuda_graph:
             arrays = (
                 qo_indptr_buf_arr,
@@ -129,31 +142,33 @@ class MultiLevelCascadeAttentionWrapper:
                 raise ValueError(
                     "use_cuda_graph=True needs the four *_buf_arr lists, one buffer per level"
                 )
-            self._batch_prefill_wrappers = [
-                BatchPrefillWithPagedKVCacheWrapper(
-                    float_workspace_buffer,
-                    kv_layout,
-                    use_cuda_graph=True,
-                    qo_indptr_buf=qo,
-                    paged_kv_indptr_buf=ptr,
-                    paged_kv_indices_buf=idx,
-                    paged_kv_last_page_len_buf=last,
+            self._bufs = list(zip(*arrays))
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffers=None):
+        """Kept for compatibility: the C cascade owns its workspace."""
+        super().reset_workspace_buffer(float_workspace_buffer)
+
+    def _graph_levels(self, levels):
+        """CUDA-graph mode: fix the bounds from the buffers (query rows from the
+        first plan(), as FlashInfer) and write each level into its buffers."""
+        if self._fixed is None:
+            total = max(int(level[0][-1]) for level in levels)
+            self._fixed = [
+                Bounds(len(qo) - 1, max(total, 1), len(idx)) for qo, _, idx, _ in self._bufs
+            ]
+            self._fixed_names = [
+                (
+                    f"qo_indptr_buf_arr[{i}]",
+                    "the query rows of the first plan()",
+                    f"paged_kv_indices_buf_arr[{i}]",
                 )
-                for qo, ptr, idx, last in zip(*arrays)
+                for i in range(self._num_levels)
             ]
-        else:
-            self._batch_prefill_wrappers = [
-                BatchPrefillWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
-                for _ in range(num_levels)
-            ]
-
-    @property
-    def is_cuda_graph_enabled(self):
-        return self._use_cuda_graph
-
-    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffers):
-        for wrapper, int_buffer in zip(self._batch_prefill_wrappers, int_workspace_buffers):
-            wrapper.reset_workspace_buffer(float_workspace_buffer, int_buffer)
+        for i, ((qo, ptr, idx, last), bufs) in enumerate(zip(levels, self._bufs)):
+            names = ("qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len")
+            # A level under the buffers' batch size leaves their tails as they were.
+            for buf, a, name in zip(bufs, (qo, ptr, idx, last), names):
+                _host.copy_into(buf, a, f"{name}_buf_arr[{i}]")
 
     def plan(
         self,
@@ -176,42 +191,67 @@ class MultiLevelCascadeAttentionWrapper:
         q_data_type="float16",
         kv_data_type=None,
     ):
-        """Plan every level: lists of per-level indptr/indices/last_page_len."""
+        """Plan every level: lists of per-level indptr/indices/last_page_len
+        (host or device int32)."""
+        self._refuse_capture()
         lists = (qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr, paged_kv_last_page_len)
         if any(len(a) != self._num_levels for a in lists):
             raise ValueError(f"every per-level list must have num_levels={self._num_levels} items")
-        for level, (wrapper, qo, ptr, idx, last) in enumerate(
-            zip(self._batch_prefill_wrappers, *lists)
-        ):
-            wrapper.plan(
-                qo,
-                ptr,
-                idx,
-                last,
-                num_qo_heads,
-                num_kv_heads,
-                head_dim,
-                page_size,
-                causal=causal if level == self._num_levels - 1 else False,
-                pos_encoding_mode=pos_encoding_mode,
-                use_fp16_qk_reduction=use_fp16_qk_reduction,
-                sm_scale=sm_scale,
-                window_left=window_left,
-                logits_soft_cap=logits_soft_cap,
-                rope_scale=rope_scale,
-                rope_theta=rope_theta,
-                q_data_type=q_data_type,
-                kv_data_type=kv_data_type,
+        levels = []
+        for i, (qo, ptr, idx, last) in enumerate(zip(*lists)):
+            qo = _host.indptr(qo, f"qo_indptr_arr[{i}]")
+            names = (
+                f"paged_kv_indptr_arr[{i}]",
+                f"paged_kv_indices_arr[{i}]",
+                f"paged_kv_last_page_len[{i}]",
             )
+            levels.append((qo,) + _host.page_table(ptr, idx, last, names, qo.shape[0] - 1))
+        if self._use_cuda_graph:
+            self._graph_levels(levels)
+        self._q_name, self._kv_name, self._o_name = plan_dtypes(q_data_type, kv_data_type, None)
+        spec = self._make_spec(
+            S.KV_FORMAT_PAGED,
+            page_size,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim,
+            head_dim,
+            causal=causal,
+            window_left=window_left,
+            logits_soft_cap=logits_soft_cap,
+            sm_scale=sm_scale,
+            pos_encoding_mode=pos_encoding_mode,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+        )
+        if self._plan is None:
+            ctx = context(self.device)
+            self._plan = Cascade(ctx, self._num_levels, self._fixed, self._fixed_names)
+        self._planned = False
+        self._plan.update(spec, levels)
+        self._planned = True
 
     begin_forward = plan
 
     def run(self, q, paged_kv_cache):
-        """Cascade attention of q [batch_size, num_qo_heads, head_dim]."""
-        out, lse = self._batch_prefill_wrappers[-1].run(q, paged_kv_cache, return_lse=True)
-        for wrapper in self._batch_prefill_wrappers[:-1]:
-            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True)
-            merge_state_in_place(out, lse, out_i, lse_i)
+        """Cascade attention of q [qo_indptr_arr[l][-1], num_qo_heads, head_dim]."""
+        cascade = self._require_plan()
+        check_rank(q, "q", 3, "[tokens, num_qo_heads, head_dim]")
+        k, v, arrays = paged_kv_views(paged_kv_cache)
+        _context.check_same_device(self.device, [("q", q)] + arrays)
+        short = q.shape[0] < cascade.total_qo
+        if short or (q.shape[0] != cascade.total_qo and not self._use_cuda_graph):
+            raise ValueError(
+                f"q has {q.shape[0]} tokens; plan() was given {cascade.total_qo} "
+                "(qo_indptr_arr[l][-1])"
+            )
+        capturing = _context.check_capture(
+            self.device, self._use_cuda_graph, f"{self._name}.run()"
+        )
+        out, _ = outputs(q, cascade.spec.head_dim_vo, self._o_name, None, None, False, self.device)
+        if capturing:
+            cascade.captured = True  # replays read this cascade's memory: never re-create it
+        cascade.run(q, k, v, out, None, cascade.ctx.current_stream())
         return out
 
     forward = run

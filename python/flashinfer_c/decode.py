@@ -104,8 +104,14 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         paged_kv_last_page_len_buffer=None,
         backend="auto",
         jit_args=None,
+        *,
+        prefix_detection=None,
     ):
+        """prefix_detection (an extension): None (default) plans each batch as one
+        C plan; "auto" / "always" / "off" plan it through the C library's
+        automatic cascade (shared leading pages split into levels)."""
         super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args)
+        self._set_prefix_detection(prefix_detection)
         kv_layout_code(kv_layout)
         self._use_tensor_cores = bool(use_tensor_cores)
         self._paged_kv_indptr_buf = paged_kv_indptr_buffer

@@ -181,9 +181,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         backend="auto",
         jit_args=None,
         jit_kwargs=None,
+        *,
+        prefix_detection=None,
     ):
+        """prefix_detection (an extension): as BatchDecodeWithPagedKVCacheWrapper's."""
         bufs = (qo_indptr_buf, custom_mask_buf, mask_indptr_buf)
         super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args, bufs)
+        self._set_prefix_detection(prefix_detection)
         self._paged_kv_indptr_buf = paged_kv_indptr_buf
         self._paged_kv_indices_buf = paged_kv_indices_buf
         self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buf

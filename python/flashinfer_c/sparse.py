@@ -1,25 +1,31 @@
 """Block-sparse attention: BlockSparseAttentionWrapper (BSR, block size R x C)
 and VariableBlockSparseAttentionWrapper (per-KV-head blocks of any sizes).
 
-The C library has no block-sparse format yet, so both are lowered to what
-it has, the way FlashInfer itself lowers them: every block row becomes one
-request of a paged batch whose pages are single KV tokens (page_size 1),
-listing the tokens of the row's non-zero column blocks in order. Compute
-stays proportional to the non-zero blocks; an element mask inside the
-blocks (mask / packed_mask) becomes the per-request packed custom mask.
-Causal masking and RoPE positions therefore count along each row's
-gathered tokens, as in FlashInfer.
+Both run on the C library's block-sparse format (fi_bsr_*, docs/CASCADE.md):
+fixed R x C blocks through fi_bsr_update (an element mask, and causal
+masking turned into one, as per-block [R, C] bits), variable blocks through
+fi_bsr_update_variable (q/k/v/out/lse in FlashInfer's head-major layout
+passed as strided views, no copy).
+
+As in FlashInfer, causal masking counts along each block row's gathered
+keys (a block row is a request whose keys are its non-zero blocks, in
+order). fi_bsr has no key positions, so fused RoPE/ALiBi (and causal with
+variable blocks, which take no element mask) fall back to the lowering
+FlashInfer itself uses: every block row one request of a plain paged plan
+whose pages are single KV tokens (page_size 1).
 """
 
 import functools
 
 import numpy as np
 
-from . import _host
+from . import _context, _host
 from . import _structs as S
-from ._arrays import check_out, device_of, name_of, view
-from ._attention import batch_mask, check_rank, float_dtype
+from ._arrays import check_out, device_of, empty, name_of, view
+from ._attention import batch_mask, check_rank, context, float_dtype, outputs
+from ._bsr import Bsr
 from ._wrapper import WrapperBase, refuse_extras
+from .utils import pos_encoding_code
 
 
 def _gather_tokens(entry_start, entry_width, entry_indptr):
@@ -45,10 +51,20 @@ def _token_pages_view(x, name):
     return t
 
 
+def _swapped_view(x, name):
+    """An array as an fi_tensor view with its first two axes swapped (no copy)."""
+    t = view(x, name)
+    t.shape[0], t.shape[1] = t.shape[1], t.shape[0]
+    t.stride[0], t.stride[1] = t.stride[1], t.stride[0]
+    return t
+
+
 class _SparseBase(WrapperBase):
     def __init__(self, float_workspace_buffer, backend):
         super().__init__(float_workspace_buffer, "NHD", False, backend, None)
         self._mask = None
+        self._bsr = None
+        self._tokens = False  # planned on the token lowering (a plain plan)
 
     def _token_spec(self, num_qo_heads, num_kv_heads, head_dim, **options):
         """The Spec of a batch of single-token pages (NHD, the planned dtypes)."""
@@ -59,6 +75,27 @@ class _SparseBase(WrapperBase):
     def _plan_tokens(self, spec, qo_indptr, kv_indptr, kv_indices, mask_indptr):
         last = (np.diff(kv_indptr) > 0).astype(np.int32)  # pages are single tokens
         self._update(spec, qo_indptr, kv_indptr, kv_indices, last, mask_indptr)
+        self._tokens = True
+
+    def _update_bsr(self, method, spec, *arrays):
+        """Plan the pattern on the C block-sparse object (fi_bsr_update[_variable])."""
+        if self._bsr is None:
+            self._bsr = Bsr(context(self.device))
+        self._planned = self._tokens = False
+        getattr(self._bsr, method)(spec, *arrays)
+        self._planned = True
+
+    def _run_bsr(self, q, k, v, arrays, out, lse, want_lse):
+        """fi_bsr_run on q, k, v, out, lse (arrays or fi_tensor views)."""
+        _context.check_same_device(self.device, arrays)
+        _context.check_capture(self.device, False, f"{self._name}.run()")
+        if self._bsr.qo_len:
+            self._bsr.run(q, k, v, out, lse if want_lse else None, self._bsr.ctx.current_stream())
+
+    def plan_info(self):
+        """The token lowering's C plan decisions; {} on the block-sparse object."""
+        self._require_plan()
+        return self._plan.info() if self._tokens else {}
 
 
 class BlockSparseAttentionWrapper(_SparseBase):
@@ -115,44 +152,64 @@ class BlockSparseAttentionWrapper(_SparseBase):
         nnz = int(ptr[-1])
         if idx.shape[0] < nnz:
             raise ValueError(f"indices has {idx.shape[0]} entries but indptr[-1]={nnz}")
-        idx = idx[:nnz]
+        idx = idx[:nnz].copy()  # fi_bsr_update references it until the next plan
         if nnz and (idx.min() < 0 or idx.max() >= NB):
             raise ValueError(
                 f"indices must lie in [0, ceil(N/C) = {NB}); got {idx.min()}..{idx.max()}"
             )
         starts = idx.astype(np.int64) * C
         widths = np.minimum(C, N - starts)
-        kv_indptr, kv_indices = _gather_tokens(starts, widths, ptr)
         qo_indptr = np.minimum(np.arange(MB + 1, dtype=np.int64) * R, M).astype(np.int32)
-        qo_lens, kv_lens = np.diff(qo_indptr), np.diff(kv_indptr)
-
-        self._mask, mask_indptr = None, None
-        if packed_mask is not None:
-            self._mask, mask_indptr = batch_mask(None, packed_mask, qo_lens, kv_lens, self.device)
-        elif mask is not None:
-            bits = self._mask_bits(_host.to_numpy(mask), ptr, widths, qo_lens, R, C)
-            self._mask, mask_indptr = batch_mask(bits, None, qo_lens, kv_lens, self.device)
+        row_kv = np.bincount(_row_of_blocks(ptr)[0], widths, MB).astype(np.int64)
 
         q_name = float_dtype(q_data_type, "q_data_type")
         self._q_name = q_name
         self._kv_name = float_dtype(kv_data_type or q_name, "kv_data_type", allow_fp8=True)
         self._o_name = float_dtype(o_data_type or q_name, "o_data_type")
-        spec = self._token_spec(
-            num_qo_heads,
-            num_kv_heads,
-            head_dim,
-            causal=causal,
-            custom_mask=self._mask is not None,
-            logits_soft_cap=logits_soft_cap,
-            sm_scale=sm_scale,
-            pos_encoding_mode=pos_encoding_mode,
-            rope_scale=rope_scale,
-            rope_theta=rope_theta,
-        )
-        self._plan_tokens(spec, qo_indptr, kv_indptr, kv_indices, mask_indptr)
+        options = dict(logits_soft_cap=logits_soft_cap, sm_scale=sm_scale)
         self.M, self.N, self.R, self.C = M, N, R, C
+        if pos_encoding_code(pos_encoding_mode) != S.POS_NONE:
+            self._plan_bsr_tokens(
+                ptr, starts, widths, qo_indptr, mask, packed_mask,
+                (num_qo_heads, num_kv_heads, head_dim),
+                dict(options, causal=causal, pos_encoding_mode=pos_encoding_mode,
+                     rope_scale=rope_scale, rope_theta=rope_theta),
+            )  # fmt: skip
+            return
+        blocks = None
+        if packed_mask is not None:
+            blocks = _unpack_blocks(packed_mask, ptr, widths, np.diff(qo_indptr), row_kv, R, C)
+        elif mask is not None:
+            blocks = _host.to_numpy(mask)
+            if blocks.shape != (nnz, R, C):
+                raise ValueError(
+                    f"mask must have shape (nnz, R, C) = {(nnz, R, C)}, got {blocks.shape}"
+                )
+            blocks = blocks.astype(bool)
+        if causal:
+            seen = _causal_blocks(ptr, np.diff(qo_indptr), row_kv, R, C)
+            blocks = seen if blocks is None else blocks & seen
+        if blocks is not None:
+            blocks = np.ascontiguousarray(blocks, dtype=np.uint8)
+        spec = self._make_spec(
+            S.KV_FORMAT_PAGED, C, num_qo_heads, num_kv_heads, head_dim, head_dim, **options
+        )
+        self._update_bsr("update", spec, M, N, R, C, ptr, idx, blocks)
 
     begin_forward = plan
+
+    def _plan_bsr_tokens(self, ptr, starts, widths, qo_indptr, mask, packed_mask, heads, options):
+        """The token lowering (fused RoPE/ALiBi): a plain plan of single-token pages."""
+        kv_indptr, kv_indices = _gather_tokens(starts, widths, ptr)
+        qo_lens, kv_lens = np.diff(qo_indptr), np.diff(kv_indptr)
+        self._mask, mask_indptr = None, None
+        if packed_mask is not None:
+            self._mask, mask_indptr = batch_mask(None, packed_mask, qo_lens, kv_lens, self.device)
+        elif mask is not None:
+            bits = self._mask_bits(_host.to_numpy(mask), ptr, widths, qo_lens, self.R, self.C)
+            self._mask, mask_indptr = batch_mask(bits, None, qo_lens, kv_lens, self.device)
+        spec = self._token_spec(*heads, custom_mask=self._mask is not None, **options)
+        self._plan_tokens(spec, qo_indptr, kv_indptr, kv_indices, mask_indptr)
 
     @staticmethod
     def _mask_bits(mask, ptr, widths, qo_lens, R, C):
@@ -178,22 +235,62 @@ class BlockSparseAttentionWrapper(_SparseBase):
         self._require_plan()
         check_rank(k, "k", 3, "[N, num_kv_heads, head_dim]")
         check_rank(v, "v", 3, "[N, num_kv_heads, head_dim]")
-        k_pages, v_pages = _token_pages_view(k, "k"), _token_pages_view(v, "v")
-        return self._run(
-            q,
-            k_pages,
-            v_pages,
-            [("k", k), ("v", v)],
-            None,
-            None,
-            None,
-            out,
-            lse,
-            return_lse,
-            self._mask,
+        if self._tokens:
+            k_pages, v_pages = _token_pages_view(k, "k"), _token_pages_view(v, "v")
+            arrays = [("k", k), ("v", v)]
+            return self._run(
+                q, k_pages, v_pages, arrays, None, None, None, out, lse, return_lse, self._mask
+            )
+        check_rank(q, "q", 3, "[M, num_qo_heads, head_dim]")
+        if q.shape[0] != self.M:
+            raise ValueError(f"q has {q.shape[0]} rows, plan() was given M={self.M}")
+        out, lse = outputs(
+            q, self._bsr.spec.head_dim_vo, self._o_name, out, lse, return_lse, self.device
         )
+        arrays = [("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)]
+        self._run_bsr(q, k, v, arrays, out, lse, return_lse)
+        return (out, lse) if return_lse else out
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
+
+
+def _row_of_blocks(ptr):
+    """Block row of each non-zero block, and its position within the row."""
+    counts = np.diff(ptr).astype(np.int64)
+    row = np.repeat(np.arange(counts.shape[0]), counts)
+    return row, np.arange(row.shape[0]) - ptr[:-1].astype(np.int64)[row]
+
+
+def _causal_blocks(ptr, qo_lens, row_kv, R, C):
+    """Causal masking as element masks (nnz, R, C): row r of block row i sees
+    the keys of its gathered blocks up to kv_len_i - qo_len_i + r (bottom-right,
+    as FlashInfer's causal over a block row's keys)."""
+    row, pos = _row_of_blocks(ptr)
+    key = pos[:, None, None] * C + np.arange(C)[None, None, :]
+    limit = (row_kv - qo_lens).astype(np.int64)[row][:, None, None] + np.arange(R)[None, :, None]
+    return key <= limit
+
+
+def _unpack_blocks(packed, ptr, widths, qo_lens, row_kv, R, C):
+    """FlashInfer's packed_mask (each block row's [rows, gathered keys] bits,
+    segments byte-aligned, bitorder little) as element masks (nnz, R, C)."""
+    bits = np.unpackbits(_host.to_numpy(packed).astype(np.uint8), bitorder="little")
+    sizes = qo_lens.astype(np.int64) * row_kv.astype(np.int64)
+    seg = np.concatenate([[0], np.cumsum((sizes + 7) // 8) * 8])
+    if bits.shape[0] < seg[-1]:
+        raise ValueError(
+            f"packed_mask has {bits.shape[0] // 8} bytes; the pattern needs {seg[-1] // 8}"
+        )
+    blocks = np.zeros((int(ptr[-1]), R, C), bool)
+    for i in range(ptr.shape[0] - 1):
+        rows, keys = int(qo_lens[i]), int(row_kv[i])
+        m = bits[seg[i] : seg[i] + rows * keys].reshape(rows, keys)
+        at = 0
+        for e in range(int(ptr[i]), int(ptr[i + 1])):
+            w = int(widths[e])
+            blocks[e, :rows, :w] = m[:, at : at + w]
+            at += w
+    return blocks
 
 
 class VariableBlockSparseAttentionWrapper(_SparseBase):
@@ -254,7 +351,38 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
         if (qo_len != qo_len[0]).any() or (kv_len != kv_len[0]).any():
             raise ValueError("every KV head's block sizes must add up to the same qo_len / kv_len")
         self._qo_len, self._kv_len = int(qo_len[0]), int(kv_len[0])
-        # Requests are (head, block row); KV token t of head h is page h * kv_len + t.
+        self._q_name = float_dtype(q_data_type, "q_data_type")
+        self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
+        self._o_name = self._q_name
+        self._num_kv_heads, self._group = H, num_qo_heads // H
+        options = dict(logits_soft_cap=logits_soft_cap, sm_scale=sm_scale)
+        if causal or pos_encoding_code(pos_encoding_mode) != S.POS_NONE:
+            options.update(causal=causal, pos_encoding_mode=pos_encoding_mode,
+                           rope_scale=rope_scale, rope_theta=rope_theta)  # fmt: skip
+            self._plan_variable_tokens(blocks, rows, cols, head_dim, options)
+            return
+        # Column blocks become pages of the largest size dividing every block.
+        granularity = int(np.gcd.reduce(cols.reshape(-1))) or 1
+        spec = self._make_spec(
+            S.KV_FORMAT_PAGED, granularity, num_qo_heads, H, head_dim, head_dim, **options
+        )
+        self._update_bsr(
+            "update_variable",
+            spec,
+            self._qo_len,
+            self._kv_len,
+            np.ascontiguousarray(rows, dtype=np.int32),
+            np.ascontiguousarray(cols, dtype=np.int32),
+            np.ascontiguousarray(blocks, dtype=np.uint8),
+            granularity,
+        )
+
+    begin_forward = plan
+
+    def _plan_variable_tokens(self, blocks, rows, cols, head_dim, options):
+        """The token lowering (causal, fused RoPE/ALiBi): requests are (head, block
+        row); KV token t of head h is page h * kv_len + t."""
+        H = self._num_kv_heads
         col_start = np.cumsum(cols, 1) - cols + np.arange(H)[:, None] * self._kv_len
         h_idx, _, c_idx = np.nonzero(blocks)
         entry_indptr = np.concatenate([[0], np.cumsum(blocks.sum(2).reshape(-1))])
@@ -262,24 +390,8 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
             col_start[h_idx, c_idx], cols[h_idx, c_idx], entry_indptr
         )
         qo_indptr = np.concatenate([[0], np.cumsum(rows.reshape(-1))]).astype(np.int32)
-        self._q_name = float_dtype(q_data_type, "q_data_type")
-        self._kv_name = float_dtype(kv_data_type or self._q_name, "kv_data_type", allow_fp8=True)
-        self._o_name = self._q_name
-        self._num_kv_heads, self._group = H, num_qo_heads // H
-        spec = self._token_spec(
-            self._group,
-            1,
-            head_dim,
-            causal=causal,
-            logits_soft_cap=logits_soft_cap,
-            sm_scale=sm_scale,
-            pos_encoding_mode=pos_encoding_mode,
-            rope_scale=rope_scale,
-            rope_theta=rope_theta,
-        )
+        spec = self._token_spec(self._group, 1, head_dim, **options)
         self._plan_tokens(spec, qo_indptr, kv_indptr, kv_indices, None)
-
-    begin_forward = plan
 
     def run(self, q, k, v, out=None, lse=None, return_lse=False, enable_pdl=None):
         """Returns out [num_qo_heads, qo_len, head_dim] (and lse [num_qo_heads, qo_len])."""
@@ -290,6 +402,33 @@ class VariableBlockSparseAttentionWrapper(_SparseBase):
         H, G, L = self._num_kv_heads, self._group, self._qo_len
         if tuple(q.shape[:2]) != (H * G, L):
             raise ValueError(f"q must be [{H * G}, {L}, head_dim], got {tuple(q.shape)}")
+        if self._tokens:
+            return self._run_tokens(q, k, v, out, lse, return_lse)
+        if tuple(k.shape[:2]) != (H, self._kv_len) or tuple(v.shape[:2]) != (H, self._kv_len):
+            raise ValueError(
+                f"k and v must be [{H}, {self._kv_len}, head_dim], got {tuple(k.shape)} and "
+                f"{tuple(v.shape)}"
+            )
+        device = device_of(q)
+        want_lse = return_lse or lse is not None
+        o_shape = (H * G, L, v.shape[-1])
+        if out is None:
+            out = empty(q, o_shape, self._o_name)
+        else:
+            check_out(out, "out", o_shape, self._o_name, device)
+        if lse is None and want_lse:
+            lse = empty(q, (H * G, L), "float32")
+        elif lse is not None:
+            check_out(lse, "lse", (H * G, L), "float32", device)
+        arrays = [("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)]
+        # FlashInfer's head-major tensors, seen token-major by strides.
+        views = [_swapped_view(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+        lse_view = _swapped_view(lse, "lse") if want_lse else None
+        self._run_bsr(*views[:3], arrays, views[3], lse_view, want_lse)
+        return (out, lse) if return_lse else out
+
+    def _run_tokens(self, q, k, v, out, lse, return_lse):
+        H, G, L = self._num_kv_heads, self._group, self._qo_len
         # Heads become part of the token axis: q rows (h, t) with the group's
         # query heads side by side (a copy when a group has several heads).
         packed_q = _swap01(q.reshape(H, G, L, q.shape[-1])).reshape(H * L, G, q.shape[-1])

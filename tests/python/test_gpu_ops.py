@@ -1,5 +1,5 @@
 """The standalone ops on CUDA tensors: merge_state*, append_paged_kv_cache,
-apply_rope*, and the cascade wrapper built on merge_state_in_place.
+apply_rope*, and a two-level cascade (test_gpu_composable.py has more).
 
 They go through the C library's CUDA backend. Where it does not implement
 an op yet, the call must raise flashinfer_c.BackendUnsupportedError (a
