@@ -59,7 +59,7 @@ static int time_peer(fi_context *ctx, bench_batch *b, int causal, peer *pe) {
     args.variant_args = &va;
     fi_status st = fi_plan_create(ctx, &p, &cfg, &plan);
     if (!st) st = fi_plan_update(plan, &view);
-    for (int w = 0; w < 2 && !st; w++) st = fi_plan_run(plan, &args);
+    for (int w = 0; w < 1 && !st; w++) st = fi_plan_run(plan, &args);
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int i = 0; i < reps && !st; i++) {
         double t0 = bench_now();
@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--cold")) cold_reps = atoi(argv[i + 1]);
     }
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (reps < 1) reps = 1;
     if (cold_reps < 1) cold_reps = 1;
     fi_context_options o;

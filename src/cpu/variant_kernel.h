@@ -28,6 +28,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #define DQK FI_VK_DQK
 #define DVO FI_VK_DVO
@@ -51,7 +54,8 @@ static inline int64_t vk_esize(fi_dtype t) {
 static inline float vk_exp(float x) {
     float t = x * VK_LOG2E;
     t = t < -126.0f ? -126.0f : t > 126.0f ? 126.0f : t;
-    float n = floorf(t + 0.5f), f = t - n;
+    int32_t ni = (int32_t)(t + 128.5f) - 128; /* round(t): the argument is positive */
+    float f = t - (float)ni;
     float p = 1.525273380405984e-05f;
     p = p * f + 1.5403530393381606e-04f;
     p = p * f + 1.3333558146428443e-03f;
@@ -60,9 +64,10 @@ static inline float vk_exp(float x) {
     p = p * f + 2.402265069591007e-01f;
     p = p * f + 6.931471805599453e-01f;
     p = p * f + 1.0f;
-    union { uint32_t u; float f; } s;
-    s.u = (uint32_t)((int32_t)n + 127) << 23;
-    return x < -87.0f ? 0.0f : p * s.f;
+    uint32_t bits = (uint32_t)(ni + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return x < -87.0f ? 0.0f : p * scale;
 }
 
 typedef struct vk_scratch {
@@ -85,8 +90,26 @@ typedef struct vk_block {
     const uint8_t *mask;   /* the request's custom mask bits, or NULL */
 } vk_block;
 
-static inline void vk_load_row(float *dst, const uint8_t *src, fi_dtype t, int64_t stride,
-                               int32_t n, float scale) {
+static inline void vk_load_row(float *restrict dst, const uint8_t *src, fi_dtype t,
+                               int64_t stride, int32_t n, float scale) {
+#if defined(__F16C__) && defined(__AVX__)
+    if (t == FI_DTYPE_F16 && stride == 2 && n % 8 == 0) { /* the hardware conversion */
+        for (int32_t d = 0; d < n; d += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i *)(src + 2 * d));
+            _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(scale)));
+        }
+        return;
+    }
+#endif
+    if (t == FI_DTYPE_BF16 && stride == 2) { /* a shift: vectorises */
+        const uint16_t *h = (const uint16_t *)src;
+        for (int32_t d = 0; d < n; d++) {
+            union { uint32_t u; float f; } x;
+            x.u = (uint32_t)h[d] << 16;
+            dst[d] = scale * x.f;
+        }
+        return;
+    }
     if (stride == vk_esize(t)) {
         for (int32_t d = 0; d < n; d++) dst[d] = scale * fi_load_f32(src, t, d);
     } else {
@@ -183,10 +206,11 @@ static void vk_stage_kv(const vk_block *b, vk_scratch *sc, int32_t j0, int32_t n
 /* S[r][:] = q_r . K^T for rows [0, rows) rounded up to 4 (padding rows are 0). */
 static void vk_logits(vk_scratch *sc, int32_t rows) {
     for (int32_t r = 0; r < rows; r += 4) {
-        float *s0 = sc->s[r], *s1 = sc->s[r + 1], *s2 = sc->s[r + 2], *s3 = sc->s[r + 3];
+        float *restrict s0 = sc->s[r], *restrict s1 = sc->s[r + 1];
+        float *restrict s2 = sc->s[r + 2], *restrict s3 = sc->s[r + 3];
         for (int32_t jj = 0; jj < BN; jj++) s0[jj] = s1[jj] = s2[jj] = s3[jj] = 0.0f;
         for (int32_t d = 0; d < DQK; d++) {
-            const float *k = sc->kt[d];
+            const float *restrict k = sc->kt[d];
             float q0 = sc->q[r][d], q1 = sc->q[r + 1][d], q2 = sc->q[r + 2][d], q3 = sc->q[r + 3][d];
             for (int32_t jj = 0; jj < BN; jj++) {
                 s0[jj] += q0 * k[jj];
@@ -230,14 +254,19 @@ static int vk_row_weights(const vk_block *b, vk_scratch *sc, int32_t r, int32_t 
     }
     if (!any) return 0;
 #if FI_VARIANT_USE_SOFTMAX
-    float mx = sc->m[r];
-    for (int32_t jj = 0; jj < BN; jj++) mx = s[jj] > mx ? s[jj] : mx;
+    /* max and sum over 16 lanes: independent chains vectorise */
+    float lane[16], mx = sc->m[r], sum = 0.0f;
+    for (int32_t u = 0; u < 16; u++) lane[u] = -INFINITY;
+    for (int32_t jj = 0; jj < BN; jj += 16)
+        for (int32_t u = 0; u < 16; u++) lane[u] = s[jj + u] > lane[u] ? s[jj + u] : lane[u];
+    for (int32_t u = 0; u < 16; u++) mx = lane[u] > mx ? lane[u] : mx;
     if (mx == -INFINITY) return 0; /* every kept logit is -inf */
-    float alpha = vk_exp(sc->m[r] - mx), sum = 0.0f;
-    for (int32_t jj = 0; jj < BN; jj++) {
-        s[jj] = vk_exp(s[jj] - mx);
-        sum += s[jj];
-    }
+    float alpha = vk_exp(sc->m[r] - mx);
+    for (int32_t jj = 0; jj < BN; jj++) s[jj] = vk_exp(s[jj] - mx);
+    for (int32_t u = 0; u < 16; u++) lane[u] = 0.0f;
+    for (int32_t jj = 0; jj < BN; jj += 16)
+        for (int32_t u = 0; u < 16; u++) lane[u] += s[jj + u];
+    for (int32_t u = 0; u < 16; u++) sum += lane[u];
     sc->m[r] = mx;
     sc->l[r] = sc->l[r] * alpha + sum;
     if (alpha != 1.0f)
@@ -251,10 +280,10 @@ static void vk_accumulate(vk_scratch *sc, const uint8_t *live, int32_t rows, int
     int32_t r = 0;
     for (; r + 2 <= rows; r += 2) {
         if (!live[r] && !live[r + 1]) continue;
-        float *a0 = sc->acc[r], *a1 = sc->acc[r + 1];
+        float *restrict a0 = sc->acc[r], *restrict a1 = sc->acc[r + 1];
         const float *p0 = sc->s[r], *p1 = sc->s[r + 1];
         for (int32_t jj = 0; jj < n; jj++) {
-            const float *v = sc->vb[jj];
+            const float *restrict v = sc->vb[jj];
             float w0 = live[r] ? p0[jj] : 0.0f, w1 = live[r + 1] ? p1[jj] : 0.0f;
             for (int32_t d = 0; d < DVO; d++) {
                 a0[d] += w0 * v[d];
@@ -264,9 +293,11 @@ static void vk_accumulate(vk_scratch *sc, const uint8_t *live, int32_t rows, int
     }
     for (; r < rows; r++) {
         if (!live[r]) continue;
+        float *restrict a = sc->acc[r];
         for (int32_t jj = 0; jj < n; jj++) {
             float w = sc->s[r][jj];
-            for (int32_t d = 0; d < DVO; d++) sc->acc[r][d] += w * sc->vb[jj][d];
+            const float *restrict v = sc->vb[jj];
+            for (int32_t d = 0; d < DVO; d++) a[d] += w * v[d];
         }
     }
 }
