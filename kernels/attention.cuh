@@ -46,7 +46,7 @@
  * output hook on write-through rows (split rows: merge.cuh). use_softmax = 0
  * (FI_VH_NO_SOFTMAX) accumulates o += w v with no max or sum.
  */
-#include "prelude.cuh"
+#include "work.cuh"
 
 #ifndef FI_DQK
 #define FI_DQK 128
@@ -122,14 +122,7 @@ static_assert(KPG % KSUB == 0, "sub-tiles");
 static_assert(SMEM_BYTES <= 48 * 1024, "static shared memory");
 
 /* What stays fixed while one (item, KV head) runs. */
-struct Item {
-    int req, q0, rows, k0, k1, prow;
-    int qo_len, kv_len;
-    int64_t qo_base;   /* qo_indptr[req] */
-    int64_t kv_base;   /* paged: kv_indptr[req] (pages); ragged: first token */
-    int64_t mask_bit0; /* custom mask: first bit of the request's segment */
-    int hkv;
-};
+using Item = fi_item;
 
 /* Byte offsets of key j's K and V rows (KV head included). */
 FI_DEV void kv_offsets(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j,
@@ -504,85 +497,75 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
     __syncthreads(); /* the stages are reused by the next block */
 }
 
-} /* namespace fi_attn */
-
-extern "C" __global__ void __launch_bounds__(fi_attn::NT, fi_attn::MIN_BLOCKS)
-FI_ATTN_NAME(const fi_attn_args a) {
-    using namespace fi_attn;
-    __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
-    const fi_meta *meta = (const fi_meta *)a.meta;
-    const int w = blockIdx.x;
-    if (w >= meta->num_workers) return;
-    const int32_t *qo_indptr = (const int32_t *)(a.meta + meta->off_qo_indptr);
-    const int32_t *kv_indptr = (const int32_t *)(a.meta + meta->off_kv_indptr);
-    const int32_t *kv_indices = (const int32_t *)(a.meta + meta->off_kv_indices);
-    const int32_t *kv_len = (const int32_t *)(a.meta + meta->off_kv_len);
-    const int64_t *mask_offset = (const int64_t *)(a.meta + meta->off_mask_offset);
-    const int32_t *items = (const int32_t *)(a.meta + meta->off_items);
-    const int32_t *worker_indptr = (const int32_t *)(a.meta + meta->off_worker_indptr);
-    const float *alibi = (const float *)(a.meta + meta->off_alibi);
+/* One (item, KV head) on CUDA cores, every row block; smem holds
+ * SMEM_BYTES. Every thread of the CTA calls it; it ends with a barrier. */
+FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
+    const int32_t *kv_indices = v.kv_indices;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = lane % TX, g = warp * KG + lane / TX;
-    const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
-    fi_variant_params VP = fi_v::params(a, alibi);
+    fi_variant_params VP = fi_v::params(a, v.alibi);
     float *kbuf = (float *)(smem + STAGES * STAGE_BYTES);
     float *vbuf = (float *)(smem + STAGES * STAGE_BYTES + KBUF_BYTES);
-
     State S;
     if constexpr (ROPE) {
 #pragma unroll
         for (int e = 0; e < EQ; e++) S.freq[e] = fi_rope_freq(a.rope_log2_theta, a.rope_rcp_scale, (c * EQ + e) % (DQK / 2), DQK);
     }
-    for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y) {
-        for (int n = ib; n < ie; n++) {
-            const int32_t *wi = items + 6 * (int64_t)n; /* fi_work_item */
-            Item it;
-            it.req = wi[0];
-            it.q0 = wi[1];
-            it.rows = (wi[2] - wi[1]) * GROUP;
-            if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) continue; /* attention_tc.cuh's */
-            it.k0 = wi[3];
-            it.k1 = wi[4];
-            it.prow = wi[5];
-            it.qo_base = qo_indptr[it.req];
-            it.qo_len = qo_indptr[it.req + 1] - qo_indptr[it.req];
-            it.kv_len = kv_len[it.req];
-            it.kv_base = kv_indptr[it.req];
-            it.mask_bit0 = fi_v::mask_bit0(VP, mask_offset, it.req);
-            it.hkv = hkv;
-            const int ntiles = (it.k1 - it.k0 + BN - 1) / BN;
-            for (int rb = 0; rb < it.rows; rb += RM) {
-                load_q(a, it, rb, c, VP, smem, S);
-                Pages P; /* the page ids of the next tile to load */
-                if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0, P);
+    Item it = item;
+    it.mask_bit0 = fi_v::mask_bit0(VP, v.mask_offset, it.req);
+    const int ntiles = (it.k1 - it.k0 + BN - 1) / BN;
+    for (int rb = 0; rb < it.rows; rb += RM) {
+        load_q(a, it, rb, c, VP, smem, S);
+        Pages P; /* the page ids of the next tile to load */
+        if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0, P);
 #pragma unroll
-                for (int s = 0; s < STAGES - 1; s++) {
-                    if (s < ntiles) {
-                        load_tile(a, kv_indices, it, smem + s * STAGE_BYTES, it.k0 + s * BN, P);
-                        if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0 + (s + 1) * BN, P);
-                    }
-                    fi_cp_async_commit();
-                }
-                for (int t = 0; t < ntiles; t++) {
-                    const int tn = t + STAGES - 1;
-                    if (tn < ntiles) {
-                        load_tile(a, kv_indices, it, smem + (tn % STAGES) * STAGE_BYTES, it.k0 + tn * BN, P);
-                        if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0 + (tn + 1) * BN, P);
-                    }
-                    fi_cp_async_commit();
-                    fi_cp_async_wait<STAGES - 1>();
-                    __syncthreads();
-                    const unsigned char *st = smem + (t % STAGES) * STAGE_BYTES;
-                    if constexpr (ROW_KV) {
-                        transform_tile(a, it, VP, st, it.k0 + t * BN, kbuf, vbuf);
-                        __syncthreads();
-                    }
-                    compute_tile(a, it, rb, c, g, st, it.k0 + t * BN, VP, kbuf, vbuf, S);
-                    __syncthreads();
-                }
-                fi_cp_async_wait<0>();
-                finish_rows(a, it, rb, c, g, VP, smem, S);
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < ntiles) {
+                load_tile(a, kv_indices, it, smem + s * STAGE_BYTES, it.k0 + s * BN, P);
+                if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0 + (s + 1) * BN, P);
             }
+            fi_cp_async_commit();
         }
+        for (int t = 0; t < ntiles; t++) {
+            const int tn = t + STAGES - 1;
+            if (tn < ntiles) {
+                load_tile(a, kv_indices, it, smem + (tn % STAGES) * STAGE_BYTES, it.k0 + tn * BN, P);
+                if (a.kv_vec_ok) fetch_pages(a, kv_indices, it, it.k0 + (tn + 1) * BN, P);
+            }
+            fi_cp_async_commit();
+            fi_cp_async_wait<STAGES - 1>();
+            __syncthreads();
+            const unsigned char *st = smem + (t % STAGES) * STAGE_BYTES;
+            if constexpr (ROW_KV) {
+                transform_tile(a, it, VP, st, it.k0 + t * BN, kbuf, vbuf);
+                __syncthreads();
+            }
+            compute_tile(a, it, rb, c, g, st, it.k0 + t * BN, VP, kbuf, vbuf, S);
+            __syncthreads();
+        }
+        fi_cp_async_wait<0>();
+        finish_rows(a, it, rb, c, g, VP, smem, S);
     }
 }
+
+} /* namespace fi_attn */
+
+/* The entry point; persistent.cuh includes this file for its device
+ * functions and leaves FI_ATTN_NAME undefined. */
+#ifdef FI_ATTN_NAME
+extern "C" __global__ void __launch_bounds__(fi_attn::NT, fi_attn::MIN_BLOCKS)
+FI_ATTN_NAME(const fi_attn_args a) {
+    using namespace fi_attn;
+    __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
+    const fi_view v = fi_view_of(a);
+    const int w = blockIdx.x;
+    if (w >= v.meta->num_workers) return;
+    const int ib = v.worker_indptr[w], ie = v.worker_indptr[w + 1];
+    for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
+        for (int n = ib; n < ie; n++) {
+            if (a.tc_min_rows > 0 && fi_item_rows(v, n, GROUP) >= a.tc_min_rows)
+                continue; /* attention_tc.cuh's */
+            run_item(a, v, fi_item_load(v, n, hkv, GROUP), smem);
+        }
+}
+#endif

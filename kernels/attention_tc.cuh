@@ -45,7 +45,7 @@
  * holds the weights, no max or sum. The output hook runs on write-through
  * rows, staged as f32 in the (then free) shared memory.
  */
-#include "prelude.cuh"
+#include "work.cuh"
 
 #ifndef FI_DQK
 #define FI_DQK 128
@@ -138,12 +138,7 @@ FI_DEV uint32_t pack2(float lo, float hi) {
     return r;
 }
 
-struct Item {
-    int req, q0, rows, k0, k1, prow;
-    int qo_len, kv_len;
-    int64_t qo_base, kv_base, mask_bit0;
-    int hkv;
-};
+using Item = fi_item;
 
 /* A user row hook on row r of a swizzled 16-bit tile of NCH chunks per row:
  * out to f32 (times scale), the hook, back in place. */
@@ -170,9 +165,10 @@ FI_DEV void row_hook(unsigned char *tile, int r, float scale, F hook) {
     }
 }
 
-/* Q rows [rb, rb + BM) of the item into shared memory (zeros past rows). */
+/* Q rows [rb, rb + ROWS) of the item into shared memory (zeros past rows). */
+template <int ROWS = BM>
 FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, unsigned char *qs) {
-    for (int i = threadIdx.x; i < BM * KCH; i += NT) {
+    for (int i = threadIdx.x; i < ROWS * KCH; i += NT) {
         const int r = i / KCH, ch = i % KCH, p = rb + r;
         const bool ok = p < it.rows;
         const int t = p / GROUP, head = it.hkv * GROUP + p % GROUP;
@@ -234,8 +230,317 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, unsigned char *st) 
     }
 }
 
+/* One (item, KV head) on tensor cores, every 128-row block; smem holds
+ * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
+ * CTA calls it; it ends with a barrier. */
+FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    fi_variant_params VP = fi_v::params(a, v.alibi);
+    unsigned char *qs = smem;
+    unsigned char *kvs = smem + Q_BYTES;
+    KVOff *offs = reinterpret_cast<KVOff *>(smem + Q_BYTES + STAGES * STAGE_BYTES); /* [2][BN] */
+    const uint32_t qs_a = fi_smem_addr(qs), kvs_a = fi_smem_addr(kvs);
+    Item it = item;
+    it.mask_bit0 = fi_v::mask_bit0(VP, v.mask_offset, it.req);
+    const int diag0 = it.kv_len - it.qo_len + it.q0;
+    for (int rb = 0; rb < it.rows; rb += BM) {
+        const int rlast = (rb + BM < it.rows ? rb + BM : it.rows) - 1;
+        /* the block's visible key range, whole tiles from k0 */
+        int kend = it.k1, kbeg = it.k0;
+        if constexpr (CAUSAL) kend = kend < diag0 + rlast / GROUP + 1 ? kend : diag0 + rlast / GROUP + 1;
+        if constexpr (WINDOW) {
+            const int lo = diag0 + rb / GROUP - a.window_left;
+            kbeg = kbeg > lo ? kbeg : lo;
+        }
+        if (kbeg > it.k0) kbeg = it.k0 + (kbeg - it.k0) / BN * BN;
+        const int ntiles = kend > kbeg ? (kend - kbeg + BN - 1) / BN : 0;
+
+        /* this thread's rows: [mt][h] = rb + warp*32 + mt*16 + g + 8h */
+        float m[MT][2], l[MT][2], slope[MT][2];
+        float o[MT][DT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                m[mt][h] = FI_NEG_INF;
+                l[mt][h] = 0.0f;
+                const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                slope[mt][h] = p < it.rows ? fi_v::row_slope(VP, it.hkv * GROUP + p % GROUP) : 0.0f;
+            }
+#pragma unroll
+            for (int d = 0; d < DT; d++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[mt][d][e] = 0.0f;
+        }
+
+        load_q(a, it, rb, qs);
+        /* offset tables of tiles 0 and 1 (slot t & 1 holds tile t) */
+        if (threadIdx.x < BN) {
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                const int j = kbeg + t * BN + threadIdx.x;
+                offs[t * BN + threadIdx.x] = kv_off(a, it, j, page_of(a, v.kv_indices, it, j));
+            }
+        }
+        __syncthreads();
+        if (ntiles > 0) load_kv(a, offs, kvs);
+        fi_cp_async_commit();
+        for (int t = 0; t < ntiles; t++) {
+            const int j0 = kbeg + t * BN;
+            if (t + 1 < ntiles)
+                load_kv(a, offs + ((t + 1) & 1) * BN, kvs + ((t + 1) % STAGES) * STAGE_BYTES);
+            fi_cp_async_commit();
+            /* tile t + 2's page id, in flight while tile t computes;
+             * its offsets go to slot t & 1 (tile t's, read above in
+             * iteration t - 1) at the end of the tile */
+            const int pn = t + 2 < ntiles && threadIdx.x < BN
+                               ? page_of(a, v.kv_indices, it, j0 + 2 * BN + threadIdx.x) : 0;
+            fi_cp_async_wait<1>();
+            __syncthreads();
+            if constexpr (ROWS) { /* a user's row hooks, on the landed tiles */
+                const int tid = threadIdx.x;
+                if (fi_v::QUERY && t == 0 && rb + tid < it.rows) {
+                    const int p = rb + tid;
+                    const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv,
+                                                     diag0 + p / GROUP, -1, it.qo_len, it.kv_len,
+                                                     DQK, a.sm_scale);
+                    row_hook<KCH>(qs, tid, 1.0f, [&](float *x) { fi_v::query(x, hc, VP); });
+                }
+                unsigned char *kst = kvs + (t % STAGES) * STAGE_BYTES;
+                for (int key = tid; key < BN && (fi_v::KEY || fi_v::VALUE); key += NT) {
+                    if (j0 + key >= it.k1) continue;
+                    fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP, it.hkv, -1, j0 + key,
+                                               it.qo_len, it.kv_len, DQK, a.sm_scale);
+                    if constexpr (fi_v::KEY)
+                        row_hook<KCH>(kst, key, a.k_scale, [&](float *x) { fi_v::key(x, hc, VP); });
+                    hc.head_dim = DVO;
+                    if constexpr (fi_v::VALUE)
+                        row_hook<VCH>(kst + K_BYTES, key, a.v_scale,
+                                      [&](float *x) { fi_v::value(x, hc, VP); });
+                }
+                __syncthreads();
+            }
+            const uint32_t ks_a = kvs_a + (t % STAGES) * STAGE_BYTES;
+            const uint32_t vs_a = ks_a + K_BYTES;
+
+            /* S = Q K^T */
+            float s[MT][NTILE][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[mt][nt][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < DQK / 16; kk++) {
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    ldsm_x4(qs_a + swz<KCH>(warp * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)),
+                            qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
+#pragma unroll
+                for (int np = 0; np < NTILE / 2; np++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4(ks_a + swz<KCH>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                            kk * 2 + ((lane >> 3) & 1)),
+                            b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma(s[mt][2 * np], qa[mt], b0, b1);
+                        mma(s[mt][2 * np + 1], qa[mt], b2, b3);
+                    }
+                }
+            }
+
+            /* logits: transforms, masks (a tile every row of the
+             * block sees whole skips all of it without a transform) */
+            bool whole = j0 + BN <= it.k1 && rb + BM <= it.rows && !fi_v::ELEM_MASK;
+            if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + rb / GROUP;
+            if constexpr (WINDOW) whole = whole && j0 >= diag0 + rlast / GROUP - a.window_left;
+            if (TRANSFORM || !whole)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                    const int diag = diag0 + p / GROUP;
+#pragma unroll
+                    for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            /* without a transform the scale goes into the exp2's
+                             * FFMA below (q_scale > 0: the host refuses sm_scale < 0) */
+                            float x = s[mt][nt][2 * h + e];
+                            const int j = j0 + nt * 8 + 2 * tq + e;
+                            const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv,
+                                                             diag, j, it.qo_len, it.kv_len, DQK,
+                                                             a.sm_scale, slope[mt][h]);
+                            if constexpr (TRANSFORM) x *= a.q_scale;
+                            if constexpr (fi_v::LOGITS && !fi_v::USER) x = fi_v::logits(x, hc, VP);
+                            if constexpr (TRANSFORM && SOFTMAX && !fi_v::USER) x *= LOG2E;
+                            if (!whole || fi_v::USER) {
+                                bool vis = true;
+                                if (!whole) {
+                                    vis = j < it.k1 && p < it.rows;
+                                    if constexpr (CAUSAL) vis = vis && j <= diag;
+                                    if constexpr (fi_v::ANY_MASK)
+                                        vis = vis && fi_v::visible(hc, VP, a, it.mask_bit0);
+                                }
+                                /* a user's hook only where the key and row exist */
+                                if constexpr (fi_v::LOGITS && fi_v::USER) x = vis ? fi_v::logits(x, hc, VP) : x;
+                                if constexpr (TRANSFORM && SOFTMAX && fi_v::USER) x *= LOG2E;
+                                if (!vis) x = SOFTMAX ? FI_NEG_INF : 0.0f;
+                            }
+                            s[mt][nt][2 * h + e] = x;
+                        }
+                }
+
+            /* online softmax, a row's four lanes together; m is in
+             * the log2 domain, s raw (times qs) */
+            const float qs = TRANSFORM ? 1.0f : a.q_scale;
+#pragma unroll
+            for (int mt = 0; mt < MT && SOFTMAX; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float mx = FI_NEG_INF;
+#pragma unroll
+                    for (int nt = 0; nt < NTILE; nt++)
+                        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mold = m[mt][h];
+                    mx = fmaxf(mold, mx * qs);
+                    const float mref = mx == FI_NEG_INF ? 0.0f : mx;
+                    const float scale = fi_exp2(mold - mref);
+                    m[mt][h] = mx;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const float pr = fi_exp2(fmaf(s[mt][nt][2 * h + e], qs, -mref));
+                            s[mt][nt][2 * h + e] = pr;
+                            sum += pr;
+                        }
+                    l[mt][h] = fmaf(l[mt][h], scale, sum);
+                    /* rescale O only where some row's max moved (after
+                     * the first tiles it rarely does) */
+                    if (__any_sync(0xffffffffu, mold != mx)) {
+#pragma unroll
+                        for (int d = 0; d < DT; d++) {
+                            o[mt][d][2 * h] *= scale;
+                            o[mt][d][2 * h + 1] *= scale;
+                        }
+                    }
+                }
+
+            /* O += P V */
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t pa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < DT / 2; dp++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4_t(vs_a + swz<VCH>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                              dp * 2 + (lane >> 4)),
+                              b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma(o[mt][2 * dp], pa[mt], b0, b1);
+                        mma(o[mt][2 * dp + 1], pa[mt], b2, b3);
+                    }
+                }
+            }
+            if (t + 2 < ntiles && threadIdx.x < BN)
+                offs[(t & 1) * BN + threadIdx.x] = kv_off(a, it, j0 + 2 * BN + threadIdx.x, pn);
+            __syncthreads(); /* the stage is refilled next */
+        }
+        fi_cp_async_wait<0>();
+
+        /* O / l and LSE (log2 domain), or the item's partial rows;
+         * use_softmax = 0: O as summed, LSE 0. With an output hook,
+         * write-through rows go through shared memory (f32). */
+        const int H = a.num_qo_heads;
+        const bool hook = fi_v::OUTPUT && it.prow < 0; /* uniform */
+        float *orow = reinterpret_cast<float *>(smem), *olse = orow + BM * DVO;
+        if (hook) __syncthreads(); /* Q and the stages are free */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float L = l[mt][h];
+                L += __shfl_xor_sync(0xffffffffu, L, 1);
+                L += __shfl_xor_sync(0xffffffffu, L, 2);
+                const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                if (p >= it.rows) continue;
+                const float inv = !SOFTMAX ? a.v_scale : L > 0.0f ? a.v_scale / L : 0.0f;
+                const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[mt][h] + log2f(L) : FI_NEG_INF;
+                const int t = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
+                if (hook) {
+                    const int rl = p - rb;
+#pragma unroll
+                    for (int d = 0; d < DT; d++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            orow[rl * DVO + d * 8 + 2 * tq + e] = o[mt][d][2 * h + e] * inv;
+                    if (tq == 0) olse[rl] = lse;
+                } else if (it.prow >= 0) {
+                    const int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
+                    float *po = a.partial_o + row * DVO;
+#pragma unroll
+                    for (int d = 0; d < DT; d++) {
+                        float2 v2 = make_float2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
+                        *reinterpret_cast<float2 *>(po + d * 8 + 2 * tq) = v2;
+                    }
+                    if (tq == 0) a.partial_lse[row] = lse;
+                } else {
+                    const int64_t tok = it.qo_base + t;
+                    char *ob = a.o + tok * a.o_tok + (int64_t)head * a.o_head;
+#pragma unroll
+                    for (int d = 0; d < DT; d++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            fi_store_elem<OT>(ob + (int64_t)(d * 8 + 2 * tq + e) * a.o_dim,
+                                              o[mt][d][2 * h + e] * inv);
+                    if (tq == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
+                }
+            }
+        if (hook) {
+            __syncthreads();
+            const int p = rb + threadIdx.x;
+            if (p < it.rows)
+                fi_v::output(orow + threadIdx.x * DVO, olse[threadIdx.x],
+                             fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv, diag0 + p / GROUP,
+                                       -1, it.qo_len, it.kv_len, DVO, a.sm_scale),
+                             VP);
+            __syncthreads();
+            for (int i = threadIdx.x; i < BM * DVO; i += NT) {
+                const int rl = i / DVO, d = i % DVO, pp = rb + rl;
+                if (pp >= it.rows) continue;
+                const int64_t tok = it.qo_base + it.q0 + pp / GROUP;
+                const int head = it.hkv * GROUP + pp % GROUP;
+                fi_store_elem<OT>(a.o + tok * a.o_tok + (int64_t)head * a.o_head + (int64_t)d * a.o_dim,
+                                  orow[i]);
+                if (d == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = olse[rl];
+            }
+        }
+        __syncthreads(); /* Q and the stages are reused by the next block */
+    }
+}
+
 } /* namespace fi_tc */
 
+/* The entry point; persistent.cuh includes this file for its device
+ * functions and leaves FI_ATTN_TC_NAME undefined. */
+#ifdef FI_ATTN_TC_NAME
 extern "C" __global__ void __launch_bounds__(fi_tc::NT, 2)
 FI_ATTN_TC_NAME(const fi_attn_args a) {
     using namespace fi_tc;
@@ -246,334 +551,14 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
         if (dyn < (uint32_t)SMEM_BYTES) __trap(); /* the host launched it wrong */
     }
-    const fi_meta *meta = (const fi_meta *)a.meta;
+    const fi_view v = fi_view_of(a);
     const int w = blockIdx.x;
-    if (w >= meta->num_workers) return;
-    const int32_t *qo_indptr = (const int32_t *)(a.meta + meta->off_qo_indptr);
-    const int32_t *kv_indptr = (const int32_t *)(a.meta + meta->off_kv_indptr);
-    const int32_t *kv_indices = (const int32_t *)(a.meta + meta->off_kv_indices);
-    const int32_t *kv_len = (const int32_t *)(a.meta + meta->off_kv_len);
-    const int64_t *mask_offset = (const int64_t *)(a.meta + meta->off_mask_offset);
-    const int32_t *items = (const int32_t *)(a.meta + meta->off_items);
-    const int32_t *worker_indptr = (const int32_t *)(a.meta + meta->off_worker_indptr);
-    const float *alibi = (const float *)(a.meta + meta->off_alibi);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, tq = lane & 3;
-    fi_variant_params VP = fi_v::params(a, alibi);
-    const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
-    unsigned char *qs = smem;
-    unsigned char *kvs = smem + Q_BYTES;
-    KVOff *offs = reinterpret_cast<KVOff *>(smem + Q_BYTES + STAGES * STAGE_BYTES); /* [2][BN] */
-    const uint32_t qs_a = fi_smem_addr(qs), kvs_a = fi_smem_addr(kvs);
-
-    for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y) {
+    if (w >= v.meta->num_workers) return;
+    const int ib = v.worker_indptr[w], ie = v.worker_indptr[w + 1];
+    for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
-            const int32_t *wi = items + 6 * (int64_t)n; /* fi_work_item */
-            Item it;
-            it.rows = (wi[2] - wi[1]) * GROUP;
-            if (it.rows < a.tc_min_rows) continue; /* the CUDA-core kernel's */
-            it.req = wi[0];
-            it.q0 = wi[1];
-            it.k0 = wi[3];
-            it.k1 = wi[4];
-            it.prow = wi[5];
-            it.qo_base = qo_indptr[it.req];
-            it.qo_len = qo_indptr[it.req + 1] - qo_indptr[it.req];
-            it.kv_len = kv_len[it.req];
-            it.kv_base = kv_indptr[it.req];
-            it.mask_bit0 = fi_v::mask_bit0(VP, mask_offset, it.req);
-            it.hkv = hkv;
-            const int diag0 = it.kv_len - it.qo_len + it.q0;
-            for (int rb = 0; rb < it.rows; rb += BM) {
-                const int rlast = (rb + BM < it.rows ? rb + BM : it.rows) - 1;
-                /* the block's visible key range, whole tiles from k0 */
-                int kend = it.k1, kbeg = it.k0;
-                if constexpr (CAUSAL) kend = kend < diag0 + rlast / GROUP + 1 ? kend : diag0 + rlast / GROUP + 1;
-                if constexpr (WINDOW) {
-                    const int lo = diag0 + rb / GROUP - a.window_left;
-                    kbeg = kbeg > lo ? kbeg : lo;
-                }
-                if (kbeg > it.k0) kbeg = it.k0 + (kbeg - it.k0) / BN * BN;
-                const int ntiles = kend > kbeg ? (kend - kbeg + BN - 1) / BN : 0;
-
-                /* this thread's rows: [mt][h] = rb + warp*32 + mt*16 + g + 8h */
-                float m[MT][2], l[MT][2], slope[MT][2];
-                float o[MT][DT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        m[mt][h] = FI_NEG_INF;
-                        l[mt][h] = 0.0f;
-                        const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
-                        slope[mt][h] = p < it.rows ? fi_v::row_slope(VP, it.hkv * GROUP + p % GROUP) : 0.0f;
-                    }
-#pragma unroll
-                    for (int d = 0; d < DT; d++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) o[mt][d][e] = 0.0f;
-                }
-
-                load_q(a, it, rb, qs);
-                /* offset tables of tiles 0 and 1 (slot t & 1 holds tile t) */
-                if (threadIdx.x < BN) {
-#pragma unroll
-                    for (int t = 0; t < 2; t++) {
-                        const int j = kbeg + t * BN + threadIdx.x;
-                        offs[t * BN + threadIdx.x] = kv_off(a, it, j, page_of(a, kv_indices, it, j));
-                    }
-                }
-                __syncthreads();
-                if (ntiles > 0) load_kv(a, offs, kvs);
-                fi_cp_async_commit();
-                for (int t = 0; t < ntiles; t++) {
-                    const int j0 = kbeg + t * BN;
-                    if (t + 1 < ntiles)
-                        load_kv(a, offs + ((t + 1) & 1) * BN, kvs + ((t + 1) % STAGES) * STAGE_BYTES);
-                    fi_cp_async_commit();
-                    /* tile t + 2's page id, in flight while tile t computes;
-                     * its offsets go to slot t & 1 (tile t's, read above in
-                     * iteration t - 1) at the end of the tile */
-                    const int pn = t + 2 < ntiles && threadIdx.x < BN
-                                       ? page_of(a, kv_indices, it, j0 + 2 * BN + threadIdx.x) : 0;
-                    fi_cp_async_wait<1>();
-                    __syncthreads();
-                    if constexpr (ROWS) { /* a user's row hooks, on the landed tiles */
-                        const int tid = threadIdx.x;
-                        if (fi_v::QUERY && t == 0 && rb + tid < it.rows) {
-                            const int p = rb + tid;
-                            const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv,
-                                                             diag0 + p / GROUP, -1, it.qo_len, it.kv_len,
-                                                             DQK, a.sm_scale);
-                            row_hook<KCH>(qs, tid, 1.0f, [&](float *x) { fi_v::query(x, hc, VP); });
-                        }
-                        unsigned char *kst = kvs + (t % STAGES) * STAGE_BYTES;
-                        for (int key = tid; key < BN && (fi_v::KEY || fi_v::VALUE); key += NT) {
-                            if (j0 + key >= it.k1) continue;
-                            fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP, it.hkv, -1, j0 + key,
-                                                       it.qo_len, it.kv_len, DQK, a.sm_scale);
-                            if constexpr (fi_v::KEY)
-                                row_hook<KCH>(kst, key, a.k_scale, [&](float *x) { fi_v::key(x, hc, VP); });
-                            hc.head_dim = DVO;
-                            if constexpr (fi_v::VALUE)
-                                row_hook<VCH>(kst + K_BYTES, key, a.v_scale,
-                                              [&](float *x) { fi_v::value(x, hc, VP); });
-                        }
-                        __syncthreads();
-                    }
-                    const uint32_t ks_a = kvs_a + (t % STAGES) * STAGE_BYTES;
-                    const uint32_t vs_a = ks_a + K_BYTES;
-
-                    /* S = Q K^T */
-                    float s[MT][NTILE][4];
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int nt = 0; nt < NTILE; nt++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++) s[mt][nt][e] = 0.0f;
-#pragma unroll
-                    for (int kk = 0; kk < DQK / 16; kk++) {
-                        uint32_t qa[MT][4];
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-                            ldsm_x4(qs_a + swz<KCH>(warp * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)),
-                                    qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
-#pragma unroll
-                        for (int np = 0; np < NTILE / 2; np++) {
-                            uint32_t b0, b1, b2, b3;
-                            ldsm_x4(ks_a + swz<KCH>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                                    kk * 2 + ((lane >> 3) & 1)),
-                                    b0, b1, b2, b3);
-#pragma unroll
-                            for (int mt = 0; mt < MT; mt++) {
-                                mma(s[mt][2 * np], qa[mt], b0, b1);
-                                mma(s[mt][2 * np + 1], qa[mt], b2, b3);
-                            }
-                        }
-                    }
-
-                    /* logits: transforms, masks (a tile every row of the
-                     * block sees whole skips all of it without a transform) */
-                    bool whole = j0 + BN <= it.k1 && rb + BM <= it.rows && !fi_v::ELEM_MASK;
-                    if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + rb / GROUP;
-                    if constexpr (WINDOW) whole = whole && j0 >= diag0 + rlast / GROUP - a.window_left;
-                    if (TRANSFORM || !whole)
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
-                            const int diag = diag0 + p / GROUP;
-#pragma unroll
-                            for (int nt = 0; nt < NTILE; nt++)
-#pragma unroll
-                                for (int e = 0; e < 2; e++) {
-                                    /* without a transform the scale goes into the exp2's
-                                     * FFMA below (q_scale > 0: the host refuses sm_scale < 0) */
-                                    float x = s[mt][nt][2 * h + e];
-                                    const int j = j0 + nt * 8 + 2 * tq + e;
-                                    const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv,
-                                                                     diag, j, it.qo_len, it.kv_len, DQK,
-                                                                     a.sm_scale, slope[mt][h]);
-                                    if constexpr (TRANSFORM) x *= a.q_scale;
-                                    if constexpr (fi_v::LOGITS && !fi_v::USER) x = fi_v::logits(x, hc, VP);
-                                    if constexpr (TRANSFORM && SOFTMAX && !fi_v::USER) x *= LOG2E;
-                                    if (!whole || fi_v::USER) {
-                                        bool vis = true;
-                                        if (!whole) {
-                                            vis = j < it.k1 && p < it.rows;
-                                            if constexpr (CAUSAL) vis = vis && j <= diag;
-                                            if constexpr (fi_v::ANY_MASK)
-                                                vis = vis && fi_v::visible(hc, VP, a, it.mask_bit0);
-                                        }
-                                        /* a user's hook only where the key and row exist */
-                                        if constexpr (fi_v::LOGITS && fi_v::USER) x = vis ? fi_v::logits(x, hc, VP) : x;
-                                        if constexpr (TRANSFORM && SOFTMAX && fi_v::USER) x *= LOG2E;
-                                        if (!vis) x = SOFTMAX ? FI_NEG_INF : 0.0f;
-                                    }
-                                    s[mt][nt][2 * h + e] = x;
-                                }
-                        }
-
-                    /* online softmax, a row's four lanes together; m is in
-                     * the log2 domain, s raw (times qs) */
-                    const float qs = TRANSFORM ? 1.0f : a.q_scale;
-#pragma unroll
-                    for (int mt = 0; mt < MT && SOFTMAX; mt++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            float mx = FI_NEG_INF;
-#pragma unroll
-                            for (int nt = 0; nt < NTILE; nt++)
-                                mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                            const float mold = m[mt][h];
-                            mx = fmaxf(mold, mx * qs);
-                            const float mref = mx == FI_NEG_INF ? 0.0f : mx;
-                            const float scale = fi_exp2(mold - mref);
-                            m[mt][h] = mx;
-                            float sum = 0.0f;
-#pragma unroll
-                            for (int nt = 0; nt < NTILE; nt++)
-#pragma unroll
-                                for (int e = 0; e < 2; e++) {
-                                    const float pr = fi_exp2(fmaf(s[mt][nt][2 * h + e], qs, -mref));
-                                    s[mt][nt][2 * h + e] = pr;
-                                    sum += pr;
-                                }
-                            l[mt][h] = fmaf(l[mt][h], scale, sum);
-                            /* rescale O only where some row's max moved (after
-                             * the first tiles it rarely does) */
-                            if (__any_sync(0xffffffffu, mold != mx)) {
-#pragma unroll
-                                for (int d = 0; d < DT; d++) {
-                                    o[mt][d][2 * h] *= scale;
-                                    o[mt][d][2 * h + 1] *= scale;
-                                }
-                            }
-                        }
-
-                    /* O += P V */
-#pragma unroll
-                    for (int kk = 0; kk < BN / 16; kk++) {
-                        uint32_t pa[MT][4];
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++) {
-                            pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                            pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                            pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                            pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                        }
-#pragma unroll
-                        for (int dp = 0; dp < DT / 2; dp++) {
-                            uint32_t b0, b1, b2, b3;
-                            ldsm_x4_t(vs_a + swz<VCH>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                                      dp * 2 + (lane >> 4)),
-                                      b0, b1, b2, b3);
-#pragma unroll
-                            for (int mt = 0; mt < MT; mt++) {
-                                mma(o[mt][2 * dp], pa[mt], b0, b1);
-                                mma(o[mt][2 * dp + 1], pa[mt], b2, b3);
-                            }
-                        }
-                    }
-                    if (t + 2 < ntiles && threadIdx.x < BN)
-                        offs[(t & 1) * BN + threadIdx.x] = kv_off(a, it, j0 + 2 * BN + threadIdx.x, pn);
-                    __syncthreads(); /* the stage is refilled next */
-                }
-                fi_cp_async_wait<0>();
-
-                /* O / l and LSE (log2 domain), or the item's partial rows;
-                 * use_softmax = 0: O as summed, LSE 0. With an output hook,
-                 * write-through rows go through shared memory (f32). */
-                const int H = a.num_qo_heads;
-                const bool hook = fi_v::OUTPUT && it.prow < 0; /* uniform */
-                float *orow = reinterpret_cast<float *>(smem), *olse = orow + BM * DVO;
-                if (hook) __syncthreads(); /* Q and the stages are free */
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        float L = l[mt][h];
-                        L += __shfl_xor_sync(0xffffffffu, L, 1);
-                        L += __shfl_xor_sync(0xffffffffu, L, 2);
-                        const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
-                        if (p >= it.rows) continue;
-                        const float inv = !SOFTMAX ? a.v_scale : L > 0.0f ? a.v_scale / L : 0.0f;
-                        const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[mt][h] + log2f(L) : FI_NEG_INF;
-                        const int t = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
-                        if (hook) {
-                            const int rl = p - rb;
-#pragma unroll
-                            for (int d = 0; d < DT; d++)
-#pragma unroll
-                                for (int e = 0; e < 2; e++)
-                                    orow[rl * DVO + d * 8 + 2 * tq + e] = o[mt][d][2 * h + e] * inv;
-                            if (tq == 0) olse[rl] = lse;
-                        } else if (it.prow >= 0) {
-                            const int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
-                            float *po = a.partial_o + row * DVO;
-#pragma unroll
-                            for (int d = 0; d < DT; d++) {
-                                float2 v2 = make_float2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
-                                *reinterpret_cast<float2 *>(po + d * 8 + 2 * tq) = v2;
-                            }
-                            if (tq == 0) a.partial_lse[row] = lse;
-                        } else {
-                            const int64_t tok = it.qo_base + t;
-                            char *ob = a.o + tok * a.o_tok + (int64_t)head * a.o_head;
-#pragma unroll
-                            for (int d = 0; d < DT; d++)
-#pragma unroll
-                                for (int e = 0; e < 2; e++)
-                                    fi_store_elem<OT>(ob + (int64_t)(d * 8 + 2 * tq + e) * a.o_dim,
-                                                      o[mt][d][2 * h + e] * inv);
-                            if (tq == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
-                        }
-                    }
-                if (hook) {
-                    __syncthreads();
-                    const int p = rb + threadIdx.x;
-                    if (p < it.rows)
-                        fi_v::output(orow + threadIdx.x * DVO, olse[threadIdx.x],
-                                     fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv, diag0 + p / GROUP,
-                                               -1, it.qo_len, it.kv_len, DVO, a.sm_scale),
-                                     VP);
-                    __syncthreads();
-                    for (int i = threadIdx.x; i < BM * DVO; i += NT) {
-                        const int rl = i / DVO, d = i % DVO, pp = rb + rl;
-                        if (pp >= it.rows) continue;
-                        const int64_t tok = it.qo_base + it.q0 + pp / GROUP;
-                        const int head = it.hkv * GROUP + pp % GROUP;
-                        fi_store_elem<OT>(a.o + tok * a.o_tok + (int64_t)head * a.o_head + (int64_t)d * a.o_dim,
-                                          orow[i]);
-                        if (d == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = olse[rl];
-                    }
-                }
-                __syncthreads(); /* Q and the stages are reused by the next block */
-            }
+            if (fi_item_rows(v, n, GROUP) < a.tc_min_rows) continue; /* the CUDA-core kernel's */
+            run_item(a, v, fi_item_load(v, n, hkv, GROUP), smem);
         }
-    }
 }
+#endif

@@ -35,13 +35,14 @@ typedef struct fi_meta {
     int64_t off_merge_indptr;  /* int32 [num_merge_rows+1] */
     int64_t off_merge_src;     /* int32 [merge_indptr[num_merge_rows]] */
     int64_t off_alibi;         /* float [H_qo] */
+    int64_t off_part_merge;    /* int32 [partial rows]: merge row of each */
     int64_t bytes;             /* bytes of the region in use */
     int32_t batch_size;
     int32_t total_qo;
     int32_t num_items;
     int32_t num_workers;
     int32_t num_merge_rows;
-    int32_t pad[3];
+    int32_t pad[5];
 } fi_meta;
 
 /* One attention launch (also read by the merge kernel). Strides are in
@@ -56,6 +57,8 @@ typedef struct fi_attn_args {
     char *o;                   /* [tokens, H_qo, D_vo] */
     float *lse;                /* [tokens, H_qo] or NULL */
     const unsigned char *mask; /* custom mask bits or NULL */
+    int32_t *merge_count;      /* [max merge rows, H_kv] zeros between runs
+                                  (persistent.cuh's fused merge) */
     int64_t q_tok, q_head, q_dim;
     int64_t o_tok, o_head, o_dim;
     int64_t lse_tok, lse_head; /* in floats */
@@ -71,6 +74,8 @@ typedef struct fi_attn_args {
                                   on the tensor-core kernel (attention_tc.cuh),
                                   the CUDA-core kernel skips them; 0: none */
     int32_t q_vec_ok;          /* Q rows 16-byte aligned and contiguous */
+    int32_t heads_x;           /* persistent.cuh: grid x = KV heads, y = workers
+                                  (a worker's heads dispatched together) */
     float q_scale;             /* sm_scale * k_scale (* log2 e when no transform) */
     float softcap;             /* c of c * tanh(x / c) */
     float softcap_rcp;         /* 1 / c */

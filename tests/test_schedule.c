@@ -74,6 +74,7 @@ static void random_scenario(tu_rng *g, scenario *sc) {
     in->causal = tu_rng_int(g, 0, 1);
     in->window_left = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 0, 3000) : -1;
     in->num_workers = tu_rng_int(g, 0, 2) == 0 ? tu_rng_int(g, 1, 4) : tu_rng_int(g, 1, 264);
+    in->split_workers = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 1, in->num_workers) : 0;
     in->q_tiles = tile_sets[t];
     in->num_q_tiles = tile_counts[t];
     in->cost_per_q_row = tu_rng_int(g, 0, 4) == 0 ? 0.0 : tu_rng_range(g, 0.0, 10.0);

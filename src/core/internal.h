@@ -158,6 +158,9 @@ typedef struct fi_schedule_input {
     bool causal;
     int32_t window_left;      /* -1 = none */
     int32_t num_workers;
+    int32_t split_workers;    /* > 0: items that run at once, for the chunk
+                                 bound ceil(S / split_workers) (<= num_workers;
+                                 0: num_workers) */
     const int32_t *q_tiles;   /* packed-row tile sizes the backend supports, ascending */
     int32_t num_q_tiles;
     double cost_per_q_row;    /* cost model: a * packed query rows + b * keys */
@@ -182,6 +185,12 @@ struct fi_plan {
     fi_plan_config config;
     float *alibi_slopes;          /* [num_qo_heads] when pos_encoding is ALiBi */
     int32_t group_size;           /* num_qo_heads / num_kv_heads */
+    /* The scheduler's query tiles and cost model: the backend's, which its
+     * plan_init may refine for the kernels the plan runs. */
+    int32_t q_tiles[4];
+    int32_t num_q_tiles;
+    double cost_per_q_row, cost_per_key, cost_per_row_key;
+    int32_t split_workers;        /* 0: num_workers (fi_schedule_input) */
 
     /* The batch of the last fi_plan_update, copied (capacity from config). */
     bool planned;

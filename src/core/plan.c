@@ -112,6 +112,12 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
         plan->alibi_slopes[h] = params->alibi_slopes ? params->alibi_slopes[h]
                                                      : fi_alibi_slope(h, params->num_qo_heads);
     plan->workspace_bytes = bytes + fi_schedule_bytes(&lim);
+    const fi_backend *be = ctx->backend;
+    memcpy(plan->q_tiles, be->q_tiles, sizeof plan->q_tiles);
+    plan->num_q_tiles = be->num_q_tiles;
+    plan->cost_per_q_row = be->cost_per_q_row;
+    plan->cost_per_key = be->cost_per_key;
+    plan->cost_per_row_key = be->cost_per_row_key;
 
     if (ctx->backend->plan_init && (st = ctx->backend->plan_init(plan))) {
         fi_plan_destroy(plan);

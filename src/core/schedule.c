@@ -421,7 +421,9 @@ static int64_t split_rows(const scratch *sc, int32_t n, int32_t L, int64_t *extr
 static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey *sv,
                             scratch *sc, int32_t budget, int32_t cap, int64_t *extra) {
     const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
-    int64_t N = in->num_workers, L0 = (sv->span_sum + N - 1) / N;
+    int64_t N = in->split_workers > 0 && in->split_workers < in->num_workers ? in->split_workers
+                                                                              : in->num_workers;
+    int64_t L0 = (sv->span_sum + N - 1) / N;
     if (L0 < FI_SCHEDULE_MIN_CHUNK) L0 = FI_SCHEDULE_MIN_CHUNK;
     L0 = (L0 + al - 1) / al * al;
     *extra = 0;

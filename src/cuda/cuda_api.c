@@ -52,6 +52,7 @@ static void cu_load_once(void) {
     LOAD(MemFree, "cuMemFree_v2");
     LOAD(MemAllocHost, "cuMemAllocHost_v2");
     LOAD(MemFreeHost, "cuMemFreeHost");
+    LOAD(MemsetD8, "cuMemsetD8_v2");
     LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     LOAD(ModuleLoadData, "cuModuleLoadData");
     LOAD(ModuleUnload, "cuModuleUnload");

@@ -51,6 +51,7 @@ typedef struct fi_cu_api {
     CUresult (*MemFree)(CUdeviceptr p);                             /* _v2 */
     CUresult (*MemAllocHost)(void **p, size_t bytes);               /* _v2 */
     CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemsetD8)(CUdeviceptr p, unsigned char value, size_t n); /* _v2 */
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes,
                                 CUstream s);                        /* _v2 */
     CUresult (*ModuleLoadData)(CUmodule *m, const void *image);

@@ -12,7 +12,7 @@
 
 /* ---------------------------------------------------------------- kernels */
 
-#define FI_SPEC_MAX_DEFINES 16
+#define FI_SPEC_MAX_DEFINES 20
 
 #define FI_KERNEL_NAME_MAX 128
 
@@ -59,6 +59,22 @@ int fi_cuda_attn_tc_smem(const fi_attn_config *c);
 /* Items with at least this many packed rows (tokens x group) go to the
  * tensor-core kernel when the plan has one. */
 #define FI_CUDA_TC_MIN_ROWS 16
+/* The persistent kernel (kernels/persistent.cuh): both paths (the
+ * tensor-core one when supported) and the fused merge in one launch; its
+ * dynamic shared memory. */
+void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+int fi_cuda_persist_smem(const fi_attn_config *c);
+/* Whether the persistent kernel takes the small items on tensor cores
+ * (decode version 3, kernels/decode_tc.cuh). That kernel has no CUDA-core
+ * path: a run whose K/V rows are not 16-byte copyable, or whose page size is
+ * not a power of two, takes the separate kernels instead. */
+int fi_cuda_decode_tc_supported(const fi_attn_config *c);
+/* Whether plans run the persistent kernel (default) or the separate
+ * CUDA-core, tensor-core and merge kernels (FLASHINFER_CUDA_PERSIST=0). */
+int fi_cuda_persist_enabled(void);
+/* The kernels a plan with these params resolves, in order; returns how many
+ * (at most 3). Also what `jit_compile --warm` compiles ahead. */
+int fi_cuda_plan_specs(const fi_attention_params *p, int32_t group, fi_kernel_spec *specs);
 
 /* ------------------------------------------------------------------- JIT */
 
@@ -139,6 +155,12 @@ typedef struct fi_cuda_plan {
     CUstream last_stream;    /* the stream of the last run */
     CUfunction attn, merge;
     CUfunction attn_tc;      /* tensor-core kernel, NULL when unsupported */
+    CUfunction persist;      /* one launch for everything (NULL: the three) */
+    int persist_smem;
+    int persist_dtc;         /* it has no CUDA-core path (decode_tc.cuh) */
+    int heads_x;             /* its grid: x = KV heads, y = workers */
+    int has_tc_path;         /* the configuration has a tensor-core kernel */
+    CUdeviceptr merge_count; /* int32 [max_total_qo, H_kv], zero between runs */
     int tc_smem;             /* its dynamic shared memory */
     int has_tc_items;        /* this schedule has items for attn_tc */
     int has_cc_items;        /* ... and for attn */
@@ -152,6 +174,10 @@ typedef struct fi_cuda_plan {
 fi_status fi_cuda_plan_init(struct fi_plan *plan);
 void fi_cuda_plan_fini(struct fi_plan *plan);
 fi_status fi_cuda_plan_upload(struct fi_plan *plan);
+/* Resolve the separate kernels (attention, merge, tensor-core) of a plan
+ * that runs the persistent kernel, for runs it cannot take; the context
+ * current. */
+fi_status fi_cuda_plan_resolve_separate(struct fi_plan *plan);
 fi_status fi_cuda_run(struct fi_plan *plan, const fi_run_args *args);
 /* Host bytes into device memory, queued on the stream of the plan's next
  * upload (its event then orders every run after the copy). */

@@ -27,7 +27,7 @@ static size_t meta_capacity(const fi_plan *plan) {
     at += a16(b * 4) + a16((b + 1) * 8);                          /* kv_len, mask */
     at += a16((size_t)l->max_items * sizeof(fi_work_item));
     at += a16(((size_t)l->max_workers + 1) * 4);
-    at += a16(q * 4) + a16((q + 1) * 4) + a16((size_t)l->max_partial_rows * 4);
+    at += a16(q * 4) + a16((q + 1) * 4) + 2 * a16((size_t)l->max_partial_rows * 4);
     at += a16((size_t)plan->params.num_qo_heads * 4);
     return at;
 }
@@ -35,7 +35,7 @@ static size_t meta_capacity(const fi_plan *plan) {
 /* Place n bytes from src at the cursor; returns their offset. */
 static int64_t put(char *base, size_t *at, const void *src, size_t n) {
     size_t off = *at;
-    if (n) memcpy(base + off, src, n);
+    if (n && src) memcpy(base + off, src, n);
     *at = a16(off + n);
     return (int64_t)off;
 }
@@ -53,6 +53,7 @@ void fi_cuda_plan_fini(fi_plan *plan) {
         if (ps->meta) cu->MemFree(ps->meta);
         if (ps->partial_o) cu->MemFree(ps->partial_o);
         if (ps->partial_lse) cu->MemFree(ps->partial_lse);
+        if (ps->merge_count) cu->MemFree(ps->merge_count);
         fi_cuda_pop(ps->cc);
     }
     free(ps->vsrc);
@@ -65,17 +66,18 @@ void fi_cuda_plan_fini(fi_plan *plan) {
  * side (their pages are read at about the same time), measured faster than
  * keeping every CTA resident with heads looped inside a CTA (y = 2 for
  * 32/8 heads: 2.47 vs 2.65 TB/s, docs/CUDA_KERNELS.md). When the grid is
- * larger than the resident CTAs it runs in waves. */
-static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
+ * larger than the resident CTAs it runs in waves.
+ *
+ * By default one persistent kernel runs every item and the merge
+ * (kernels/persistent.cuh); FLASHINFER_CUDA_PERSIST=0 resolves the separate
+ * CUDA-core, merge and tensor-core kernels instead (comparisons). */
+fi_status fi_cuda_plan_resolve_separate(fi_plan *plan) {
+    fi_cuda_plan *ps = plan->backend_state;
     const fi_attention_params *p = &plan->params;
     fi_attn_config cfg;
     fi_cuda_attn_config(p, plan->group_size, &cfg);
-    if (p->variant) { /* a user variant: its hooks spliced into every kernel */
-        ps->vsrc = fi_variant_source_alloc(p->variant, FI_VARIANT_TARGET_CUDA);
-        if (!ps->vsrc) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant source: out of memory");
-        fi_cuda_attn_set_variant(&cfg, p->variant, ps->vsrc);
-        ps->vhooks = cfg.vhooks;
-    }
+    /* the variant's text was made by resolve_kernels (kept in ps) */
+    if (ps->vsrc) fi_cuda_attn_set_variant(&cfg, p->variant, ps->vsrc);
     /* attention, merge and (where the configuration allows) tensor-core
      * attention: items with many packed rows run on tensor cores
      * (kernels/attention_tc.cuh); both attention kernels share the grid,
@@ -88,7 +90,7 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     if (tc) fi_cuda_attn_tc_spec(&cfg, &specs[2]);
     fi_status st = fi_cuda_jit_prepare(ps->cc, list, tc ? 3 : 2);
     if (st) return st;
-    memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
+    if (!ps->persist) memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
     if ((st = fi_cuda_jit_function(ps->cc, &specs[0], &ps->attn))) return st;
     if ((st = fi_cuda_jit_function(ps->cc, &specs[1], &ps->merge))) return st;
     if (tc) {
@@ -96,15 +98,74 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
         ps->tc_smem = fi_cuda_attn_tc_smem(&cfg);
         FI_CU(ps->cc->cu, FuncSetAttribute, ps->attn_tc, FI_CU_FUNC_MAX_DYN_SMEM, ps->tc_smem);
     }
+    return FI_OK;
+}
+
+static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
+    const fi_attention_params *p = &plan->params;
+    const fi_cu_api *cu = ps->cc->cu;
+    fi_attn_config cfg;
+    fi_cuda_attn_config(p, plan->group_size, &cfg);
+    if (p->variant) { /* a user variant: its hooks spliced into every kernel */
+        ps->vsrc = fi_variant_source_alloc(p->variant, FI_VARIANT_TARGET_CUDA);
+        if (!ps->vsrc) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant source: out of memory");
+        fi_cuda_attn_set_variant(&cfg, p->variant, ps->vsrc);
+        ps->vhooks = cfg.vhooks;
+    }
+    ps->has_tc_path = fi_cuda_attn_tc_supported(&cfg);
+    fi_status st;
+    CUfunction occ;
+    /* user variants run the separate kernels (their merge may carry an
+     * output hook; the persistent kernel's fused merge is the built-in one) */
+    if (fi_cuda_persist_enabled() && !p->variant) {
+        fi_kernel_spec spec;
+        fi_cuda_persist_spec(&cfg, &spec);
+        memcpy(ps->attn_name, spec.name, sizeof ps->attn_name);
+        if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->persist))) return st;
+        ps->persist_smem = fi_cuda_persist_smem(&cfg);
+        ps->persist_dtc = fi_cuda_decode_tc_supported(&cfg);
+        FI_CU(cu, FuncSetAttribute, ps->persist, FI_CU_FUNC_MAX_DYN_SMEM, ps->persist_smem);
+        occ = ps->persist;
+    } else {
+        if ((st = fi_cuda_plan_resolve_separate(plan))) return st;
+        occ = ps->attn;
+    }
     int blocks = 0;
-    FI_CU(ps->cc->cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, ps->attn, 128, 0);
+    FI_CU(cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, occ, 128,
+          occ == ps->persist ? (size_t)ps->persist_smem : 0);
     ps->blocks_per_sm = blocks > 0 ? blocks : 1;
-    int32_t n = plan->config.num_workers, hkv = p->num_kv_heads, gy = hkv;
+    int32_t hkv = p->num_kv_heads, gy = hkv;
     const char *env = getenv("FLASHINFER_CUDA_GRID_Y"); /* tuning experiments */
     if (env && atoi(env) > 0) gy = atoi(env) < hkv ? atoi(env) : hkv;
-    ps->grid_x = (unsigned)n;
+    ps->grid_x = (unsigned)plan->config.num_workers;
     ps->grid_y = (unsigned)gy;
+    /* A worker's items run as grid_y CTAs, `blocks_per_sm` CTAs per SM at
+     * once: split long spans for that many items at a time, not for every
+     * worker (1 x 32768: 33 chunks of ~1000 keys, one wave, instead of 128
+     * of 256 keys in four waves and a 128-way merge). */
+    int32_t slots = ps->cc->sm_count * ps->blocks_per_sm / gy;
+    plan->split_workers = slots > 1 ? slots : 1;
+    const char *sw = getenv("FLASHINFER_CUDA_SPLIT_WORKERS"); /* tuning: 0 = every worker */
+    if (sw) plan->split_workers = atoi(sw) > 0 ? atoi(sw) : 0;
+    /* grid x = KV heads for the persistent kernel (FLASHINFER_CUDA_HEADS_X=0:
+     * x = workers) */
+    const char *hx = getenv("FLASHINFER_CUDA_HEADS_X");
+    ps->heads_x = ps->persist && !(hx && hx[0] == '0');
     ps->merge_grid = (unsigned)(ps->cc->sm_count * 4);
+    /* With a tensor-core path, a key of a 128-row block costs about what a
+     * decode key does (H200: 305 TFLOP/s x 4.65e9 block-keys/s against
+     * 2.9 TB/s / 512 B = 5.7e9 decode keys/s per KV head, 1.22x), not 32x
+     * as on CUDA cores: cost = rows + keys + 0.0018 rows x keys, and every
+     * request in tiles of 128 rows (a decode request still makes 1-token
+     * items; a prefill chunk beside decodes no longer gets tiles of 8 or 32
+     * rows, which the tensor cores would pad to 128). */
+    if (ps->has_tc_path) {
+        plan->q_tiles[0] = 128;
+        plan->num_q_tiles = 1;
+        plan->cost_per_q_row = 1.0;
+        plan->cost_per_key = 1.0;
+        plan->cost_per_row_key = 0.0018;
+    }
     return FI_OK;
 }
 
@@ -128,12 +189,15 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
     TRY(MemAlloc, &ps->meta, ps->meta_cap);
     TRY(MemAlloc, &ps->partial_o, po ? po : 16);
     TRY(MemAlloc, &ps->partial_lse, pl ? pl : 16);
+    size_t nc = (size_t)plan->config.max_total_qo * (size_t)plan->params.num_kv_heads * 4;
+    TRY(MemAlloc, &ps->merge_count, nc ? nc : 16);
+    TRY(MemsetD8, ps->merge_count, 0, nc ? nc : 16);
     TRY(MemAllocHost, (void **)&ps->staging, ps->meta_cap);
     TRY(EventCreate, &ps->uploaded, FI_CU_EVENT_DISABLE_TIMING);
 #undef TRY
     fi_cuda_pop(cc);
     if (st) return st; /* the core destroys the plan, and fini frees what exists */
-    plan->workspace_bytes += 2 * ps->meta_cap + po + pl;
+    plan->workspace_bytes += 2 * ps->meta_cap + po + pl + nc;
     return FI_OK;
 }
 
@@ -157,6 +221,11 @@ static size_t pack(const fi_plan *plan, char *base) {
     m.off_merge_indptr = put(base, &at, s->merge_indptr, (size_t)(s->num_merge_rows + 1) * 4);
     m.off_merge_src = put(base, &at, s->merge_src, (size_t)s->merge_indptr[s->num_merge_rows] * 4);
     m.off_alibi = put(base, &at, plan->alibi_slopes, (size_t)plan->params.num_qo_heads * 4);
+    /* each partial row's merge row (the fused merge counts rows in) */
+    m.off_part_merge = put(base, &at, NULL, (size_t)s->num_partial_rows * 4);
+    int32_t *pm = (int32_t *)(base + m.off_part_merge);
+    for (int32_t r = 0; r < s->num_merge_rows; r++)
+        for (int32_t k = s->merge_indptr[r]; k < s->merge_indptr[r + 1]; k++) pm[s->merge_src[k]] = r;
     m.bytes = (int64_t)at;
     m.batch_size = b;
     m.total_qo = plan->total_qo;
@@ -195,7 +264,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         ps->has_tc_items = ps->has_cc_items = 0;
         for (int32_t i = 0; i < s->num_items; i++) {
             int64_t rows = (int64_t)(s->items[i].q_end - s->items[i].q_start) * plan->group_size;
-            if (ps->attn_tc && rows >= FI_CUDA_TC_MIN_ROWS) ps->has_tc_items = 1;
+            if (ps->has_tc_path && rows >= FI_CUDA_TC_MIN_ROWS) ps->has_tc_items = 1;
             else ps->has_cc_items = 1;
         }
         size_t bytes = pack(plan, ps->staging);

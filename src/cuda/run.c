@@ -1,7 +1,10 @@
 /*
  * run.c — fi_plan_run on CUDA: bind the tensors, order the stream after the
- * plan's upload, launch the attention kernel on the fixed grid and the merge
- * kernel. Nothing here allocates, copies or compiles, so a CUDA graph
+ * plan's upload, launch the persistent kernel (every item and the merge) on
+ * the fixed grid, or the separate attention, tensor-core and merge kernels.
+ * Nothing here allocates or copies, and nothing compiles except the
+ * separate kernels on the first run the persistent one cannot take (a
+ * cache that is not 16-byte copyable with decode version 3), so a CUDA graph
  * captured around it replays correctly after another fi_plan_update.
  */
 #include "cuda/cuda_backend.h"
@@ -10,6 +13,7 @@
 #include "../../kernels/fi_args.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 static int64_t bstride(const fi_tensor *t, int dim) {
@@ -51,6 +55,7 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     a->o = ra->o.data;
     a->lse = ra->lse.data;
     a->mask = p->mask_mode == FI_MASK_CUSTOM ? ra->custom_mask.data : NULL;
+    a->merge_count = (int32_t *)(uintptr_t)ps->merge_count;
     a->q_tok = bstride(&ra->q, 0), a->q_head = bstride(&ra->q, 1), a->q_dim = bstride(&ra->q, 2);
     a->o_tok = bstride(&ra->o, 0), a->o_head = bstride(&ra->o, 1), a->o_dim = bstride(&ra->o, 2);
     if (a->lse) a->lse_tok = ra->lse.stride[0], a->lse_head = ra->lse.stride[1];
@@ -69,7 +74,7 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     int64_t qs[4] = {bstride(&ra->q, 0), bstride(&ra->q, 1), 16, bstride(&ra->q, 2)};
     a->q_vec_ok = rows_aligned(&ra->q, qs);
     /* the tensor-core kernel gathers K/V rows with 16-byte copies only */
-    a->tc_min_rows = ps->attn_tc && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
+    a->tc_min_rows = ps->has_tc_path && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
     a->window_left = p->window_left;
     bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
     /* logits in natural units for a logits hook or weights (use_softmax = 0);
@@ -92,6 +97,14 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
 
 _Static_assert(sizeof(((fi_attn_args *)0)->vparams) >= FI_VARIANT_MAX_PARAMS * 8,
                "variant parameter block");
+/* Decode version 3 computes a paged key's offset within its page in 32
+ * bits: slot x slot stride must fit (it does for any real cache). */
+static bool slots_fit(const fi_attn_args *a, const fi_plan *plan) {
+    if (plan->params.kv_format != FI_KV_FORMAT_PAGED) return true;
+    int64_t ps = a->page_size;
+    return a->k_slot >= 0 && a->v_slot >= 0 && ps * a->k_slot < INT32_MAX &&
+           ps * a->v_slot < INT32_MAX;
+}
 
 /* Order `stream` after the plan's last upload. During a capture the wait
  * is done on the host (the copy was queued before the capture began). */
@@ -121,6 +134,31 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
     fi_attn_args a;
     make_args(plan, ps, ra, &a);
     void *params[] = {&a};
+    /* decode version 3 copies K/V rows 16 bytes at a time within
+     * power-of-two pages; other caches take the separate kernels, resolved
+     * on first need */
+    bool persist = ps->persist && (!ps->persist_dtc || (a.kv_vec_ok && a.page_shift >= 0 &&
+                                                       slots_fit(&a, plan)));
+    if (ps->persist && !persist && !ps->attn) {
+        if (capturing != FI_CU_CAPTURE_NONE) { /* loading is not a stream operation */
+            int mode = FI_CU_CAPTURE_MODE_RELAXED;
+            FI_CU(cu, ThreadExchangeStreamCaptureMode, &mode);
+            st = fi_cuda_plan_resolve_separate(plan);
+            CUresult r = cu->ThreadExchangeStreamCaptureMode(&mode);
+            if (st == FI_OK && r != 0) st = fi_cu_error(cu, "cuThreadExchangeStreamCaptureMode", r);
+        } else {
+            st = fi_cuda_plan_resolve_separate(plan);
+        }
+        if (st) return st;
+    }
+    if (persist) { /* every item and the merge, one launch */
+        a.heads_x = ps->heads_x;
+        FI_CU(cu, LaunchKernel, ps->persist, ps->heads_x ? ps->grid_y : ps->grid_x,
+              ps->heads_x ? ps->grid_x : ps->grid_y, 1, 128, 1, 1, (unsigned)ps->persist_smem,
+              stream, params, NULL);
+        ps->last_stream = stream;
+        return FI_OK;
+    }
     /* Two attention kernels on one grid, each skipping the other's items
      * (a.tc_min_rows); a captured run holds both, as a later plan may need
      * either. */

@@ -145,3 +145,56 @@ void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     add_define(s, "-DFI_POS=%d", c->pos);
     add_define(s, "-DFI_ATTN_TC_NAME=%s", s->name);
 }
+
+int fi_cuda_persist_enabled(void) {
+    const char *env = getenv("FLASHINFER_CUDA_PERSIST"); /* "0": separate kernels */
+    return !(env && env[0] == '0');
+}
+
+/* Decode version 3 (kernels/decode_tc.cuh): the small items on tensor
+ * cores, where the tensor-core kernel is supported and there is no custom
+ * mask or logit transform; FLASHINFER_CUDA_DECODE_TC=0 keeps them on CUDA
+ * cores (version 2). */
+int fi_cuda_decode_tc_supported(const fi_attn_config *c) {
+    const char *env = getenv("FLASHINFER_CUDA_DECODE_TC");
+    if (env && env[0] == '0') return 0;
+    return fi_cuda_attn_tc_supported(c) && c->mask != 2 && !c->softcap && c->pos != 2 &&
+           !c->vname;
+}
+
+/* fi_pers_d128x128_q2k2o2_g4r4_paged_m0w0c0p0_t1d1: attention.cuh's
+ * options, FI_TC, FI_DTC, and the entry point's name. */
+void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+    fi_cuda_attn_spec(c, s);
+    int tc = fi_cuda_attn_tc_supported(c), dtc = fi_cuda_decode_tc_supported(c);
+    char name[sizeof s->name];
+    snprintf(name, sizeof name, "fi_pers_%.70s_t%dd%d", s->name + strlen("fi_attn_"), tc, dtc);
+    memcpy(s->name, name, sizeof s->name);
+    s->entry_file = "persistent.cuh";
+    for (int i = 0; i < s->num_defines; i++)
+        if (!strncmp(s->defines[i], "-DFI_ATTN_NAME=", 15))
+            snprintf(s->defines[i], sizeof s->defines[i], "-DFI_PERSIST_NAME=%.96s", s->name);
+    add_define(s, "-DFI_TC=%d", tc);
+    add_define(s, "-DFI_DTC=%d", dtc);
+}
+
+/* The larger of the tensor-core path's bytes and 48 KB, the most any
+ * CUDA-core configuration uses (attention.cuh asserts it). */
+int fi_cuda_persist_smem(const fi_attn_config *c) {
+    int tc = fi_cuda_attn_tc_supported(c) ? fi_cuda_attn_tc_smem(c) : 0;
+    return tc > 48 * 1024 ? tc : 48 * 1024;
+}
+
+int fi_cuda_plan_specs(const fi_attention_params *p, int32_t group, fi_kernel_spec *specs) {
+    fi_attn_config cfg;
+    fi_cuda_attn_config(p, group, &cfg);
+    if (fi_cuda_persist_enabled()) {
+        fi_cuda_persist_spec(&cfg, &specs[0]);
+        return 1;
+    }
+    fi_cuda_attn_spec(&cfg, &specs[0]);
+    fi_cuda_merge_spec_of(&cfg, &specs[1]);
+    if (!fi_cuda_attn_tc_supported(&cfg)) return 2;
+    fi_cuda_attn_tc_spec(&cfg, &specs[2]);
+    return 3;
+}

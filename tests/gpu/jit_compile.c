@@ -15,8 +15,10 @@
  *   build/jit_compile --warm [-j N] [--arch sm_90a]
  *       read attention configurations from stdin, one per line as
  *       "paged mask window softcap pos qt kvt ot dqk dvo hq hkv" (what
- *       tests/gpu/harness_configs.py prints), and compile each (and its
- *       merge kernel) into the disk cache ($FLASHINFER_CACHE_DIR), N at once
+ *       tests/gpu/harness_configs.py prints), and compile the kernels a
+ *       plan of each resolves (the persistent kernel, or with
+ *       FLASHINFER_CUDA_PERSIST=0 attention, merge and tensor-core) into
+ *       the disk cache ($FLASHINFER_CACHE_DIR), N at once
  *
  * The configurations cover every value of every compile-time option at
  * least once (head dims, dtypes, FP8, group sizes and row blocks, paged /
@@ -104,8 +106,10 @@ static int ntc(void) {
     return n + (int)(sizeof tc_configs / sizeof tc_configs[0]);
 }
 
+/* Then the persistent kernel (kernels/persistent.cuh, what plans run by
+ * default) of every attention configuration above. */
 static int nspecs_attn(void) {
-    return (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9 + ntc();
+    return 2 * (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9 + ntc();
 }
 
 static void spec_at_attn(int i, fi_kernel_spec *s) {
@@ -119,6 +123,10 @@ static void spec_at_attn(int i, fi_kernel_spec *s) {
         return;
     }
     int k = i - na - 9;
+    if (k >= ntc()) {
+        fi_cuda_persist_spec(&attn_configs[k - ntc()], s);
+        return;
+    }
     for (int j = 0; j < na; j++) {
         if (!fi_cuda_attn_tc_supported(&attn_configs[j])) continue;
         if (k-- == 0) {
@@ -227,11 +235,7 @@ static int warm(const char *arch, int jobs) {
         p.q_dtype = (fi_dtype)v[5], p.kv_dtype = (fi_dtype)v[6], p.o_dtype = (fi_dtype)v[7];
         p.head_dim_qk = v[8], p.head_dim_vo = v[9];
         p.num_qo_heads = v[10], p.num_kv_heads = v[11] > 0 ? v[11] : 1;
-        fi_attn_config c;
-        fi_cuda_attn_config(&p, p.num_qo_heads / p.num_kv_heads, &c);
-        fi_cuda_attn_spec(&c, &specs[n++]);
-        fi_cuda_merge_spec(p.head_dim_vo, (int)p.o_dtype, &specs[n++]);
-        if (fi_cuda_attn_tc_supported(&c)) fi_cuda_attn_tc_spec(&c, &specs[n++]);
+        n += fi_cuda_plan_specs(&p, p.num_qo_heads / p.num_kv_heads, &specs[n]);
     }
     /* drop duplicates */
     int m = 0;

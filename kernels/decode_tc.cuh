@@ -1,0 +1,289 @@
+/*
+ * decode_tc.cuh — decode version 3: the work items with fewer than
+ * a.tc_min_rows (16) packed rows (decode, a few speculative tokens) on
+ * tensor cores, for the configurations attention_tc.cuh supports without a
+ * logit transform or custom mask. Used by persistent.cuh (FI_DTC = 1).
+ *
+ * One (item, KV head): its rows (tokens x GQA group, <= 15) padded to one
+ * m16 tile, Q fragments held in registers for the whole item. Keys in tiles
+ * of BN = 64, STAGES tiles in flight (16-byte cp.async through the page
+ * table, the tile's page ids loaded a tile ahead, fixed shared offsets
+ * per thread); warp w takes keys
+ * [16w, 16w + 16) of every tile and keeps its own online-softmax state:
+ *
+ *   S = Q K^T   16 x 16 per warp: DQK/16 x 2 mma.m16n8k16 (K by ldmatrix)
+ *   m' = max(m, rowmax S q); P = 2^(S q - m'); l = l 2^(m - m') + rowsum P
+ *   O = O 2^(m - m') + P V      DVO/8 mma (P from the S registers, V by
+ *                               ldmatrix.trans)
+ *
+ * so a key costs ~2 mma and ~1 ldmatrix per warp instead of the CUDA-core
+ * path's ~70 instructions (docs/CUDA_KERNELS.md). At the end the four
+ * warps' states are merged through shared memory in warp order
+ * (deterministic) and O / LSE or the item's partial rows are written.
+ *
+ * Shared memory: Q [16][DQK], then STAGES x (K [BN][DQK], V [BN][DVO]),
+ * 16-bit, rows swizzled as in attention_tc.cuh; the merge reuses the stages.
+ *
+ * Included after attention_tc.cuh (whose device functions it uses), which
+ * has no include guard.
+ */
+
+namespace fi_dtc {
+using namespace fi_tc; /* dims, dtypes, masks, swz, ldmatrix, mma, pack2, load_q */
+
+constexpr int KPW = BN / NWARP;          /* keys per warp per tile: 16 */
+constexpr int CH = KCH > VCH ? KCH : VCH;
+constexpr int PER = BN * CH / NT;        /* 16-byte chunks per thread per tile */
+constexpr int DQ_BYTES = 16 * DQK * 2;
+#ifdef FI_DTC_STAGES
+constexpr int STAGES_D = FI_DTC_STAGES;
+#else
+/* as many stages as fit in the tensor-core path's shared memory (the
+ * persistent kernel's): 3 at d 128 and d 64 */
+constexpr int STAGES_D = (fi_tc::SMEM_BYTES - DQ_BYTES) / STAGE_BYTES;
+#endif
+constexpr int SMEM_D = DQ_BYTES + STAGES_D * STAGE_BYTES;
+/* merge: o [NWARP][16][DVO], m, l [NWARP][16] */
+constexpr int RED_BYTES = 4 * (NWARP * 16 * DVO + 2 * NWARP * 16);
+static_assert(KPW == 16, "one k16 step of P V per warp and tile");
+static_assert(STAGES_D >= 2 && SMEM_D <= fi_tc::SMEM_BYTES, "stages");
+static_assert(RED_BYTES <= STAGES_D * STAGE_BYTES, "merge buffer");
+static_assert(!fi_v::USER && !fi_v::ELEM_MASK && !TRANSFORM && !ROWS && !fi_v::OUTPUT && FI_POS == 0,
+              "built-in causal / window only on this path");
+
+/* This thread's part of every tile: 16-byte chunk `ch` of keys key0,
+ * key0 + KSTEP, ... (a warp covers whole rows: coalesced). The swizzle of
+ * those rows' chunk is the same (KSTEP is a multiple of 8), so the shared
+ * addresses are fixed per item and the global ones need one page id and one
+ * multiply-add per key. Needs a power-of-two page size (the host checks). */
+constexpr int KSTEP = NT / CH;
+static_assert(KSTEP % 8 == 0, "one swizzle per thread");
+struct Loader {
+    const char *kb, *vb;  /* K/V of the item's KV head, this thread's chunk */
+    uint32_t kdst, vdst;  /* its offsets in a stage's K and V */
+    int ch, key0;
+    int32_t id[PER];      /* page ids of the next tile to load */
+};
+
+FI_DEV void loader_init(const fi_attn_args &a, const Item &it, Loader &L) {
+    L.ch = threadIdx.x % CH;
+    L.key0 = threadIdx.x / CH;
+    L.kb = a.k + (int64_t)it.hkv * a.k_head + L.ch * 16;
+    L.vb = a.v + (int64_t)it.hkv * a.v_head + L.ch * 16;
+    L.kdst = swz<KCH>(L.key0, L.ch);
+    L.vdst = K_BYTES + swz<VCH>(L.key0, L.ch);
+}
+
+FI_DEV void fetch_pages(const fi_attn_args &a, const fi_view &v, const Item &it, int j0, Loader &L) {
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int j = j0 + L.key0 + k * KSTEP;
+        L.id[k] = PAGED && j < it.k1 ? __ldg(v.kv_indices + it.kv_base + (j >> a.page_shift)) : 0;
+    }
+}
+
+/* Keys [j0, j0 + BN) into one stage; keys >= k1 zero-filled. */
+FI_DEV void load_tile(const fi_attn_args &a, const Item &it, unsigned char *st, int j0, const Loader &L) {
+    const int mask = a.page_size - 1;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int j = j0 + L.key0 + k * KSTEP;
+        const bool ok = j < it.k1;
+        int64_t ko, vo;
+        if constexpr (PAGED) { /* slot x stride < the page stride: 32 bits */
+            ko = (int64_t)L.id[k] * a.k_page + (int32_t)((j & mask) * (int32_t)a.k_slot);
+            vo = (int64_t)L.id[k] * a.v_page + (int32_t)((j & mask) * (int32_t)a.v_slot);
+        } else {
+            ko = (it.kv_base + j) * a.k_slot;
+            vo = (it.kv_base + j) * a.v_slot;
+        }
+        if (L.ch < KCH) fi_cp_async16(st + L.kdst + k * KSTEP * KCH * 16, L.kb + (ok ? ko : 0), ok ? 16 : 0);
+        if (L.ch < VCH) fi_cp_async16(st + L.vdst + k * KSTEP * VCH * 16, L.vb + (ok ? vo : 0), ok ? 16 : 0);
+    }
+}
+
+/* One (item, KV head), it.rows <= 16; smem holds fi_tc::SMEM_BYTES. Every
+ * thread of the CTA calls it; it ends with a barrier. */
+FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    unsigned char *qs = smem, *kvs = smem + DQ_BYTES;
+    const uint32_t qs_a = fi_smem_addr(qs), kvs_a = fi_smem_addr(kvs);
+    const int diag0 = it.kv_len - it.qo_len + it.q0;
+    const int ntiles = (it.k1 - it.k0 + BN - 1) / BN;
+    const float qsc = a.q_scale;
+
+    float m[2] = {FI_NEG_INF, FI_NEG_INF}, l[2] = {0.0f, 0.0f};
+    float o[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; d++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[d][e] = 0.0f;
+    uint32_t qa[DQK / 16][4];
+
+    load_q<16>(a, it, 0, qs);
+    Loader P;
+    loader_init(a, it, P);
+    fetch_pages(a, v, it, it.k0, P);
+#pragma unroll
+    for (int s = 0; s < STAGES_D - 1; s++) {
+        if (s < ntiles) {
+            load_tile(a, it, kvs + s * STAGE_BYTES, it.k0 + s * BN, P);
+            fetch_pages(a, v, it, it.k0 + (s + 1) * BN, P);
+        }
+        fi_cp_async_commit();
+    }
+    for (int t = 0; t < ntiles; t++) {
+        const int tn = t + STAGES_D - 1;
+        if (tn < ntiles) {
+            load_tile(a, it, kvs + (tn % STAGES_D) * STAGE_BYTES, it.k0 + tn * BN, P);
+            fetch_pages(a, v, it, it.k0 + (tn + 1) * BN, P);
+        }
+        fi_cp_async_commit();
+        fi_cp_async_wait<STAGES_D - 1>();
+        __syncthreads();
+        if (t == 0) { /* Q landed with tile 0 */
+#pragma unroll
+            for (int kk = 0; kk < DQK / 16; kk++)
+                ldsm_x4(qs_a + swz<KCH>(lane & 15, kk * 2 + (lane >> 4)), qa[kk][0], qa[kk][1],
+                        qa[kk][2], qa[kk][3]);
+        }
+        const int j0 = it.k0 + t * BN, kw = warp * KPW;
+        const uint32_t ks_a = kvs_a + (t % STAGES_D) * STAGE_BYTES, vs_a = ks_a + K_BYTES;
+
+        /* S = Q K^T for this warp's 16 keys */
+        float s[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < DQK / 16; kk++) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4(ks_a + swz<KCH>(kw + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)),
+                    b0, b1, b2, b3);
+            mma(s[0], qa[kk], b0, b1);
+            mma(s[1], qa[kk], b2, b3);
+        }
+
+        /* masks: a tile every row sees whole skips them */
+        bool whole = j0 + BN <= it.k1;
+        if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0;
+        if constexpr (WINDOW) whole = whole && j0 >= diag0 + (it.rows - 1) / GROUP - a.window_left;
+        if (!whole) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int diag = diag0 + (g + 8 * h) / GROUP;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = j0 + kw + nt * 8 + 2 * tq + e;
+                        bool vis = j < it.k1;
+                        if constexpr (CAUSAL) vis = vis && j <= diag;
+                        if constexpr (WINDOW) vis = vis && j >= diag - a.window_left;
+                        if (!vis) s[nt][2 * h + e] = FI_NEG_INF;
+                    }
+            }
+        }
+
+        /* online softmax, a row's four lanes together (m in the log2 domain) */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mold = m[h];
+            mx = fmaxf(mold, mx * qsc);
+            const float mref = mx == FI_NEG_INF ? 0.0f : mx;
+            const float scale = fi_exp2(mold - mref);
+            m[h] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float pr = fi_exp2(fmaf(s[nt][2 * h + e], qsc, -mref));
+                    s[nt][2 * h + e] = pr;
+                    sum += pr;
+                }
+            l[h] = fmaf(l[h], scale, sum);
+            if (__any_sync(0xffffffffu, mold != mx)) {
+#pragma unroll
+                for (int d = 0; d < DT; d++) {
+                    o[d][2 * h] *= scale;
+                    o[d][2 * h + 1] *= scale;
+                }
+            }
+        }
+
+        /* O += P V */
+        uint32_t pa[4];
+        pa[0] = pack2(s[0][0], s[0][1]);
+        pa[1] = pack2(s[0][2], s[0][3]);
+        pa[2] = pack2(s[1][0], s[1][1]);
+        pa[3] = pack2(s[1][2], s[1][3]);
+#pragma unroll
+        for (int dp = 0; dp < DT / 2; dp++) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4_t(vs_a + swz<VCH>(kw + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)),
+                      b0, b1, b2, b3);
+            mma(o[2 * dp], pa, b0, b1);
+            mma(o[2 * dp + 1], pa, b2, b3);
+        }
+        __syncthreads(); /* the stage is refilled next */
+    }
+    fi_cp_async_wait<0>();
+    __syncthreads(); /* Q and the stages become the merge buffer */
+
+    /* the four warps' states, merged in warp order */
+    float *red_o = reinterpret_cast<float *>(kvs);
+    float *red_m = red_o + NWARP * 16 * DVO, *red_l = red_m + NWARP * 16;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = g + 8 * h;
+        float L = l[h];
+        L += __shfl_xor_sync(0xffffffffu, L, 1);
+        L += __shfl_xor_sync(0xffffffffu, L, 2);
+        if (tq == 0) {
+            red_m[warp * 16 + r] = m[h];
+            red_l[warp * 16 + r] = L;
+        }
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+            *reinterpret_cast<float2 *>(red_o + (warp * 16 + r) * DVO + d * 8 + 2 * tq) =
+                make_float2(o[d][2 * h], o[d][2 * h + 1]);
+    }
+    __syncthreads();
+    const int H = a.num_qo_heads;
+    for (int idx = threadIdx.x; idx < it.rows * DVO; idx += NT) {
+        const int r = idx / DVO, d = idx % DVO;
+        float M = FI_NEG_INF;
+#pragma unroll
+        for (int w = 0; w < NWARP; w++) M = fmaxf(M, red_m[w * 16 + r]);
+        float L = 0.0f, acc = 0.0f;
+        if (M != FI_NEG_INF) {
+#pragma unroll
+            for (int w = 0; w < NWARP; w++) {
+                const float wt = fi_exp2(red_m[w * 16 + r] - M);
+                L = fmaf(wt, red_l[w * 16 + r], L);
+                acc = fmaf(wt, red_o[(w * 16 + r) * DVO + d], acc);
+            }
+        }
+        acc *= L > 0.0f ? a.v_scale / L : 0.0f;
+        const float lse = L > 0.0f ? M + log2f(L) : FI_NEG_INF;
+        const int t = it.q0 + r / GROUP, head = it.hkv * GROUP + r % GROUP;
+        if (it.prow >= 0) {
+            const int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
+            a.partial_o[row * DVO + d] = acc;
+            if (d == 0) a.partial_lse[row] = lse;
+        } else {
+            const int64_t tok = it.qo_base + t;
+            fi_store_elem<OT>(a.o + tok * a.o_tok + (int64_t)head * a.o_head + d * a.o_dim, acc);
+            if (d == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
+        }
+    }
+    __syncthreads(); /* smem is reused by the next item */
+}
+
+} /* namespace fi_dtc */

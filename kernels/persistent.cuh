@@ -1,0 +1,137 @@
+/*
+ * persistent.cuh — a whole batch in one launch, as FlashInfer's
+ * BatchAttention does: grid x = the plan's workers, y = KV heads (CTA
+ * (w, y) runs worker w's items in queue order for KV heads y, y + gridDim.y,
+ * ...), or with a.heads_x the other way round (x = KV heads, y = workers:
+ * CTAs are dispatched x first, so a worker's heads run at the same time and
+ * read the same pages together), 128 threads. Each item goes to the tensor-core path
+ * (attention_tc.cuh's run_item) when it has >= a.tc_min_rows packed rows and
+ * the configuration has that path (FI_TC = 1), else to the CUDA-core path
+ * (attention.cuh's run_item); both use the same dynamic shared memory (the
+ * larger of their needs, `fi_cuda_persist_smem`). With FI_DTC = 1 the
+ * smaller items go to decode_tc.cuh (decode version 3, tensor cores)
+ * instead of the CUDA-core path; the CUDA-core path still takes every item
+ * when K/V rows cannot be copied 16 bytes at a time (a.tc_min_rows == 0).
+ *
+ * Split items are merged in the same launch: after an item writes its
+ * partial rows, the CTA counts each of its tokens in (a.merge_count
+ * [merge row][KV head], atomically); the CTA whose count completes a merge
+ * row (all its sources written, by whichever CTAs) merges it for its KV
+ * head's query heads (merge.cuh's merge_row: fixed order, so bitwise the
+ * same whichever CTA does it) and sets the count back to 0. No CTA waits on
+ * another, so the grid need not be resident; every count is 0 again when
+ * the launch ends, so a captured graph replays after any re-plan.
+ *
+ * Built-in variants only (soft-cap, ALiBi, masks, RoPE): a plan with a user
+ * variant runs the separate kernels (its merge may carry an output hook).
+ *
+ * Configuration: attention.cuh's -D constants, FI_TC (0/1), FI_DTC (0/1,
+ * needs FI_TC) and FI_PERSIST_NAME; FI_PERSIST_MIN_BLOCKS overrides the CTAs per SM the
+ * registers are budgeted for (tuning).
+ */
+#include "attention.cuh"
+#ifndef FI_TC
+#define FI_TC 1
+#endif
+#ifndef FI_DTC
+#define FI_DTC 0
+#endif
+#if FI_TC
+#include "attention_tc.cuh"
+#endif
+#if FI_DTC
+#include "decode_tc.cuh"
+#endif
+#include "merge.cuh"
+
+#ifndef FI_PERSIST_NAME
+#define FI_PERSIST_NAME fi_persist_default
+#endif
+
+namespace fi_pers {
+constexpr bool TC = FI_TC != 0;
+constexpr int NT = 128, NWARP = NT / 32, GROUP = FI_GROUP;
+#if FI_TC
+constexpr int TC_SMEM = fi_tc::SMEM_BYTES;
+#else
+constexpr int TC_SMEM = 0;
+#endif
+/* the host launches max(tensor-core bytes, 48 KB), so every CUDA-core
+ * tuning (<= 48 KB, attention.cuh) fits */
+constexpr int SMEM_BYTES = fi_attn::SMEM_BYTES > TC_SMEM ? fi_attn::SMEM_BYTES : TC_SMEM;
+#ifdef FI_PERSIST_MIN_BLOCKS
+constexpr int MIN_BLOCKS = FI_PERSIST_MIN_BLOCKS;
+#else
+constexpr int MIN_BLOCKS = TC ? 2 : fi_attn::MIN_BLOCKS;
+#endif
+static_assert(fi_attn::NT == NT, "one block size");
+static_assert(!fi_v::USER, "user variants run the separate kernels");
+
+/* After split item `it` wrote its partial rows: count its tokens in, and
+ * merge the rows this CTA completed. mrow: shared [NT]. Every thread calls. */
+FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it, int *mrow) {
+    const fi_variant_params VP = fi_v::params(a, v.alibi);
+    const int T = it.rows / GROUP, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __threadfence(); /* this thread's partial rows, device-wide, before the count */
+    __syncthreads();
+    for (int t0 = 0; t0 < T; t0 += NT) {
+        const int t = t0 + threadIdx.x;
+        int r = -1;
+        if (t < T) {
+            r = v.part_merge[it.prow + t];
+            const int need = v.merge_indptr[r + 1] - v.merge_indptr[r];
+            int32_t *cnt = a.merge_count + (int64_t)r * a.num_kv_heads + it.hkv;
+            if (atomicAdd(cnt, 1) == need - 1) *cnt = 0; /* every source is in */
+            else r = -1;
+        }
+        mrow[threadIdx.x] = r;
+        __threadfence(); /* the other CTAs' rows, before reading them */
+        __syncthreads();
+        const int nt = T - t0 < NT ? T - t0 : NT;
+        for (int pair = warp; pair < nt * GROUP; pair += NWARP) {
+            const int rr = mrow[pair / GROUP];
+            if (rr >= 0) /* built-in merge: no output hook, no row buffer */
+                fi_merge::merge_row(a, v.meta, rr, it.hkv * GROUP + pair % GROUP, lane, VP, nullptr);
+        }
+        __syncthreads(); /* mrow is rewritten next */
+    }
+}
+} /* namespace fi_pers */
+
+extern "C" __global__ void __launch_bounds__(fi_pers::NT, fi_pers::MIN_BLOCKS)
+FI_PERSIST_NAME(const fi_attn_args a) {
+    using namespace fi_pers;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ int mrow[NT];
+    {
+        uint32_t dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < (uint32_t)SMEM_BYTES) __trap(); /* the host launched it wrong */
+    }
+    const int w = a.heads_x ? blockIdx.y : blockIdx.x;
+    const int h0 = a.heads_x ? blockIdx.x : blockIdx.y, hs = a.heads_x ? gridDim.x : gridDim.y;
+    const fi_meta *meta = (const fi_meta *)a.meta;
+    if (w >= meta->num_workers) return;
+    const int32_t *worker_indptr = (const int32_t *)(a.meta + meta->off_worker_indptr);
+    const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
+    for (int hkv = h0; hkv < a.num_kv_heads; hkv += hs)
+        for (int n = ib; n < ie; n++) {
+            /* the view is re-read per item (header loads, L1 hits) rather
+             * than kept live across both paths: inlined, the paths' live
+             * state spilled ~200 bytes with it held */
+            const fi_view v = fi_view_of(a);
+            const fi_item it = fi_item_load(v, n, hkv, GROUP);
+#if FI_TC && FI_DTC
+            /* the host launches this kernel only when K/V rows can be
+             * copied 16 bytes at a time (a.tc_min_rows > 0) */
+            if (it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
+            else fi_dtc::run_item(a, v, it, smem);
+#elif FI_TC
+            if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
+            else fi_attn::run_item(a, v, it, smem);
+#else
+            fi_attn::run_item(a, v, it, smem);
+#endif
+            if (it.prow >= 0) finish_split(a, v, it, mrow);
+        }
+}
