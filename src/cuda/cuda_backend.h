@@ -159,6 +159,7 @@ typedef struct fi_cuda_plan {
     int persist_smem;
     int persist_dtc;         /* it has no CUDA-core path (decode_tc.cuh) */
     int heads_x;             /* its grid: x = KV heads, y = workers */
+    int prefill_separate;    /* uncaptured tensor-core-only runs: attn_tc */
     int has_tc_path;         /* the configuration has a tensor-core kernel */
     CUdeviceptr merge_count; /* int32 [max_total_qo, H_kv], zero between runs */
     int tc_smem;             /* its dynamic shared memory */

@@ -151,6 +151,10 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
      * x = workers) */
     const char *hx = getenv("FLASHINFER_CUDA_HEADS_X");
     ps->heads_x = ps->persist && !(hx && hx[0] == '0');
+    /* uncaptured prefill-only runs on the standalone tensor-core kernel
+     * (run.c; FLASHINFER_CUDA_PREFILL_SEPARATE=0: the persistent one) */
+    const char *pf = getenv("FLASHINFER_CUDA_PREFILL_SEPARATE");
+    ps->prefill_separate = ps->persist && ps->has_tc_path && !(pf && pf[0] == '0');
     ps->merge_grid = (unsigned)(ps->cc->sm_count * 4);
     /* With a tensor-core path, a key of a 128-row block costs about what a
      * decode key does (H200: 305 TFLOP/s x 4.65e9 block-keys/s against
