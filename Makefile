@@ -33,8 +33,10 @@ endif
 KERNEL_SRC := $(sort $(wildcard kernels/*.cuh kernels/*.h))
 KERNEL_GEN := $(BUILD)/gen/kernel_sources.c
 # The CPU variant kernel template (src/cpu/variant_kernel.h and what it
-# includes) is embedded as text for the CPU JIT (the system C compiler).
-CPU_TEMPLATE_SRC := include/flashinfer.h src/cpu/convert.h src/cpu/variant_abi.h src/cpu/variant_kernel.h
+# includes) is embedded as text for the CPU JIT (the system C compiler);
+# variant_kernel_v1.h, the previous version, for bench_variant_cpu's
+# comparison (FLASHINFER_CPU_VARIANT_KERNEL=1).
+CPU_TEMPLATE_SRC := include/flashinfer.h src/cpu/convert.h src/cpu/variant_abi.h src/cpu/variant_kernel.h src/cpu/variant_kernel_v1.h
 CPU_TEMPLATE_GEN := $(BUILD)/gen/cpu_jit_files.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/kernel_sources.o $(BUILD)/gen/cpu_jit_files.o
 STATIC  := $(BUILD)/libflashinfer.a
@@ -83,6 +85,10 @@ $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashinfer.so.0
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# test_warmup runs `fi warmup` in-process.
+$(BUILD)/test_warmup: $(BUILD)/tests/test_warmup.o $(BUILD)/tools/warmup.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(TEST_SUPPORT_OBJ) $(STATIC)

@@ -14,14 +14,19 @@
  * that compiles is skipped with that reason.
  */
 #include "cpu/cc_jit.h"
+#include "cpu/variant_jit.h"
 #include "oracle.h"
 #include "util.h"
 #include "variant_examples.h"
 
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { MAX_B = 8 };
 
@@ -247,7 +252,12 @@ static void example_case(const vcase *c) {
     tu_record(c->suite, name, fail ? TU_FAIL : TU_PASS);
 }
 
-/* The configurations every example runs in (quick: the first two). */
+/* The configurations every example runs in (quick: the first two). Their
+ * compile-time parts (head dim, dtypes: one shared object each) are four
+ * tuples covering each dim, each Q/KV/O dtype path, FP8 KV and a mixed O:
+ * (128, f32), (64, f16) twice, (256, bf16), (128, f16 / e4m3 / bf16)
+ * twice; the run-time parts (format, layout, page size, heads, masks,
+ * window, splits, shape) differ in every one. */
 static const vcase configs[] = {
     {.format = FI_KV_FORMAT_PAGED, .layout = FI_KV_LAYOUT_NHD, .page_size = 16,
      .q_dt = FI_DTYPE_F32, .kv_dt = FI_DTYPE_F32, .o_dt = FI_DTYPE_F32, .d = 128, .hq = 4,
@@ -258,14 +268,14 @@ static const vcase configs[] = {
     {.format = FI_KV_FORMAT_RAGGED, .layout = FI_KV_LAYOUT_NHD, .q_dt = FI_DTYPE_BF16,
      .kv_dt = FI_DTYPE_BF16, .o_dt = FI_DTYPE_BF16, .d = 256, .hq = 2, .hkv = 1,
      .mask = FI_MASK_CAUSAL, .window_left = 20, .shape = "mixed"},
-    {.format = FI_KV_FORMAT_RAGGED, .layout = FI_KV_LAYOUT_HND, .q_dt = FI_DTYPE_F32,
-     .kv_dt = FI_DTYPE_F32, .o_dt = FI_DTYPE_F32, .d = 64, .hq = 4, .hkv = 4,
+    {.format = FI_KV_FORMAT_RAGGED, .layout = FI_KV_LAYOUT_HND, .q_dt = FI_DTYPE_F16,
+     .kv_dt = FI_DTYPE_F16, .o_dt = FI_DTYPE_F16, .d = 64, .hq = 4, .hkv = 4,
      .mask = FI_MASK_CUSTOM, .window_left = -1, .fixed_split = 32, .shape = "mixed"},
     {.format = FI_KV_FORMAT_PAGED, .layout = FI_KV_LAYOUT_NHD, .page_size = 16,
-     .q_dt = FI_DTYPE_F16, .kv_dt = FI_DTYPE_E4M3, .o_dt = FI_DTYPE_F16, .d = 128, .hq = 4,
+     .q_dt = FI_DTYPE_F16, .kv_dt = FI_DTYPE_E4M3, .o_dt = FI_DTYPE_BF16, .d = 128, .hq = 4,
      .hkv = 1, .mask = FI_MASK_CAUSAL, .window_left = -1, .fixed_split = 40, .shape = "mixed"},
     {.format = FI_KV_FORMAT_PAGED, .layout = FI_KV_LAYOUT_HND, .page_size = 4,
-     .q_dt = FI_DTYPE_F32, .kv_dt = FI_DTYPE_F32, .o_dt = FI_DTYPE_BF16, .d = 128, .hq = 6,
+     .q_dt = FI_DTYPE_F16, .kv_dt = FI_DTYPE_E4M3, .o_dt = FI_DTYPE_BF16, .d = 128, .hq = 6,
      .hkv = 3, .mask = FI_MASK_NONE, .window_left = 10, .fixed_split = 24, .shape = "prefill"},
 };
 #define NUM_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
@@ -285,6 +295,73 @@ static void suite_examples(void) {
         }
         fi_variant_destroy(v);
     }
+}
+
+/* ------------------------------------------------------- precompiling */
+
+/* The objects the cases load, compiled side by side first (one compiler
+ * process per CPU): on a fresh cache most of this test's time is the C
+ * compiler. The cases then load them from the (temporary) cache. */
+typedef struct precompile_job {
+    fi_variant *v;
+    fi_cpu_variant_config cfg;
+    int hooks; /* the oracle's hook object instead of a kernel */
+} precompile_job;
+
+enum { MAX_PRE = 96 };
+static precompile_job pre[MAX_PRE];
+static int npre;
+static atomic_int next_pre;
+
+static void pre_add(const fi_variant_spec *spec, const vcase *c, int hooks) {
+    fi_cpu_variant_config cfg = {c->d, c->d, c->q_dt, c->kv_dt, c->o_dt};
+    for (int i = 0; i < npre; i++)
+        if (!strcmp(fi_variant_get_spec(pre[i].v)->name, spec->name) && pre[i].hooks == hooks &&
+            (hooks || !memcmp(&pre[i].cfg, &cfg, sizeof cfg)))
+            return;
+    if (npre == MAX_PRE || fi_variant_create(spec, &pre[npre].v) != FI_OK) return;
+    pre[npre].cfg = cfg, pre[npre++].hooks = hooks;
+}
+
+static void *pre_worker(void *arg) {
+    (void)arg;
+    for (int i; (i = atomic_fetch_add(&next_pre, 1)) < npre;) {
+        const fi_vk_entry *e;
+        const fi_vk_hooks *h;
+        fi_cc_result r;
+        void *handle = NULL;
+        if (pre[i].hooks) {
+            if (fi_cpu_variant_hooks(pre[i].v, &h, &handle) != FI_OK) handle = NULL;
+        } else if (fi_cpu_variant_load(pre[i].v, &pre[i].cfg, &e, &r) == FI_OK) {
+            handle = r.handle;
+        }
+        if (handle) dlclose(handle); /* failures show in the cases themselves */
+    }
+    return NULL;
+}
+
+static void precompile(void) {
+    static const char *const builtins[] = {"soft_cap", "alibi", "rope_llama", "sliding_window",
+                                           "custom_mask"};
+    for (int e = 0; e < VX_COUNT; e++) {
+        pre_add(vx_spec(e), &configs[0], 1);
+        for (int k = 0; k < (tu_opt.quick ? 2 : NUM_CONFIGS); k++) pre_add(vx_spec(e), &configs[k], 0);
+    }
+    for (int i = 0; i < 5; i++) {
+        const fi_variant *v;
+        if (fi_variant_builtin(builtins[i], &v) != FI_OK) continue;
+        pre_add(fi_variant_get_spec(v), &configs[0], 0);
+        if (!tu_opt.quick) pre_add(fi_variant_get_spec(v), &configs[i == 4 ? 1 : 2], 0);
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
+    pthread_t tid[16];
+    int started[16] = {0};
+    for (int t = 1; t < nt; t++) started[t] = pthread_create(&tid[t], NULL, pre_worker, NULL) == 0;
+    pre_worker(NULL);
+    for (int t = 1; t < nt; t++)
+        if (started[t]) pthread_join(tid[t], NULL);
+    for (int i = 0; i < npre; i++) fi_variant_destroy(pre[i].v);
 }
 
 /* ------------------------------------------------------------- built-ins */
@@ -482,6 +559,7 @@ int main(int argc, char **argv) {
         return 2;
     const char *why = NULL;
     if (!fi_cc_available(&why)) printf("skip: cases that compile a variant: %s\n", why);
+    tu_temp_cache_dir(); /* not the user's cache */
     fi_context_options o;
     fi_context_options_init(&o);
     o.num_threads = 3;
@@ -489,6 +567,7 @@ int main(int argc, char **argv) {
         printf("skip: the CPU backend is not selected\n");
         return tu_summary("test_variant_run");
     }
+    if (fi_cc_available(NULL) && !tu_opt.list && !tu_opt.num_filters) precompile();
     suite_examples();
     suite_builtin();
     error_compile();

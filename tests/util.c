@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -610,4 +611,35 @@ void tu_crash_context(const char *name, uint64_t seed) {
     }
     snprintf(crash_name, sizeof crash_name, "\nCRASH during %s (seed %llu)\n", name,
              (unsigned long long)seed);
+}
+
+/* ------------------------------------------------------ temporary cache */
+
+static char temp_cache[64];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    return remove(path);
+}
+
+static void remove_temp_cache(void) {
+    if (temp_cache[0]) nftw(temp_cache, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *tu_temp_cache_dir(void) {
+    const char *keep = getenv("FI_TEST_CACHE_DIR");
+    if (keep && keep[0]) {
+        setenv("FLASHINFER_CACHE_DIR", keep, 1);
+        return keep;
+    }
+    if (!temp_cache[0]) {
+        snprintf(temp_cache, sizeof temp_cache, "/tmp/fi-test-cache-XXXXXX");
+        if (!mkdtemp(temp_cache)) {
+            temp_cache[0] = 0;
+            return getenv("FLASHINFER_CACHE_DIR");
+        }
+        atexit(remove_temp_cache);
+    }
+    setenv("FLASHINFER_CACHE_DIR", temp_cache, 1);
+    return temp_cache;
 }

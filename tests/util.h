@@ -198,6 +198,12 @@ int tu_summary(const char *title);
 int tu_expect_status(fi_status got, fi_status want, const char *needle, const char *what);
 /* Total failures so far. */
 int64_t tu_failures(void);
+
+/* Point the kernel cache ($FLASHINFER_CACHE_DIR) of this process at a fresh
+ * temporary directory, removed at exit, so tests neither read nor fill the
+ * user's cache; $FI_TEST_CACHE_DIR names a directory to use (and keep)
+ * instead, to reuse compiled kernels across runs. Returns the directory. */
+const char *tu_temp_cache_dir(void);
 /* Name the case now running (NULL when none): if the process crashes
  * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) its name and seed are printed
  * to stderr before the previous handler (ASan's, or the default) runs. */

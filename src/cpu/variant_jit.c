@@ -42,12 +42,16 @@ char *fi_cpu_variant_source(const fi_variant *v, const fi_cpu_variant_config *cf
              (int)cfg->head_dim_qk, (int)cfg->head_dim_vo, (int)cfg->q_dtype,
              (int)cfg->kv_dtype, (int)cfg->o_dtype);
     char *hooks = fi_variant_source_alloc(v, FI_VARIANT_TARGET_C);
-    if (!hooks || fi_cpu_jit_file_count != 4) {
+    if (!hooks || fi_cpu_jit_file_count != 5) {
         free(hooks);
         return NULL;
     }
+    /* FLASHINFER_CPU_VARIANT_KERNEL=1: the previous kernel version (kept
+     * side by side for bench_variant_cpu; docs/VARIANTS.md) */
+    const char *ver = getenv("FLASHINFER_CPU_VARIANT_KERNEL");
+    int kernel = ver && !strcmp(ver, "1") ? 4 : 3;
     const char *parts[] = {config, hooks, fi_cpu_jit_files[0].text, fi_cpu_jit_files[1].text,
-                           fi_cpu_jit_files[2].text, fi_cpu_jit_files[3].text};
+                           fi_cpu_jit_files[2].text, fi_cpu_jit_files[kernel].text};
     char *s = concat(parts, 6);
     free(hooks);
     return s;

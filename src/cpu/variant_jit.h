@@ -11,7 +11,8 @@
 #include "cpu/variant_abi.h"
 
 /* The sources embedded for the JIT (src/cpu/embed_kernel.sh): flashinfer.h,
- * convert.h, variant_abi.h, variant_kernel.h, in that order. */
+ * convert.h, variant_abi.h, variant_kernel.h, variant_kernel_v1.h (the
+ * previous kernel, for comparison), in that order. */
 typedef struct fi_cpu_jit_file {
     const char *name;
     const char *text;

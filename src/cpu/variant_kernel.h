@@ -48,14 +48,19 @@ static inline int64_t vk_esize(fi_dtype t) {
     return t == FI_DTYPE_F32 ? 4 : t == FI_DTYPE_F16 || t == FI_DTYPE_BF16 ? 2 : 1;
 }
 
-/* e^x, branch-free so loops over it vectorise: 2^(x log2 e) = 2^n 2^f with
- * n = round, |f| <= 1/2, 2^f by its degree-7 Taylor series (rel. error
- * < 1e-8); x below -87 (-inf included) gives 0. */
+/* e^x, branch-free so loops over it vectorise (GCC and Clang): 2^(x log2 e)
+ * = 2^n 2^f with n = round(t) by the 1.5 * 2^23 trick (the sum's low
+ * mantissa bits are n; no float-to-int conversion, which GCC 12 would not
+ * vectorise here), |f| <= 1/2, 2^f by its degree-7 Taylor series (rel.
+ * error < 1e-8); x below -87 (-inf included) gives 0. */
 static inline float vk_exp(float x) {
     float t = x * VK_LOG2E;
-    t = t < -126.0f ? -126.0f : t > 126.0f ? 126.0f : t;
-    int32_t ni = (int32_t)(t + 128.5f) - 128; /* round(t): the argument is positive */
-    float f = t - (float)ni;
+    t = t < -126.0f ? -126.0f : t;
+    t = t > 126.0f ? 126.0f : t;
+    float big = t + 12582912.0f, r = big - 12582912.0f;
+    int32_t bits_n;
+    memcpy(&bits_n, &big, 4);
+    float f = t - r;
     float p = 1.525273380405984e-05f;
     p = p * f + 1.5403530393381606e-04f;
     p = p * f + 1.3333558146428443e-03f;
@@ -64,10 +69,11 @@ static inline float vk_exp(float x) {
     p = p * f + 2.402265069591007e-01f;
     p = p * f + 6.931471805599453e-01f;
     p = p * f + 1.0f;
-    uint32_t bits = (uint32_t)(ni + 127) << 23;
+    uint32_t bits = (uint32_t)(bits_n - 0x4B400000 + 127) << 23; /* 2^n */
     float scale;
     memcpy(&scale, &bits, 4);
-    return x < -87.0f ? 0.0f : p * scale;
+    float y = p * scale;
+    return x < -87.0f ? 0.0f : y;
 }
 
 typedef struct vk_scratch {
@@ -78,6 +84,8 @@ typedef struct vk_scratch {
     float s[BM][BN];       /* logits, then probabilities / weights */
     float m[BM], l[BM];    /* running max and sum (softmax) */
     int32_t lo[BM], hi[BM];/* keys [lo, hi) a row may see by causal/window */
+    int32_t qo_head[BM], q_pos[BM], tok[BM]; /* each row's hook context */
+    int32_t keep[BN];      /* the row's keys kept (0 / 1) in the current block */
     float row[DQK > DVO ? DQK : DVO];
 } vk_scratch;
 
@@ -160,6 +168,7 @@ static void vk_stage_q(const vk_block *b, vk_scratch *sc, int32_t *kmin, int32_t
         int32_t p = b->row0 + r, t = b->it->q_start + p / j->group;
         c.qo_head = b->hkv * j->group + p % j->group;
         c.q_pos = b->kv_len - b->qo_len + t;
+        sc->qo_head[r] = c.qo_head, sc->q_pos[r] = c.q_pos, sc->tok[r] = t;
         const uint8_t *src = j->q + (qo_base + t) * j->q_tok + c.qo_head * j->q_head;
         vk_load_row(sc->q[r], src, QDT, j->q_elem, DQK, 1.0f);
 #if FI_VARIANT_HAS_QUERY_TRANSFORM
@@ -203,59 +212,79 @@ static void vk_stage_kv(const vk_block *b, vk_scratch *sc, int32_t j0, int32_t n
             for (int32_t jj = n; jj < BN; jj++) sc->kt[d][jj] = 0.0f;
 }
 
-/* S[r][:] = q_r . K^T for rows [0, rows) rounded up to 4 (padding rows are 0). */
+/* S[r][:] = q_r . K^T for rows [0, rows) rounded up to 4 (padding rows are
+ * 0): per 16 keys, the 4 rows' accumulators stay in registers across the
+ * head dim (one K load, four broadcast FMAs per element of d). */
 static void vk_logits(vk_scratch *sc, int32_t rows) {
     for (int32_t r = 0; r < rows; r += 4) {
-        float *restrict s0 = sc->s[r], *restrict s1 = sc->s[r + 1];
-        float *restrict s2 = sc->s[r + 2], *restrict s3 = sc->s[r + 3];
-        for (int32_t jj = 0; jj < BN; jj++) s0[jj] = s1[jj] = s2[jj] = s3[jj] = 0.0f;
-        for (int32_t d = 0; d < DQK; d++) {
-            const float *restrict k = sc->kt[d];
-            float q0 = sc->q[r][d], q1 = sc->q[r + 1][d], q2 = sc->q[r + 2][d], q3 = sc->q[r + 3][d];
-            for (int32_t jj = 0; jj < BN; jj++) {
-                s0[jj] += q0 * k[jj];
-                s1[jj] += q1 * k[jj];
-                s2[jj] += q2 * k[jj];
-                s3[jj] += q3 * k[jj];
+        const float *restrict q0 = sc->q[r], *restrict q1 = sc->q[r + 1];
+        const float *restrict q2 = sc->q[r + 2], *restrict q3 = sc->q[r + 3];
+        for (int32_t c0 = 0; c0 < BN; c0 += 16) {
+            float t0[16], t1[16], t2[16], t3[16];
+            for (int32_t u = 0; u < 16; u++) t0[u] = t1[u] = t2[u] = t3[u] = 0.0f;
+            for (int32_t d = 0; d < DQK; d++) {
+                const float *restrict k = sc->kt[d] + c0;
+                float a0 = q0[d], a1 = q1[d], a2 = q2[d], a3 = q3[d];
+                for (int32_t u = 0; u < 16; u++) {
+                    t0[u] += a0 * k[u];
+                    t1[u] += a1 * k[u];
+                    t2[u] += a2 * k[u];
+                    t3[u] += a3 * k[u];
+                }
             }
+            float *restrict s0 = sc->s[r] + c0, *restrict s1 = sc->s[r + 1] + c0;
+            float *restrict s2 = sc->s[r + 2] + c0, *restrict s3 = sc->s[r + 3] + c0;
+            for (int32_t u = 0; u < 16; u++) s0[u] = t0[u], s1[u] = t1[u], s2[u] = t2[u], s3[u] = t3[u];
         }
     }
 }
 
 /* Row r's logits of keys [j0, j0 + n): transform and masks, then softmax
- * probabilities (rescaling its accumulator) or weights. Returns 0 when the
- * row sees none of these keys. */
+ * probabilities (rescaling its accumulator) or weights; masked keys end as
+ * 0. Returns 0 when the row keeps none of these keys. The row sees the
+ * contiguous keys [a, e) by causal / window / block end; the hooks run on
+ * those (existing keys: a hook may index tensors by position), one loop per
+ * hook over a context set up once per row, so a vectorisable hook body
+ * vectorises; the custom bits and logits_mask then drop keys through a
+ * select (logits_transform may have run on a key they drop: its value is
+ * discarded, as on the GPU). */
 static int vk_row_weights(const vk_block *b, vk_scratch *sc, int32_t r, int32_t j0, int32_t n) {
-    const fi_vk_job *j = b->j;
-    float *s = sc->s[r];
-    int32_t p = b->row0 + r, t = b->it->q_start + p / j->group;
+    float *restrict s = sc->s[r];
+    int32_t *restrict keep = sc->keep;
+    int32_t a = sc->lo[r] - j0, e = sc->hi[r] - j0;
+    a = a < 0 ? 0 : a;
+    e = e > n ? n : e;
+    if (a >= e) return 0;
     fi_hook_ctx c = vk_ctx(b, DQK);
-    c.qo_head = b->hkv * j->group + p % j->group;
-    c.q_pos = b->kv_len - b->qo_len + t;
-    int32_t lo = sc->lo[r] - j0, hi = sc->hi[r] - j0, any = 0;
-    const float off = FI_VARIANT_USE_SOFTMAX ? -INFINITY : 0.0f;
-    for (int32_t jj = 0; jj < BN; jj++) {
-        int keep = jj >= lo && jj < hi && jj < n;
-        if (keep && b->mask) {
-            int64_t bit = (int64_t)t * b->kv_len + j0 + jj;
-            keep = (b->mask[bit >> 3] >> (bit & 7)) & 1;
+    c.qo_head = sc->qo_head[r];
+    c.q_pos = sc->q_pos[r];
+    (void)c;
+    for (int32_t jj = 0; jj < BN; jj++) keep[jj] = jj >= a && jj < e;
+    if (b->mask) {
+        int64_t bit0 = (int64_t)sc->tok[r] * b->kv_len + j0;
+        for (int32_t jj = a; jj < e; jj++) {
+            int64_t bit = bit0 + jj;
+            keep[jj] = (b->mask[bit >> 3] >> (bit & 7)) & 1;
         }
-        if (keep) {
-            c.kv_pos = j0 + jj;
+    }
 #if FI_VARIANT_HAS_LOGITS_TRANSFORM
-            s[jj] = fi_logits_transform(s[jj], &c, b->prm);
+    for (int32_t jj = a; jj < e; jj++) {
+        c.kv_pos = j0 + jj;
+        s[jj] = fi_logits_transform(s[jj], &c, b->prm);
+    }
 #endif
 #if FI_VARIANT_HAS_LOGITS_MASK
-            keep = fi_logits_mask(&c, b->prm) != 0;
-#endif
-        }
-        s[jj] = keep ? s[jj] : off;
-        any |= keep;
+    for (int32_t jj = a; jj < e; jj++) {
+        c.kv_pos = j0 + jj;
+        if (keep[jj]) keep[jj] = fi_logits_mask(&c, b->prm) != 0;
     }
-    if (!any) return 0;
+#endif
+    int32_t any = 0;
 #if FI_VARIANT_USE_SOFTMAX
-    /* max and sum over 16 lanes: independent chains vectorise */
+    /* masked logits -inf; max over 16 lanes (independent chains) */
     float lane[16], mx = sc->m[r], sum = 0.0f;
+    for (int32_t jj = 0; jj < BN; jj++) s[jj] = keep[jj] ? s[jj] : -INFINITY, any |= keep[jj];
+    if (!any) return 0;
     for (int32_t u = 0; u < 16; u++) lane[u] = -INFINITY;
     for (int32_t jj = 0; jj < BN; jj += 16)
         for (int32_t u = 0; u < 16; u++) lane[u] = s[jj + u] > lane[u] ? s[jj + u] : lane[u];
@@ -271,35 +300,63 @@ static int vk_row_weights(const vk_block *b, vk_scratch *sc, int32_t r, int32_t 
     sc->l[r] = sc->l[r] * alpha + sum;
     if (alpha != 1.0f)
         for (int32_t d = 0; d < DVO; d++) sc->acc[r][d] *= alpha;
+#else
+    for (int32_t jj = 0; jj < BN; jj++) s[jj] = keep[jj] ? s[jj] : 0.0f, any |= keep[jj];
 #endif
-    return 1;
+    return any;
 }
 
-/* acc[r][:] += sum_jj s[r][jj] * V[jj][:] for the rows flagged in `live`. */
-static void vk_accumulate(vk_scratch *sc, const uint8_t *live, int32_t rows, int32_t n) {
-    int32_t r = 0;
-    for (; r + 2 <= rows; r += 2) {
-        if (!live[r] && !live[r + 1]) continue;
-        float *restrict a0 = sc->acc[r], *restrict a1 = sc->acc[r + 1];
-        const float *p0 = sc->s[r], *p1 = sc->s[r + 1];
+/* acc[r][:] += sum_jj s[r][jj] * V[jj][:] over keys [0, n) for 4 rows (a
+ * row not live has weights 0 here: it adds nothing): per 16 elements of
+ * the head dim the 4 accumulators stay in registers across the keys. */
+static void vk_accumulate4(vk_scratch *sc, int32_t r, int32_t n) {
+    const float *restrict p0 = sc->s[r], *restrict p1 = sc->s[r + 1];
+    const float *restrict p2 = sc->s[r + 2], *restrict p3 = sc->s[r + 3];
+    for (int32_t d0 = 0; d0 < DVO; d0 += 16) {
+        float *restrict a0 = sc->acc[r] + d0, *restrict a1 = sc->acc[r + 1] + d0;
+        float *restrict a2 = sc->acc[r + 2] + d0, *restrict a3 = sc->acc[r + 3] + d0;
+        float t0[16], t1[16], t2[16], t3[16];
+        for (int32_t u = 0; u < 16; u++) t0[u] = a0[u], t1[u] = a1[u], t2[u] = a2[u], t3[u] = a3[u];
         for (int32_t jj = 0; jj < n; jj++) {
-            const float *restrict v = sc->vb[jj];
-            float w0 = live[r] ? p0[jj] : 0.0f, w1 = live[r + 1] ? p1[jj] : 0.0f;
-            for (int32_t d = 0; d < DVO; d++) {
-                a0[d] += w0 * v[d];
-                a1[d] += w1 * v[d];
+            const float *restrict v = sc->vb[jj] + d0;
+            float w0 = p0[jj], w1 = p1[jj], w2 = p2[jj], w3 = p3[jj];
+            for (int32_t u = 0; u < 16; u++) {
+                t0[u] += w0 * v[u];
+                t1[u] += w1 * v[u];
+                t2[u] += w2 * v[u];
+                t3[u] += w3 * v[u];
             }
         }
+        for (int32_t u = 0; u < 16; u++) a0[u] = t0[u], a1[u] = t1[u], a2[u] = t2[u], a3[u] = t3[u];
     }
-    for (; r < rows; r++) {
-        if (!live[r]) continue;
-        float *restrict a = sc->acc[r];
+}
+
+/* The same for one row. */
+static void vk_accumulate1(vk_scratch *sc, int32_t r, int32_t n) {
+    const float *restrict p = sc->s[r];
+    for (int32_t d0 = 0; d0 < DVO; d0 += 16) {
+        float *restrict a = sc->acc[r] + d0, t[16];
+        for (int32_t u = 0; u < 16; u++) t[u] = a[u];
         for (int32_t jj = 0; jj < n; jj++) {
-            float w = sc->s[r][jj];
-            const float *restrict v = sc->vb[jj];
-            for (int32_t d = 0; d < DVO; d++) a[d] += w * v[d];
+            const float *restrict v = sc->vb[jj] + d0;
+            for (int32_t u = 0; u < 16; u++) t[u] += p[jj] * v[u];
         }
+        for (int32_t u = 0; u < 16; u++) a[u] = t[u];
     }
+}
+
+/* The block's rows: groups of 4 with a live row, then single live rows. A
+ * row that is not live gets weights 0 (its s row may hold stale logits). */
+static void vk_accumulate(vk_scratch *sc, const uint8_t *live, int32_t rows, int32_t n) {
+    int32_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        if (!(live[r] | live[r + 1] | live[r + 2] | live[r + 3])) continue;
+        for (int32_t i = r; i < r + 4; i++)
+            if (!live[i]) memset(sc->s[i], 0, sizeof sc->s[i]);
+        vk_accumulate4(sc, r, n);
+    }
+    for (; r < rows; r++)
+        if (live[r]) vk_accumulate1(sc, r, n);
 }
 
 /* Normalise row r into o[DVO]; returns its LSE, natural log (0 when

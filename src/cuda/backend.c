@@ -49,11 +49,24 @@ static fi_status device_facts(fi_cuda_ctx *cc) {
     FI_CU(cu, DeviceGetAttribute, &cc->cc_major, FI_CU_ATTR_CC_MAJOR, cc->dev);
     FI_CU(cu, DeviceGetAttribute, &cc->cc_minor, FI_CU_ATTR_CC_MINOR, cc->dev);
     FI_CU(cu, DeviceGetName, cc->name, (int)sizeof cc->name, cc->dev);
-    /* Hopper's arch-specific target (wgmma, setmaxnreg) is sm_90a. */
-    snprintf(cc->arch, sizeof cc->arch, "sm_%d%d%s", cc->cc_major, cc->cc_minor,
-             cc->cc_major == 9 && cc->cc_minor == 0 ? "a" : "");
-    const char *env = getenv("FLASHINFER_CUDA_ARCH"); /* e.g. "sm_90" to test */
-    if (env && env[0]) snprintf(cc->arch, sizeof cc->arch, "%s", env);
+    fi_cuda_arch_name(cc->cc_major, cc->cc_minor, cc->arch, sizeof cc->arch);
+    return FI_OK;
+}
+
+fi_status fi_cuda_device_arch(int32_t device, char *buf, size_t n) {
+    const char *why;
+    const fi_cu_api *cu = fi_cu_load(&why);
+    if (!cu) return fi_error(FI_STATUS_NO_DEVICE, "device CUDA: %s", why);
+    int count = 0, major = 0, minor = 0;
+    CUdevice dev;
+    FI_CU(cu, DeviceGetCount, &count);
+    if (device < 0 || device >= count)
+        return fi_error(FI_STATUS_NO_DEVICE, "device CUDA %d: the driver sees %d GPU%s",
+                        (int)device, count, count == 1 ? "" : "s");
+    FI_CU(cu, DeviceGet, &dev, device);
+    FI_CU(cu, DeviceGetAttribute, &major, FI_CU_ATTR_CC_MAJOR, dev);
+    FI_CU(cu, DeviceGetAttribute, &minor, FI_CU_ATTR_CC_MINOR, dev);
+    fi_cuda_arch_name(major, minor, buf, n);
     return FI_OK;
 }
 

@@ -50,6 +50,14 @@ void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
  * output hook or use_softmax = 0). */
 void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *spec);
 void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *spec);
+/* The separate kernels of params `p` (a variant's plan runs these): attention,
+ * its merge and, where the configuration allows, tensor-core attention
+ * (specs[2]); returns how many (2 or 3). vsrc: p->variant's CUDA hook text
+ * (kept by reference), or NULL without a variant; *vhooks (may be NULL)
+ * gets its FI_VH_* bits. Plans and fi warmup get kernel names and cache
+ * keys from here (through fi_cuda_plan_specs). */
+int fi_cuda_separate_specs(const fi_attention_params *p, const char *vsrc,
+                           fi_kernel_spec specs[3], int *vhooks);
 /* The tensor-core kernel (kernels/attention_tc.cuh): whether it supports the
  * configuration (16-bit Q == KV dtype, head dims 64/128, no fused RoPE), its
  * spec, and its dynamic shared memory in bytes. */
@@ -72,9 +80,12 @@ int fi_cuda_decode_tc_supported(const fi_attn_config *c);
 /* Whether plans run the persistent kernel (default) or the separate
  * CUDA-core, tensor-core and merge kernels (FLASHINFER_CUDA_PERSIST=0). */
 int fi_cuda_persist_enabled(void);
-/* The kernels a plan with these params resolves, in order; returns how many
- * (at most 3). Also what `jit_compile --warm` compiles ahead. */
-int fi_cuda_plan_specs(const fi_attention_params *p, int32_t group, fi_kernel_spec *specs);
+/* The kernels a plan with params `p` resolves, in order; returns how many
+ * (at most 3): the persistent kernel (when enabled, without a variant), else
+ * fi_cuda_separate_specs. What `jit_compile --warm` and `fi warmup` compile
+ * ahead. */
+int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel_spec specs[3],
+                       int *vhooks);
 
 /* ------------------------------------------------------------------- JIT */
 
@@ -90,6 +101,16 @@ fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *wa
 void fi_cuda_cache_dir(char *buf, size_t n);
 /* 64-bit key of (sources, options, arch, NVRTC version). */
 uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch);
+/* The cache file of `spec` for `arch`:
+ * <dir>/<kernel name>-<arch>-<16 hex digits of fi_cuda_jit_key>.cubin. */
+void fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n);
+/* The NVRTC target of compute capability major.minor: "sm_90a" for 9.0
+ * (Hopper's arch-specific target: wgmma, setmaxnreg), else "sm_<major><minor>";
+ * $FLASHINFER_CUDA_ARCH overrides (e.g. "sm_90" to test). */
+void fi_cuda_arch_name(int major, int minor, char *buf, size_t n);
+/* The target of CUDA device `device` through the driver alone (no context):
+ * FI_STATUS_NO_DEVICE without a driver or that device (fi warmup). */
+fi_status fi_cuda_device_arch(int32_t device, char *buf, size_t n);
 
 typedef struct fi_cuda_jit_stats {
     int compiled, disk_loads, memory_hits;

@@ -134,7 +134,7 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
 
 void fi_cuda_cache_dir(char *buf, size_t n) { fi_cache_dir(buf, n); }
 
-static void cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n) {
+void fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n) {
     char dir[800];
     fi_cuda_cache_dir(dir, sizeof dir);
     snprintf(buf, n, "%.800s/%.128s-%.16s-%016llx.cubin", dir, spec->name, arch,
@@ -148,7 +148,7 @@ static int jit_log(void) {
 
 fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *was_cached) {
     char path[1024];
-    cache_path(spec, arch, path, sizeof path);
+    fi_cuda_cache_path(spec, arch, path, sizeof path);
     FILE *f = fopen(path, "rb");
     *was_cached = f != NULL;
     if (f) {
@@ -182,7 +182,7 @@ static fi_status load_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, const 
 /* Disk, else NVRTC; fills m. Called with cc->lock held. */
 static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cuda_module *m) {
     char path[1024];
-    cache_path(spec, cc->arch, path, sizeof path);
+    fi_cuda_cache_path(spec, cc->arch, path, sizeof path);
     double t0 = now_seconds();
     size_t size = 0;
     char *image = fi_cache_read(path, &size);
@@ -274,7 +274,7 @@ fi_status fi_cuda_jit_prepare(fi_cuda_ctx *cc, const fi_kernel_spec *const *spec
     for (int i = 0; i < n && k < MAXJ; i++) {
         if (in_memory(cc, specs[i])) continue;
         char path[1024];
-        cache_path(specs[i], cc->arch, path, sizeof path);
+        fi_cuda_cache_path(specs[i], cc->arch, path, sizeof path);
         if (access(path, R_OK) == 0) continue;
         memset(&jobs[k], 0, sizeof jobs[k]);
         jobs[k].spec = specs[i], jobs[k++].arch = cc->arch;

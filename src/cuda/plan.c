@@ -74,27 +74,25 @@ void fi_cuda_plan_fini(fi_plan *plan) {
 fi_status fi_cuda_plan_resolve_separate(fi_plan *plan) {
     fi_cuda_plan *ps = plan->backend_state;
     const fi_attention_params *p = &plan->params;
-    fi_attn_config cfg;
-    fi_cuda_attn_config(p, plan->group_size, &cfg);
-    /* the variant's text was made by resolve_kernels (kept in ps) */
-    if (ps->vsrc) fi_cuda_attn_set_variant(&cfg, p->variant, ps->vsrc);
     /* attention, merge and (where the configuration allows) tensor-core
      * attention: items with many packed rows run on tensor cores
      * (kernels/attention_tc.cuh); both attention kernels share the grid,
-     * each skips the other's items. Cold ones compile side by side. */
+     * each skips the other's items. Cold ones compile side by side. The
+     * same specs as fi warmup's (fi_cuda_separate_specs; the variant's text
+     * was made by resolve_kernels, kept in ps). */
     fi_kernel_spec specs[3];
     const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
-    bool tc = fi_cuda_attn_tc_supported(&cfg);
-    fi_cuda_attn_spec(&cfg, &specs[0]);
-    fi_cuda_merge_spec_of(&cfg, &specs[1]);
-    if (tc) fi_cuda_attn_tc_spec(&cfg, &specs[2]);
-    fi_status st = fi_cuda_jit_prepare(ps->cc, list, tc ? 3 : 2);
+    int nspecs = fi_cuda_separate_specs(p, ps->vsrc, specs, &ps->vhooks);
+    bool tc = nspecs == 3;
+    fi_status st = fi_cuda_jit_prepare(ps->cc, list, nspecs);
     if (st) return st;
     if (!ps->persist) memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
     if ((st = fi_cuda_jit_function(ps->cc, &specs[0], &ps->attn))) return st;
     if ((st = fi_cuda_jit_function(ps->cc, &specs[1], &ps->merge))) return st;
     if (tc) {
         if ((st = fi_cuda_jit_function(ps->cc, &specs[2], &ps->attn_tc))) return st;
+        fi_attn_config cfg;
+        fi_cuda_attn_config(p, plan->group_size, &cfg);
         ps->tc_smem = fi_cuda_attn_tc_smem(&cfg);
         FI_CU(ps->cc->cu, FuncSetAttribute, ps->attn_tc, FI_CU_FUNC_MAX_DYN_SMEM, ps->tc_smem);
     }

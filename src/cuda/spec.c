@@ -45,6 +45,25 @@ void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char
         if (fi_variant_hook(v, (fi_hook_id)i)) c->vhooks |= bits[i];
 }
 
+int fi_cuda_separate_specs(const fi_attention_params *p, const char *vsrc,
+                           fi_kernel_spec specs[3], int *vhooks) {
+    fi_attn_config cfg;
+    fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
+    if (p->variant && vsrc) fi_cuda_attn_set_variant(&cfg, p->variant, vsrc);
+    if (vhooks) *vhooks = cfg.vhooks;
+    fi_cuda_attn_spec(&cfg, &specs[0]);
+    fi_cuda_merge_spec_of(&cfg, &specs[1]);
+    if (!fi_cuda_attn_tc_supported(&cfg)) return 2;
+    fi_cuda_attn_tc_spec(&cfg, &specs[2]);
+    return 3;
+}
+
+void fi_cuda_arch_name(int major, int minor, char *buf, size_t n) {
+    snprintf(buf, n, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
+    const char *env = getenv("FLASHINFER_CUDA_ARCH");
+    if (env && env[0]) snprintf(buf, n, "%s", env);
+}
+
 /* "_v<name>_<hash of the hook text>" for a variant's kernels, "" otherwise;
  * and its -D. The name is cut to 32 characters (the hash tells apart). */
 static void add_variant(const fi_attn_config *c, fi_kernel_spec *s) {
@@ -185,16 +204,14 @@ int fi_cuda_persist_smem(const fi_attn_config *c) {
     return tc > 48 * 1024 ? tc : 48 * 1024;
 }
 
-int fi_cuda_plan_specs(const fi_attention_params *p, int32_t group, fi_kernel_spec *specs) {
-    fi_attn_config cfg;
-    fi_cuda_attn_config(p, group, &cfg);
-    if (fi_cuda_persist_enabled()) {
+int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel_spec specs[3],
+                       int *vhooks) {
+    if (fi_cuda_persist_enabled() && !p->variant) {
+        fi_attn_config cfg;
+        fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
         fi_cuda_persist_spec(&cfg, &specs[0]);
+        if (vhooks) *vhooks = 0;
         return 1;
     }
-    fi_cuda_attn_spec(&cfg, &specs[0]);
-    fi_cuda_merge_spec_of(&cfg, &specs[1]);
-    if (!fi_cuda_attn_tc_supported(&cfg)) return 2;
-    fi_cuda_attn_tc_spec(&cfg, &specs[2]);
-    return 3;
+    return fi_cuda_separate_specs(p, vsrc, specs, vhooks);
 }

@@ -235,7 +235,7 @@ static int warm(const char *arch, int jobs) {
         p.q_dtype = (fi_dtype)v[5], p.kv_dtype = (fi_dtype)v[6], p.o_dtype = (fi_dtype)v[7];
         p.head_dim_qk = v[8], p.head_dim_vo = v[9];
         p.num_qo_heads = v[10], p.num_kv_heads = v[11] > 0 ? v[11] : 1;
-        n += fi_cuda_plan_specs(&p, p.num_qo_heads / p.num_kv_heads, &specs[n]);
+        n += fi_cuda_plan_specs(&p, NULL, &specs[n], NULL);
     }
     /* drop duplicates */
     int m = 0;
