@@ -204,7 +204,10 @@ typedef struct fi_variant_param {
  * p is the parameter struct (p.<name>); fi_hook_ctx has request, qo_head,
  * kv_head, q_pos (kv_len - qo_len + i), kv_pos, qo_len, kv_len, head_dim,
  * sm_scale. NULL = identity. Math: expf logf tanhf sinf cosf powf sqrtf
- * fabsf fminf fmaxf exp2f log2f. */
+ * fabsf fminf fmaxf exp2f log2f. Library helper for row hooks:
+ * fi_rope_row(x, dim, pos, scale, theta) rotates x[dim] as LLaMA RoPE on
+ * halves, pair k by (pos / scale) * theta^(-2k/dim) in f32 (on the GPU with
+ * the fast sin/cos: error < 1e-6 beyond the f32 angle's own). */
 typedef struct fi_variant_spec {
     uint32_t struct_size;
     const char *name;            /* C identifier (part of kernel names, cache keys) */

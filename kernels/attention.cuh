@@ -41,8 +41,9 @@
  * Soft-cap, ALiBi, the window and the custom mask are the hooks of
  * variant.cuh (the built-ins), called where a user variant's are: row hooks
  * where rows are loaded (q: an f32 copy in shared memory, one thread per
- * row; k/v: each landed tile copied to f32 rows in shared memory and
- * transformed there, one thread per key), logits hooks on the scores, the
+ * row; k/v: each landed key row through a private f32 copy, one thread per
+ * row, the tile's rows spread over every warp, into f32 rows in shared
+ * memory; 2 stages of up to 32 keys then), logits hooks on the scores, the
  * output hook on write-through rows (split rows: merge.cuh). use_softmax = 0
  * (FI_VH_NO_SOFTMAX) accumulates o += w v with no max or sum.
  */
@@ -88,12 +89,16 @@ constexpr int EQ = DQK / TX, EV = DVO / TX;  /* elements per lane */
 constexpr int KG = 32 / TX, NG = NWARP * KG; /* key groups per warp, per CTA */
 constexpr int KB = fi_dtype_bytes<KT>::value;
 constexpr int KROW = DQK * KB, VROW = DVO * KB;           /* bytes per key */
-#ifndef FI_TILE_BYTES /* K + V bytes per stage (tuning knob); less with f32 row copies
-                          (they take 4 / KB times a stage) */
-#define FI_TILE_BYTES (!ROW_KV ? 16384 : KB == 1 ? 4096 : 8192)
-#endif
+/* Row hooks: 2 stages, and the f32 rows of K / V beside them (ROWF bytes
+ * per key), with as many keys per tile as 48 KB holds, so that more
+ * threads share a tile's hooks (bf16 d 128, key hook: 32 keys). */
 #ifndef FI_STAGES
-#define FI_STAGES 3
+#define FI_STAGES (ROW_KV ? 2 : 3)
+#endif
+constexpr int ROWF = (fi_v::KEY ? DQK * 4 : 0) + (fi_v::VALUE ? DVO * 4 : 0);
+#ifndef FI_TILE_BYTES /* K + V bytes per stage (tuning knob) */
+#define FI_TILE_BYTES \
+    (!ROW_KV ? 16384 : 48 * 1024 / (FI_STAGES * (KROW + VROW) + ROWF) * (KROW + VROW))
 #endif
 constexpr int KPG = imin(pow2_floor(imax(FI_TILE_BYTES / (KROW + VROW) / NG, 1)), 128 / NG);
 constexpr int BN = NG * KPG;                 /* keys per tile (<= 16 KB of K+V) */
@@ -228,7 +233,7 @@ struct State {
     float o[RM][EV];
     float m[RM], l[RM];
     float slope[RM]; /* built-in ALiBi */
-    float freq[EQ];
+    fi_rope_f freq[EQ]; /* built-in RoPE */
 };
 
 /* The hook context of row p (q fields) at key j. */
@@ -253,8 +258,10 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, int c,
             rows[i] = p < it.rows ? fi_load_elem<QT>(base + d * a.q_dim) : 0.0f;
         }
         __syncthreads();
-        if (threadIdx.x < RM && rb + (int)threadIdx.x < it.rows)
-            fi_v::query(rows + threadIdx.x * DQK, row_ctx(a, it, rb + threadIdx.x, -1, DQK), P);
+        /* row r on lane r / NWARP of warp r % NWARP: every warp takes rows */
+        const int r = (threadIdx.x & 31) * NWARP + (threadIdx.x >> 5);
+        if (r < RM && rb + r < it.rows)
+            fi_v::query(rows + r * DQK, row_ctx(a, it, rb + r, -1, DQK), P);
         __syncthreads();
     }
 #pragma unroll
@@ -287,31 +294,51 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, int c,
     if constexpr (fi_v::QUERY) __syncthreads(); /* rows read before the stages refill */
 }
 
+/* Row hooks' threads: one per row (the hooks' contract), HS apart, so that
+ * the tile's rows spread over every warp of the CTA; with both key and
+ * value hooks a key's V row runs on the thread after its K row's. */
+constexpr int HS = NT / BN;
+static_assert(BN <= NT && NT % BN == 0, "a thread per key row");
+
+/* One landed D-element row at src (dtype KT) as f32 (times scale) in a
+ * private array, the hook, then into dst (f32, 16-byte aligned); keys past
+ * the span are zeros and see no hook. */
+template <int D, class F>
+FI_DEV void hook_row(const unsigned char *src, float scale, bool in, float *dst, F hook) {
+    float x[D]; /* local memory (the hook indexes it): 8 values live at a time,
+                   so the tile loop's registers stay */
+#pragma unroll 1
+    for (int c = 0; c < D / 8; c++) {
+        float y[8];
+        fi_load_vec<KT, 8>((const char *)src + c * 8 * KB, y);
+#pragma unroll
+        for (int e = 0; e < 8; e++) x[c * 8 + e] = in ? y[e] * scale : 0.0f;
+    }
+    if (in) hook(x);
+#pragma unroll 1
+    for (int d = 0; d < D; d += 4)
+        *reinterpret_cast<float4 *>(dst + d) = make_float4(x[d], x[d + 1], x[d + 2], x[d + 3]);
+}
+
 /* Key and value hooks: the landed tile's rows as f32 (dequantised) into
- * kbuf / vbuf, one thread per key, transformed there; keys past the span
- * are zeros and see no hook. */
+ * kbuf / vbuf, transformed there. */
 FI_DEV void transform_tile(const fi_attn_args &a, const Item &it, const fi_variant_params &P,
                            const unsigned char *st, int j0, float *kbuf, float *vbuf) {
-    for (int key = threadIdx.x; key < BN; key += NT) {
-        const int j = j0 + key;
-        const bool in = j < it.k1;
-        const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP, it.hkv, -1, j, it.qo_len,
-                                         it.kv_len, DQK, a.sm_scale);
-        if constexpr (fi_v::KEY) {
-            float *x = kbuf + key * DQK;
-            for (int d = 0; d < DQK; d++)
-                x[d] = in ? fi_load_elem<KT>((const char *)st + key * KROW + d * KB) * a.k_scale : 0.0f;
-            if (in) fi_v::key(x, hc, P);
-        }
-        if constexpr (fi_v::VALUE) {
-            float *x = vbuf + key * DVO;
-            for (int d = 0; d < DVO; d++)
-                x[d] = in ? fi_load_elem<KT>((const char *)st + BN * KROW + key * VROW + d * KB) * a.v_scale
-                          : 0.0f;
-            fi_hook_ctx hv = hc;
-            hv.head_dim = DVO;
-            if (in) fi_v::value(x, hv, P);
-        }
+    const int key = threadIdx.x / HS, role = threadIdx.x % HS;
+    const int j = j0 + key;
+    const bool in = j < it.k1;
+    fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP, it.hkv, -1, j, it.qo_len, it.kv_len, DQK,
+                               a.sm_scale);
+    if constexpr (fi_v::KEY) {
+        if (role == 0)
+            hook_row<DQK>(st + key * KROW, a.k_scale, in, kbuf + key * DQK,
+                          [&](float *x) { fi_v::key(x, hc, P); });
+    }
+    if constexpr (fi_v::VALUE) {
+        hc.head_dim = DVO;
+        if (role == (fi_v::KEY && HS > 1 ? 1 : 0))
+            hook_row<DVO>(st + BN * KROW + key * VROW, a.v_scale, in, vbuf + key * DVO,
+                          [&](float *x) { fi_v::value(x, hc, P); });
     }
 }
 
@@ -509,7 +536,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
     State S;
     if constexpr (ROPE) {
 #pragma unroll
-        for (int e = 0; e < EQ; e++) S.freq[e] = fi_rope_freq(a.rope_log2_theta, a.rope_rcp_scale, (c * EQ + e) % (DQK / 2), DQK);
+        for (int e = 0; e < EQ; e++) S.freq[e] = fi_rope_freq(a.rope_theta, a.rope_scale, (c * EQ + e) % (DQK / 2), DQK);
     }
     Item it = item;
     it.mask_bit0 = fi_v::mask_bit0(VP, v.mask_offset, it.req);

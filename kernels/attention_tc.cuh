@@ -41,7 +41,8 @@
  * variant's are. A user's row hooks rewrite the shared-memory tiles in
  * place (16-bit, as the MMA reads them): the Q block once (one thread per
  * row, when tile 0 has landed), each K/V tile once per row block (one
- * thread per key), through an f32 row in local memory. use_softmax = 0: P
+ * thread per K row and one per V row: 64 keys on 128 threads, every warp
+ * working), through an f32 row in local memory. use_softmax = 0: P
  * holds the weights, no max or sum. The output hook runs on write-through
  * rows, staged as f32 in the (then free) shared memory.
  */
@@ -92,6 +93,7 @@ constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + OFF_BYTES; /* = fi_c
 constexpr float LOG2E = 1.4426950408889634f;
 /* output hook: f32 rows [BM][DVO] over Q and the stages */
 static_assert(!fi_v::OUTPUT || BM * (DVO + 1) * 4 <= SMEM_BYTES, "output rows");
+static_assert(2 * BN == NT, "row hooks: a thread per K row and one per V row");
 
 static_assert(QT == FI_T_F16 || QT == FI_T_BF16, "16-bit Q/KV");
 static_assert((DQK == 64 || DQK == 128) && (DVO == 64 || DVO == 128), "head dims");
@@ -308,16 +310,22 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                     row_hook<KCH>(qs, tid, 1.0f, [&](float *x) { fi_v::query(x, hc, VP); });
                 }
                 unsigned char *kst = kvs + (t % STAGES) * STAGE_BYTES;
-                for (int key = tid; key < BN && (fi_v::KEY || fi_v::VALUE); key += NT) {
-                    if (j0 + key >= it.k1) continue;
+                /* key row tid / 2 on even threads, its V row on the
+                 * odd one: the tile's rows over every warp */
+                const int key = tid >> 1, role = tid & 1;
+                if ((fi_v::KEY || fi_v::VALUE) && j0 + key < it.k1) {
                     fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP, it.hkv, -1, j0 + key,
                                                it.qo_len, it.kv_len, DQK, a.sm_scale);
-                    if constexpr (fi_v::KEY)
-                        row_hook<KCH>(kst, key, a.k_scale, [&](float *x) { fi_v::key(x, hc, VP); });
+                    if constexpr (fi_v::KEY) {
+                        if (role == 0)
+                            row_hook<KCH>(kst, key, a.k_scale, [&](float *x) { fi_v::key(x, hc, VP); });
+                    }
                     hc.head_dim = DVO;
-                    if constexpr (fi_v::VALUE)
-                        row_hook<VCH>(kst + K_BYTES, key, a.v_scale,
-                                      [&](float *x) { fi_v::value(x, hc, VP); });
+                    if constexpr (fi_v::VALUE) {
+                        if (role == (fi_v::KEY ? 1 : 0))
+                            row_hook<VCH>(kst + K_BYTES, key, a.v_scale,
+                                          [&](float *x) { fi_v::value(x, hc, VP); });
+                    }
                 }
                 __syncthreads();
             }

@@ -80,8 +80,8 @@ typedef struct fi_attn_args {
     float softcap;             /* c of c * tanh(x / c) */
     float softcap_rcp;         /* 1 / c */
     float v_scale;
-    float rope_rcp_scale;      /* 1 / rope_scale */
-    float rope_log2_theta;     /* log2(rope_theta) */
+    float rope_scale;          /* positions / rope_scale (> 0) */
+    float rope_theta;          /* > 0 */
     float sm_scale;            /* the hooks' c->sm_scale */
     float k_scale;             /* FP8 K scale (q_scale leaves it out when a
                                   key hook sees dequantised rows) */

@@ -41,8 +41,11 @@
  *           cache is skipped: nothing is written for it, and nothing reports
  *           it (no error flag: that would need a sync to read).
  *   rope    pair i turns by pos * f_i, f_i = theta^(-2i/rotary_dim) / scale
- *           (LLaMA-3.1: the smoothed blend); frequencies, angles and their
- *           cos/sin in double (exact for large positions), the rotation in
+ *           (LLaMA-3.1: the smoothed blend); frequencies in double, once
+ *           per block (shared memory), kept as hi + lo floats, so the f32
+ *           angle is exact (positions < 2^24; beyond, double); its cos/sin
+ *           by MUFU after a Cody-Waite reduction (prelude.cuh;
+ *           FI_ROPE_ACCURATE=1: all in double, as before); the rotation in
  *           f32; dims past rotary_dim copied; tokens past indptr[B] (or with
  *           no request in a malformed indptr) untouched.
  */
@@ -353,6 +356,38 @@ FI_DEV double rope_freq(const fi_ops_rope_args &a, int i) {
     return (1.0 - smooth) * f / a.rope_scale + smooth * f;
 }
 
+/* Pairs whose frequencies a block keeps in shared memory (rotary_dim up to
+ * 512; the rest computed when needed). */
+constexpr int FMAX = 256;
+
+/* cos/sin of pairs u*PV .. u*PV+PV-1 at pos, all in double. */
+FI_DEV void cos_sin_double(const fi_ops_rope_args &a, double pos, int u, float *cs, float *sn) {
+#pragma unroll
+    for (int e = 0; e < PV; e++) {
+        double s, c;
+        sincos(pos * rope_freq(a, u * PV + e), &s, &c);
+        cs[e] = (float)c;
+        sn[e] = (float)s;
+    }
+}
+
+/* cos/sin of pairs u*PV .. u*PV+PV-1 at pos: exact angles in f32
+ * (fi_rope_sincos, frequencies from freq) for positions below 2^24, else
+ * in double. */
+FI_DEV void cos_sin(const fi_ops_rope_args &a, double pos, int u, const fi_rope_f *freq, float *cs,
+                    float *sn) {
+    if (fabs(pos) < 16777216.0) {
+#pragma unroll
+        for (int e = 0; e < PV; e++) {
+            const int i = u * PV + e;
+            fi_rope_sincos((int)pos, i < FMAX ? freq[i] : fi_rope_split(rope_freq(a, i)), &sn[e],
+                           &cs[e]);
+        }
+        return;
+    }
+    cos_sin_double(a, pos, u, cs, sn);
+}
+
 /* Pairs u*PV .. u*PV+PV-1 of one head row, from `in` to `out`. */
 template <int T>
 FI_DEV void rotate(const char *in, int64_t in_dim, char *out, int64_t out_dim, int u, int half,
@@ -427,6 +462,12 @@ extern "C" __global__ void __launch_bounds__(fi_ops::NT) FI_OPS_NAME(const fi_op
     const int pair_units = half / PV;
     const int tail_units = (a.dim - a.rotary_dim) / TV;
     const int heads = a.heads_q + a.heads_k;
+#if !FI_ROPE_ACCURATE
+    /* the frequencies of the first FMAX pairs, once per block */
+    __shared__ fi_rope_f freq[FMAX];
+    for (int i = threadIdx.x; i < half && i < FMAX; i += NT) freq[i] = fi_rope_split(rope_freq(a, i));
+    __syncthreads();
+#endif
     for (int64_t base = w.first; base < a.rows; base += w.step) {
         const int64_t row = base + w.group;
         if (row >= a.rows) continue;
@@ -438,13 +479,11 @@ extern "C" __global__ void __launch_bounds__(fi_ops::NT) FI_OPS_NAME(const fi_op
         for (int u = w.sub; u < pair_units + tail_units; u += tpr) {
             if (u < pair_units) {
                 float cs[PV], sn[PV];
-#pragma unroll
-                for (int e = 0; e < PV; e++) {
-                    double s, c;
-                    sincos(pos * rope_freq(a, u * PV + e), &s, &c);
-                    cs[e] = (float)c;
-                    sn[e] = (float)s;
-                }
+#if FI_ROPE_ACCURATE
+                cos_sin_double(a, pos, u, cs, sn);
+#else
+                cos_sin(a, pos, u, freq, cs, sn);
+#endif
                 for (int h = h0; h < h1; h++) {
                     if (h < a.heads_q)
                         rotate<QT>(a.q + t * a.q_tok + h * a.q_head, a.q_dim,

@@ -156,6 +156,55 @@ FI_DEV float fi_exp2(float x) {
     return y;
 }
 
+/* ------------------------------------------------------------- RoPE angles */
+
+/* sin/cos of RoPE angles (ops.cuh's RoPE, the built-in fused RoPE and the
+ * hooks' fi_rope_row in variant.cuh). Default: the angle reduced to
+ * [-pi, pi] by Cody-Waite (2 pi = C1 + C2, fmaf) and the MUFU sin/cos;
+ * error bound in docs/CUDA_KERNELS.md ("RoPE angles"): below 1e-6 absolute
+ * for positions < 2^24 and any theta. FI_ROPE_ACCURATE=1 (a -D, e.g. through
+ * FLASHINFER_CUDA_DEFINES) restores the previous code paths (sincosf of
+ * f32 angles in the attention kernels, double in the ops) for A/B runs. */
+#ifndef FI_ROPE_ACCURATE
+#define FI_ROPE_ACCURATE 0
+#endif
+
+/* A frequency as hi + lo (two floats, |lo| <= ulp(hi) / 2), from a double
+ * computed once per thread and dimension: pos * (hi + lo) is the exact
+ * angle to ~2^-48 relative. */
+struct fi_rope_f {
+    float hi, lo;
+};
+FI_DEV fi_rope_f fi_rope_split(double f) {
+    fi_rope_f r;
+    r.hi = (float)f;
+    r.lo = (float)(f - (double)r.hi);
+    return r;
+}
+
+/* sin and cos of a + e: a any f32 (|a| < 2^24 * 2 pi) reduced by
+ * k = rint(a / 2 pi), r = (a - k C1) - k C2, each fmaf rounding once
+ * (|r| <= pi + 2^-20: error <= ulp(pi) / 2 each); e a small correction
+ * added after the reduction; then MUFU (max error 2^-21.4 on [-pi, pi]). */
+FI_DEV void fi_sincos_fast(float a, float e, float *s, float *c) {
+    const float k = rintf(a * 0.159154936671257f);
+    float r = fmaf(-k, 6.2831854820251465f, a);
+    r = fmaf(-k, -1.7484555314695172e-07f, r) + e;
+    __sincosf(r, s, c);
+}
+
+/* sin and cos of pos * (f.hi + f.lo), pos an integer below 2^24 (exact in
+ * f32): the product pos * f.hi splits exactly into a + its rounding error
+ * (fmaf), which joins pos * f.lo after the reduction of a. */
+FI_DEV void fi_rope_sincos(int pos, fi_rope_f f, float *s, float *c) {
+#if FI_ROPE_ACCURATE
+    sincosf((float)pos * f.hi, s, c);
+#else
+    const float p = (float)pos, a = p * f.hi;
+    fi_sincos_fast(a, fmaf(p, f.lo, fmaf(p, f.hi, -a)), s, c);
+#endif
+}
+
 /* ---------------------------------------------------------------- cp.async */
 
 FI_DEV uint32_t fi_smem_addr(const void *p) {

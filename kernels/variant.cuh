@@ -25,11 +25,13 @@
  *   masks still apply (plan params).
  *
  * Built-in fused RoPE is a row transform of q and k (rotate_half at q_pos /
- * kv_pos, fi_rope_row below); the CUDA-core kernel applies it element-wise
- * with the pair function the row form is made of (fi_rope_pair), lane-
- * parallel, while a user's row hook runs one thread per row over an f32 copy
- * of the row (shared memory). The tensor-core kernel runs user row hooks on
- * its shared-memory tiles (16-bit) and not the built-in RoPE (CUDA cores).
+ * kv_pos); the CUDA-core kernel applies it element-wise (fi_rope_pair),
+ * lane-parallel, with exact angles (frequencies as hi + lo floats). A
+ * user's row hook runs one thread per row over a private f32 copy of the
+ * row, rows spread over the CTA's warps; hooks may call fi_rope_row (the
+ * rope_llama spec and the streaming example do). The tensor-core kernel
+ * runs user row hooks on its shared-memory tiles (16-bit) and not the
+ * built-in RoPE (CUDA cores).
  *
  * Per-run values: fi_attn_args.vparams is the raw bytes of
  * fi_variant_params, laid out by the host with C's rules (float, int32_t,
@@ -69,16 +71,45 @@ FI_DEV bool fi_mask_bit(const uint8_t *mask, int64_t bit0, int q_pos, int kv_pos
 }
 
 /* LLaMA RoPE (rotate_half), the built-in's parts: the pair (x[i],
- * x[i + D/2]) turns by pos * freq_i, freq_i = theta^(-2i / D) / scale. */
-FI_DEV float fi_rope_freq(float log2_theta, float rcp_scale, int i, int dim) {
-    return exp2f(-2.0f * (float)i / (float)dim * log2_theta) * rcp_scale;
+ * x[i + D/2]) turns by pos * f_i, f_i = theta^(-2i / D) / scale, f_i in
+ * double once per thread and dimension (fi_rope_sincos: the angle exact). */
+FI_DEV fi_rope_f fi_rope_freq(float theta, float scale, int i, int dim) {
+#if FI_ROPE_ACCURATE /* the previous f32 frequency, sincosf per element */
+    fi_rope_f f;
+    f.hi = exp2f(-2.0f * (float)i / (float)dim * log2f(theta)) * (1.0f / scale);
+    f.lo = 0.0f;
+    return f;
+#else
+    return fi_rope_split(pow((double)theta, -2.0 * i / dim) / (double)scale);
+#endif
 }
 /* One element of the rotated row: x the element, xp its partner, lo whether
  * x is in the first half. */
-FI_DEV float fi_rope_pair(float x, float xp, bool lo, float freq, int pos) {
+FI_DEV float fi_rope_pair(float x, float xp, bool lo, fi_rope_f f, int pos) {
     float sn, cs;
-    sincosf((float)pos * freq, &sn, &cs);
+    fi_rope_sincos(pos, f, &sn, &cs);
     return lo ? x * cs - xp * sn : x * cs + xp * sn;
+}
+
+/* For variant hooks (VARIANT_API.md): x, a row of dim floats, rotated as
+ * LLaMA RoPE on halves at pos. The angle is the f32 one of the hooks' C
+ * build (src/core/variant.c), (pos / scale) * 2^(-2k/dim log2 theta); its
+ * sin/cos by fi_sincos_fast. */
+FI_DEV void fi_rope_row(float *x, int32_t dim, int32_t pos, float scale, float theta) {
+    const int32_t half = dim / 2;
+    const float lt = log2f(theta), p = (float)pos / scale;
+    for (int32_t k = 0; k < half; k++) {
+        const float a = p * exp2f((float)(-2 * k) / (float)dim * lt);
+        float sn, cs;
+#if FI_ROPE_ACCURATE
+        sincosf(a, &sn, &cs);
+#else
+        fi_sincos_fast(a, 0.0f, &sn, &cs);
+#endif
+        const float x0 = x[k], x1 = x[k + half];
+        x[k] = x0 * cs - x1 * sn;
+        x[k + half] = x1 * cs + x0 * sn;
+    }
 }
 
 #if FI_VARIANT
@@ -117,7 +148,7 @@ typedef struct fi_variant_params {
     int32_t window_left;        /* sliding window */
     const uint8_t *mask;        /* custom mask bits */
     int64_t mask_bit0;          /* first bit of this request's segment */
-    float rope_rcp_scale, rope_log2_theta;
+    float rope_scale, rope_theta;
 } fi_variant_params;
 
 /* soft-cap then ALiBi: logits leave the log2 domain */
@@ -137,19 +168,11 @@ FI_HOOK int fi_logits_mask(const fi_hook_ctx *c, const fi_variant_params *p) {
     return keep;
 }
 
-FI_HOOK void fi_rope_row(float *x, int pos, int dim, const fi_variant_params *p) {
-    for (int i = 0; i < dim / 2; i++) {
-        const float f = fi_rope_freq(p->rope_log2_theta, p->rope_rcp_scale, i, dim);
-        const float a = x[i], b = x[i + dim / 2];
-        x[i] = fi_rope_pair(a, b, true, f, pos);
-        x[i + dim / 2] = fi_rope_pair(b, a, false, f, pos);
-    }
-}
 FI_HOOK void fi_query_transform(float *x, const fi_hook_ctx *c, const fi_variant_params *p) {
-    if (FI_POS == 1) fi_rope_row(x, c->q_pos, c->head_dim, p);
+    if (FI_POS == 1) fi_rope_row(x, c->head_dim, c->q_pos, p->rope_scale, p->rope_theta);
 }
 FI_HOOK void fi_key_transform(float *x, const fi_hook_ctx *c, const fi_variant_params *p) {
-    if (FI_POS == 1) fi_rope_row(x, c->kv_pos, c->head_dim, p);
+    if (FI_POS == 1) fi_rope_row(x, c->head_dim, c->kv_pos, p->rope_scale, p->rope_theta);
 }
 FI_HOOK void fi_value_transform(float *, const fi_hook_ctx *, const fi_variant_params *) {}
 FI_HOOK void fi_output_transform(float *, float, const fi_hook_ctx *, const fi_variant_params *) {}
@@ -200,8 +223,8 @@ FI_DEV fi_variant_params params(const fi_attn_args &a, const float *alibi) {
     p.window_left = a.window_left;
     p.mask = a.mask;
     p.mask_bit0 = 0;
-    p.rope_rcp_scale = a.rope_rcp_scale;
-    p.rope_log2_theta = a.rope_log2_theta;
+    p.rope_scale = a.rope_scale;
+    p.rope_theta = a.rope_theta;
     return p;
 #endif
 }

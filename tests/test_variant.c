@@ -149,7 +149,7 @@ static void builtins(void) {
                            "rope_llama"};
     const char *needles[] = {"FI_VARIANT_HAS_LOGITS_TRANSFORM 0", "p.cap * tanhf(s / p.cap)",
                              "p.slopes[c->qo_head]", "c->q_pos - p.window_left",
-                             "p.mask_indptr[c->request]", "fi_rope_halves(x, c->head_dim, c->kv_pos"};
+                             "p.mask_indptr[c->request]", "fi_rope_row(x, c->head_dim, c->kv_pos"};
     for (int i = 0; i < 6; i++) {
         char name[64];
         snprintf(name, sizeof name, "builtin/%s", names[i]);

@@ -33,17 +33,6 @@ static const fi_variant_param all_params[] = {
     {"period", FI_VARIANT_PARAM_I32, FI_DTYPE_I32},
 };
 
-/* RoPE on halves at `pos`, theta^(-2k/D) per pair. */
-static const char streaming_helpers[] =
-    "FI_HOOK void rope_at(float *x, int32_t dim, int32_t pos, float theta) {\n"
-    "    int32_t half = dim / 2;\n"
-    "    for (int32_t k = 0; k < half; k++) {\n"
-    "        float a = (float)pos * powf(theta, -2.0f * (float)k / (float)dim);\n"
-    "        float cs = cosf(a), sn = sinf(a), x0 = x[k], x1 = x[k + half];\n"
-    "        x[k] = x0 * cs - x1 * sn;\n"
-    "        x[k + half] = x1 * cs + x0 * sn;\n"
-    "    }\n"
-    "}\n";
 
 static fi_variant_spec specs[VX_COUNT];
 static int specs_ready;
@@ -70,9 +59,9 @@ static void build_specs(void) {
 
     s = &specs[VX_STREAMING];
     s->name = "streaming", s->params = streaming_params, s->num_params = 3;
-    s->helpers = streaming_helpers;
-    s->query_transform = "rope_at(x, c->head_dim, c->q_pos, p.rope_theta);";
-    s->key_transform = "rope_at(x, c->head_dim, c->kv_pos, p.rope_theta);";
+    /* RoPE on halves at the position in the cache: the library's helper */
+    s->query_transform = "fi_rope_row(x, c->head_dim, c->q_pos, 1.0f, p.rope_theta);";
+    s->key_transform = "fi_rope_row(x, c->head_dim, c->kv_pos, 1.0f, p.rope_theta);";
     s->logits_mask = "return c->kv_pos < p.num_sink || c->kv_pos >= c->q_pos - p.window;";
 
     s = &specs[VX_HEAD_SCALE];

@@ -384,6 +384,22 @@ static void put_prelude(text *t, const fi_variant *v, fi_variant_target target) 
            "    return sign ? -f : f;\n"
            "}\n"
            "FI_HOOK float fi_bf16(uint16_t h) { return fi_bits_float((uint32_t)h << 16); }\n\n");
+    /* fi_rope_row: the CUDA build's is kernels/variant.cuh's (same f32
+     * angles, MUFU sin/cos after a Cody-Waite reduction) */
+    if (target == FI_VARIANT_TARGET_C)
+        put(t, "/* LLaMA RoPE on halves of x[dim] at pos: pair k turns by\n"
+               " * (pos / scale) * 2^(-2k/dim log2 theta), in f32. */\n"
+               "FI_HOOK void fi_rope_row(float *x, int32_t dim, int32_t pos, float scale, "
+               "float theta) {\n"
+               "    int32_t half = dim / 2;\n"
+               "    float lt = log2f(theta), p = (float)pos / scale;\n"
+               "    for (int32_t k = 0; k < half; k++) {\n"
+               "        float a = p * exp2f((float)(-2 * k) / (float)dim * lt);\n"
+               "        float cs = cosf(a), sn = sinf(a), x0 = x[k], x1 = x[k + half];\n"
+               "        x[k] = x0 * cs - x1 * sn;\n"
+               "        x[k + half] = x1 * cs + x0 * sn;\n"
+               "    }\n"
+               "}\n\n");
 }
 
 static void put_hooks(text *t, const fi_variant *v) {

@@ -23,18 +23,6 @@ static const fi_variant_param rope_params[] = {
     {"rope_theta", FI_VARIANT_PARAM_F32, FI_DTYPE_F32},
 };
 
-/* LLaMA RoPE on halves: angle_k = pos / scale * theta^(-2k/D). */
-static const char rope_helpers[] =
-    "FI_HOOK void fi_rope_halves(float *x, int32_t dim, int32_t pos, float scale, float theta) {\n"
-    "    int32_t half = dim / 2;\n"
-    "    float lt = log2f(theta);\n"
-    "    for (int32_t k = 0; k < half; k++) {\n"
-    "        float a = (float)pos / scale * exp2f(-2.0f * (float)k / (float)dim * lt);\n"
-    "        float cs = cosf(a), sn = sinf(a), x0 = x[k], x1 = x[k + half];\n"
-    "        x[k] = x0 * cs - x1 * sn;\n"
-    "        x[k + half] = x1 * cs + x0 * sn;\n"
-    "    }\n"
-    "}\n";
 
 /* Row i of the request's [qo_len, kv_len] bit matrix at byte mask_indptr[request]. */
 static const char mask_body[] =
@@ -71,11 +59,12 @@ static void spec_of(int i, fi_variant_spec *s) {
         break;
     default:
         s->name = "rope_llama", s->params = rope_params, s->num_params = 2;
-        s->helpers = rope_helpers;
+        /* LLaMA RoPE on halves: angle_k = pos / scale * theta^(-2k/D), the
+         * hooks' library helper (fast sin/cos on the GPU) */
         s->query_transform =
-            "fi_rope_halves(x, c->head_dim, c->q_pos, p.rope_scale, p.rope_theta);";
+            "fi_rope_row(x, c->head_dim, c->q_pos, p.rope_scale, p.rope_theta);";
         s->key_transform =
-            "fi_rope_halves(x, c->head_dim, c->kv_pos, p.rope_scale, p.rope_theta);";
+            "fi_rope_row(x, c->head_dim, c->kv_pos, p.rope_scale, p.rope_theta);";
         break;
     }
 }

@@ -46,6 +46,9 @@ void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_co
 /* Attach variant v's CUDA hook text `src` (kept by reference) to c. */
 void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char *src);
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+/* Appends the -D options of $FLASHINFER_CUDA_DEFINES (space-separated) to
+ * spec: the attention kernels and the RoPE op take them. */
+void fi_cuda_env_defines(fi_kernel_spec *spec);
 /* The merge kernel of c's output (the built-in one unless c's variant has an
  * output hook or use_softmax = 0). */
 void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *spec);

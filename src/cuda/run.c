@@ -88,8 +88,8 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     a->softcap = p->logits_soft_cap;
     a->softcap_rcp = p->logits_soft_cap > 0.0f ? 1.0f / p->logits_soft_cap : 0.0f;
     a->v_scale = fp8 ? p->v_scale : 1.0f;
-    a->rope_rcp_scale = 1.0f / (p->rope_scale > 0.0f ? p->rope_scale : 1.0f);
-    a->rope_log2_theta = log2f(p->rope_theta > 0.0f ? p->rope_theta : 1e4f);
+    a->rope_scale = p->rope_scale > 0.0f ? p->rope_scale : 1.0f;
+    a->rope_theta = p->rope_theta > 0.0f ? p->rope_theta : 1e4f;
     /* the variant's per-run values, by value in the launch (so a captured
      * graph replays them; the core checked them) */
     if (p->variant) fi_variant_pack(p->variant, ra->variant_args, a->vparams);

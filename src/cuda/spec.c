@@ -97,13 +97,19 @@ void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     add_define(s, "-DFI_SOFTCAP=%d", c->softcap);
     add_define(s, "-DFI_POS=%d", c->pos);
     add_define(s, "-DFI_ATTN_NAME=%s", s->name);
-    /* Tuning experiments: FLASHINFER_CUDA_DEFINES="-DFI_STAGES=4 ..." (up to
-     * three; part of the disk-cache key, not of the name). */
+    fi_cuda_env_defines(s);
+}
+
+/* Tuning experiments and A/B runs: FLASHINFER_CUDA_DEFINES="-DFI_STAGES=4
+ * -DFI_ROPE_ACCURATE=1 ..." (while room is left; part of the disk-cache key,
+ * not of the name, so a context's module cache keeps the first one). */
+void fi_cuda_env_defines(fi_kernel_spec *s) {
     const char *extra = getenv("FLASHINFER_CUDA_DEFINES");
     char buf[192];
     snprintf(buf, sizeof buf, "%s", extra ? extra : "");
-    for (char *tok = strtok(buf, " "); tok && s->num_defines < FI_SPEC_MAX_DEFINES;
-         tok = strtok(NULL, " "))
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " ", &save); tok && s->num_defines < FI_SPEC_MAX_DEFINES;
+         tok = strtok_r(NULL, " ", &save))
         add_define(s, "%.60s", tok);
 }
 
@@ -163,6 +169,7 @@ void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     add_define(s, "-DFI_SOFTCAP=%d", c->softcap);
     add_define(s, "-DFI_POS=%d", c->pos);
     add_define(s, "-DFI_ATTN_TC_NAME=%s", s->name);
+    fi_cuda_env_defines(s);
 }
 
 int fi_cuda_persist_enabled(void) {
