@@ -4,6 +4,8 @@
 #   make test       build and run every test
 #   make sanitize   the test suite under AddressSanitizer + UBSan
 #   make install    PREFIX=/usr/local
+#   make aot        the library with the common CUDA kernels compiled ahead of
+#                   time by nvcc (AOT=1; `make gpu` turns it on where nvcc is)
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   ?= build
@@ -38,7 +40,21 @@ KERNEL_GEN := $(BUILD)/gen/kernel_sources.c
 # comparison (FLASHINFER_CPU_VARIANT_KERNEL=1).
 CPU_TEMPLATE_SRC := include/flashinfer.h src/cpu/convert.h src/cpu/variant_abi.h src/cpu/variant_kernel.h src/cpu/variant_kernel_v1.h
 CPU_TEMPLATE_GEN := $(BUILD)/gen/cpu_jit_files.c
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/kernel_sources.o $(BUILD)/gen/cpu_jit_files.o
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/kernel_sources.o $(BUILD)/gen/cpu_jit_files.o \
+           $(BUILD)/gen/aot_table.o
+
+# Kernels compiled ahead of time (src/cuda/aot_set.c) into a table of sm_90a
+# cubins in the library, found before the disk cache and NVRTC. AOT=1 needs
+# nvcc; `make aot` and `make gpu` set it where nvcc exists; plain `make`
+# builds an empty table (JIT only). The flag file makes a change of AOT
+# rebuild the table.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifneq ($(filter aot gpu,$(MAKECMDGOALS)),)
+  AOT ?= $(if $(NVCC),1,0)
+endif
+AOT ?= 0
+AOT_FLAG := $(BUILD)/gen/aot.flag
+$(shell mkdir -p $(BUILD)/gen && { [ "$$(cat $(AOT_FLAG) 2>/dev/null)" = "$(AOT)" ] || echo "$(AOT)" > $(AOT_FLAG); })
 STATIC  := $(BUILD)/libflashinfer.a
 SHARED  := $(BUILD)/libflashinfer.so
 
@@ -55,7 +71,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/example_%)
 GPU_SRC   := $(wildcard tests/gpu/*.c)
 GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/%)
 
-.PHONY: all lib test demo sanitize install clean bench gpu
+.PHONY: all lib test demo sanitize install clean bench gpu aot stub
 all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(GPU_BIN) $(EXAMPLE_BIN)
 lib: $(STATIC) $(SHARED)
 
@@ -75,6 +91,31 @@ $(CPU_TEMPLATE_GEN): $(CPU_TEMPLATE_SRC) src/cpu/embed_kernel.sh
 	sh src/cpu/embed_kernel.sh $(CPU_TEMPLATE_SRC) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/cpu_jit_files.o: $(CPU_TEMPLATE_GEN)
+	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@
+
+# The list tool links the library's objects with an empty table (the real
+# one is what it helps build).
+$(BUILD)/gen/aot_empty.c: src/cuda/aot/table.sh
+	@mkdir -p $(dir $@)
+	sh src/cuda/aot/table.sh $(BUILD) < /dev/null > $@
+
+$(BUILD)/gen/aot_empty.o: $(BUILD)/gen/aot_empty.c
+	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@
+
+$(BUILD)/aot_list: src/cuda/aot/list.c $(filter-out $(BUILD)/gen/aot_table.o,$(LIB_OBJ)) \
+                   $(BUILD)/gen/aot_empty.o
+	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+
+ifeq ($(AOT),1)
+$(BUILD)/gen/aot_table.c: $(AOT_FLAG) $(KERNEL_SRC) $(BUILD)/aot_list $(wildcard src/cuda/aot/*.sh)
+	@test -n "$(NVCC)" || { echo "AOT=1 needs nvcc (not found; NVCC=path)"; exit 1; }
+	sh src/cuda/aot/build.sh $(NVCC) $(BUILD)
+else
+$(BUILD)/gen/aot_table.c: $(AOT_FLAG) $(BUILD)/gen/aot_empty.c
+	cp $(BUILD)/gen/aot_empty.c $@
+endif
+
+$(BUILD)/gen/aot_table.o: $(BUILD)/gen/aot_table.c
 	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
@@ -107,6 +148,14 @@ $(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BENCH_SUPPORT_OBJ) $(TEST_SUPPORT_O
 $(GPU_BIN): $(BUILD)/%: $(BUILD)/tests/gpu/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 gpu: $(GPU_BIN)
+aot: lib
+	@[ "$(AOT)" = 1 ] || echo "make aot: no nvcc found (NVCC=path): the library has no AOT table"
+
+# A stand-in driver (no GPU): profile the CUDA backend's host path here.
+$(BUILD)/stub/libcuda.so.1: tests/gpu/stub/libcuda.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -fvisibility=default -shared -o $@ $<
+stub: $(BUILD)/stub/libcuda.so.1
 
 # The demo: a CPU serving step, checked against the oracle.
 demo: $(TOOL_BIN)

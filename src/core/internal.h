@@ -250,6 +250,9 @@ fi_status fi_check_indptr(const int32_t *indptr, int32_t n, const char *name,
 
 /* Smallest and largest of a[0..n) (INT32_MAX and -1 when n == 0). */
 void fi_int32_range(const int32_t *a, int32_t n, int32_t *lo, int32_t *hi);
+/* The same while copying a into dst (one pass: a backend that copies the
+ * page table anyway checks it for free). */
+void fi_int32_copy_range(int32_t *dst, const int32_t *a, int32_t n, int32_t *lo, int32_t *hi);
 
 /* ------------------------------------------------------------ numerics */
 

@@ -129,8 +129,8 @@ fi_status fi_check_indptr(const int32_t *indptr, int32_t n, const char *name,
 }
 
 /* The page table is the one O(pages) array the plan reads, so gcc builds
- * this loop for AVX2 as well and picks the clone at load time (clang
- * vectorises it at -O2 by itself). */
+ * these loops for AVX2 as well and picks the clone at load time (clang
+ * vectorises them at -O2 by itself). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 __attribute__((target_clones("avx2", "default"), optimize("O3")))
 #endif
@@ -139,6 +139,21 @@ void fi_int32_range(const int32_t *a, int32_t n, int32_t *lo, int32_t *hi) {
     for (int32_t j = 0; j < n; j++) {
         l = a[j] < l ? a[j] : l;
         h = a[j] > h ? a[j] : h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+__attribute__((target_clones("avx2", "default"), optimize("O3")))
+#endif
+void fi_int32_copy_range(int32_t *dst, const int32_t *a, int32_t n, int32_t *lo, int32_t *hi) {
+    int32_t l = INT32_MAX, h = -1;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t x = a[j];
+        dst[j] = x;
+        l = x < l ? x : l;
+        h = x > h ? x : h;
     }
     *lo = l;
     *hi = h;

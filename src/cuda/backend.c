@@ -50,6 +50,7 @@ static fi_status device_facts(fi_cuda_ctx *cc) {
     FI_CU(cu, DeviceGetAttribute, &cc->cc_minor, FI_CU_ATTR_CC_MINOR, cc->dev);
     FI_CU(cu, DeviceGetName, cc->name, (int)sizeof cc->name, cc->dev);
     fi_cuda_arch_name(cc->cc_major, cc->cc_minor, cc->arch, sizeof cc->arch);
+    cc->use_aot = fi_cuda_aot_enabled();
     return FI_OK;
 }
 

@@ -115,10 +115,26 @@ void fi_cuda_arch_name(int major, int minor, char *buf, size_t n);
  * FI_STATUS_NO_DEVICE without a driver or that device (fi warmup). */
 fi_status fi_cuda_device_arch(int32_t device, char *buf, size_t n);
 
+/* ------------------------------------------------------------------- AOT */
+
+/* The configurations `make aot` compiles with nvcc (src/cuda/aot_set.c). */
+int fi_cuda_aot_set_count(void);
+void fi_cuda_aot_set_spec(int i, fi_kernel_spec *spec);
+/* The cubin of `spec` for `arch` in the library's AOT table, matched by
+ * entry file, name and every -D option; NULL when the library was built
+ * without AOT (plain `make`) or holds no such kernel. */
+const void *fi_cuda_aot_find(const fi_kernel_spec *spec, const char *arch, size_t *size);
+/* Kernels in the table (0 without AOT). */
+int fi_cuda_aot_count(void);
+/* Whether this process may use the table: not when FLASHINFER_AOT=0 or
+ * FLASHINFER_JIT=force (tests comparing the two builds; read per context). */
+int fi_cuda_aot_enabled(void);
+
 typedef struct fi_cuda_jit_stats {
-    int compiled, disk_loads, memory_hits;
+    int compiled, disk_loads, memory_hits, aot_loads;
     double compile_seconds;   /* NVRTC, cold */
     double disk_load_seconds; /* file read + cuModuleLoadData, warm */
+    double aot_load_seconds;  /* cuModuleLoadData of an embedded cubin */
 } fi_cuda_jit_stats;
 
 typedef struct fi_cuda_module {
@@ -136,6 +152,7 @@ typedef struct fi_cuda_ctx {
     CUcontext pctx; /* the device's primary context, retained */
     int sm_count, cc_major, cc_minor;
     char arch[16];  /* "sm_90a" */
+    int use_aot;    /* fi_cuda_aot_enabled() at creation */
     char name[128];
     pthread_mutex_t lock; /* guards modules and stats */
     fi_cuda_module *modules;

@@ -3,7 +3,8 @@
  * options) is compiled by NVRTC from the sources embedded in the library,
  * for the device's architecture, cached on disk under a key of (sources,
  * options, arch, NVRTC version), and loaded with cuModuleLoadData; each
- * context keeps its loaded modules in memory.
+ * context keeps its loaded modules in memory. Kernels compiled ahead of time
+ * by nvcc (src/cuda/aot.c) are taken from the library's table first.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/kernel_sources.h"
@@ -166,7 +167,7 @@ fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *wa
 
 /* ----------------------------------------------------------- per context */
 
-static fi_status load_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, const char *image,
+static fi_status load_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, const void *image,
                              fi_cuda_module *m) {
     const fi_cu_api *cu = cc->cu;
     FI_CU(cu, ModuleLoadData, &m->module, image);
@@ -179,12 +180,28 @@ static fi_status load_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, const 
     return FI_OK;
 }
 
-/* Disk, else NVRTC; fills m. Called with cc->lock held. */
+/* The library's AOT table, else disk, else NVRTC; fills m. Called with
+ * cc->lock held. */
 static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cuda_module *m) {
-    char path[1024];
-    fi_cuda_cache_path(spec, cc->arch, path, sizeof path);
     double t0 = now_seconds();
     size_t size = 0;
+    const void *aot = cc->use_aot ? fi_cuda_aot_find(spec, cc->arch, &size) : NULL;
+    if (aot) {
+        fi_status st = load_module(cc, spec, aot, m);
+        if (st == FI_OK) {
+            double dt = now_seconds() - t0;
+            cc->stats.aot_loads++;
+            cc->stats.aot_load_seconds += dt;
+            if (jit_log())
+                fprintf(stderr, "flashinfer-c jit: %s loaded from the AOT table in %.2f ms\n",
+                        spec->name, 1e3 * dt);
+            return FI_OK;
+        }
+        fi_error_clear(); /* a cubin this driver refuses: the JIT path below */
+    }
+    char path[1024];
+    fi_cuda_cache_path(spec, cc->arch, path, sizeof path);
+    t0 = now_seconds();
     char *image = fi_cache_read(path, &size);
     if (image) {
         fi_status st = load_module(cc, spec, image, m);
@@ -272,7 +289,10 @@ fi_status fi_cuda_jit_prepare(fi_cuda_ctx *cc, const fi_kernel_spec *const *spec
     warm_job jobs[MAXJ];
     int k = 0;
     for (int i = 0; i < n && k < MAXJ; i++) {
-        if (in_memory(cc, specs[i])) continue;
+        size_t aot_size;
+        if (in_memory(cc, specs[i]) ||
+            (cc->use_aot && fi_cuda_aot_find(specs[i], cc->arch, &aot_size)))
+            continue;
         char path[1024];
         fi_cuda_cache_path(specs[i], cc->arch, path, sizeof path);
         if (access(path, R_OK) == 0) continue;

@@ -204,7 +204,7 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
 }
 
 /* Pack the batch and schedule into staging; returns the bytes used. */
-static size_t pack(const fi_plan *plan, char *base) {
+static size_t pack(fi_plan *plan, char *base) {
     const fi_schedule *s = &plan->schedule;
     int32_t b = plan->batch_size;
     fi_meta m;
@@ -212,8 +212,20 @@ static size_t pack(const fi_plan *plan, char *base) {
     size_t at = a16(sizeof m);
     m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
     m.off_kv_indptr = put(base, &at, plan->kv_indptr, (size_t)(b + 1) * 4);
-    size_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? (size_t)plan->kv_indptr[b] : 0;
-    m.off_kv_indices = put(base, &at, plan->kv_indices, nnz * 4);
+    int32_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? plan->kv_indptr[b] : 0;
+    m.off_kv_indices = (int64_t)at;
+    if (nnz > 0) {
+        /* The page table's one pass: copied, and its range taken on the way,
+         * which is the check fi_plan_run would otherwise make with a second
+         * pass (core/plan_run.c); a negative id is left for it to report. */
+        int32_t lo, hi;
+        fi_int32_copy_range((int32_t *)(void *)(base + at), plan->kv_indices, nnz, &lo, &hi);
+        if (lo >= 0) {
+            plan->max_page_index = hi;
+            plan->pages_checked = true;
+        }
+    }
+    at = a16(at + (size_t)nnz * 4);
     m.off_kv_len = put(base, &at, plan->kv_len, (size_t)b * 4);
     size_t nmask = plan->params.mask_mode == FI_MASK_CUSTOM ? (size_t)(b + 1) : 0;
     m.off_mask_offset = put(base, &at, plan->mask_offset, nmask * 8);

@@ -54,32 +54,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
     if (reps < 30) reps = 30;
-    fi_context *ctx = NULL;
-    int open = gu_bench_context(&ctx);
-    if (open) return open < 0;
-    printf("%s; pages %s\n", fi_context_describe(ctx),
-           contiguous ? "contiguous per request" : "random");
-    tu_rng rng;
-    tu_rng_seed(&rng, 42);
-    size_t kvbytes = (size_t)POOL * PS * HKV * D * 2;
-    size_t qbytes = (size_t)256 * HQ * D * 2;
-    gu_ptr dk = 0, dv = 0, dq = 0, dout = 0;
-    if (GU(gu.MemAlloc(&dk, kvbytes)) || GU(gu.MemAlloc(&dv, kvbytes)) ||
-        GU(gu.MemAlloc(&dq, qbytes)) || GU(gu.MemAlloc(&dout, qbytes)) ||
-        gu_fill_random_bf16(dk, kvbytes, &rng) || gu_fill_random_bf16(dv, kvbytes, &rng) ||
-        gu_fill_random_bf16(dq, qbytes, &rng))
-        return 1;
-    gu_stream s = NULL;
-    gu_event e0 = NULL, e1 = NULL;
-    GU(gu.StreamCreate(&s, 1));
-    GU(gu.EventCreate(&e0, 0));
-    GU(gu.EventCreate(&e1, 0));
-
-    fi_attention_params p;
-    fi_attention_params_init(&p);
-    p.num_qo_heads = HQ, p.num_kv_heads = HKV, p.head_dim_qk = p.head_dim_vo = D;
-    p.page_size = PS;
-    p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
+    gu_bench bench;
+    int st = gu_bench_init(&bench, (size_t)256 * HQ * D * 2, (size_t)POOL * PS * HKV * D * 2, 42,
+                           contiguous ? "pages contiguous per request" : "pages random");
+    if (st) return st < 0;
+    fi_context *ctx = bench.ctx;
+    tu_rng rng = bench.rng;
+    gu_ptr dk = bench.k, dv = bench.v, dq = bench.q, dout = bench.o;
+    gu_stream s = bench.s;
+    fi_attention_params p = gu_bench_params(HQ, HKV, D, PS);
     int64_t ks[4] = {POOL, PS, HKV, D};
 
     FILE *jf = json ? fopen(json, "w") : NULL;
@@ -159,7 +142,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < R; r++) fi_plan_run(cp[r].plan, &a);
             if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
             float *ms = malloc(sizeof(float) * reps);
-            if (gu_replay_times(ex, s, e0, e1, reps, ms)) return 1;
+            if (gu_replay_times(ex, s, bench.e0, bench.e1, reps, ms)) return 1;
             double us = 1e3 * ms[reps / 2] / R;
             double tbs = bytes / (us * 1e-6) / 1e12;
             /* the output must be finite (not a test; a guard against timing garbage) */

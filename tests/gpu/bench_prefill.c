@@ -37,27 +37,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--paged-only")) want_ragged = 0;
     }
     if (reps < 30) reps = 30;
-    fi_context *ctx = NULL;
-    int open = gu_bench_context(&ctx);
-    if (open) return open < 0;
     const char *tc = getenv("FLASHINFER_CUDA_TC");
-    printf("%s; kernel: %s\n", fi_context_describe(ctx),
-           tc && tc[0] == '0' ? "CUDA cores (FLASHINFER_CUDA_TC=0)" : "tensor cores");
-    tu_rng rng;
-    tu_rng_seed(&rng, 7);
     const int64_t MAXTOK = 131072; /* the largest cell: 128 x 1024 = 4 x 32768 tokens */
-    size_t qbytes = (size_t)MAXTOK * HQ * D * 2, kvbytes = (size_t)MAXTOK * HKV * D * 2;
-    gu_ptr dq = 0, dk = 0, dv = 0, dout = 0;
-    if (GU(gu.MemAlloc(&dq, qbytes)) || GU(gu.MemAlloc(&dout, qbytes)) ||
-        GU(gu.MemAlloc(&dk, kvbytes)) || GU(gu.MemAlloc(&dv, kvbytes)) ||
-        gu_fill_random_bf16(dq, qbytes, &rng) || gu_fill_random_bf16(dk, kvbytes, &rng) ||
-        gu_fill_random_bf16(dv, kvbytes, &rng))
-        return 1;
-    gu_stream s = NULL;
-    gu_event e0 = NULL, e1 = NULL;
-    GU(gu.StreamCreate(&s, 1));
-    GU(gu.EventCreate(&e0, 0));
-    GU(gu.EventCreate(&e1, 0));
+    gu_bench bench;
+    int st = gu_bench_init(&bench, (size_t)MAXTOK * HQ * D * 2, (size_t)MAXTOK * HKV * D * 2, 7,
+                           tc && tc[0] == '0' ? "kernel: CUDA cores (FLASHINFER_CUDA_TC=0)"
+                                              : "kernel: tensor cores");
+    if (st) return st < 0;
+    fi_context *ctx = bench.ctx;
+    tu_rng rng = bench.rng;
+    gu_ptr dq = bench.q, dk = bench.k, dv = bench.v, dout = bench.o;
+    gu_stream s = bench.s;
+    gu_event e0 = bench.e0, e1 = bench.e1;
     FILE *jf = json ? fopen(json, "w") : NULL;
     static const int Bs[] = {128, 64, 32, 16, 1, 1}, Ls[] = {1024, 2048, 4096, 8192, 16384, 32768};
     char table[8192];
@@ -76,13 +67,9 @@ int main(int argc, char **argv) {
                 if (!strstr(list, cell)) continue;
             }
             int64_t T = (int64_t)B * L, pages = T / PS;
-            fi_attention_params p;
-            fi_attention_params_init(&p);
-            p.num_qo_heads = HQ, p.num_kv_heads = HKV, p.head_dim_qk = p.head_dim_vo = D;
+            fi_attention_params p = gu_bench_params(HQ, HKV, D, paged ? PS : 1);
             p.mask_mode = FI_MASK_CAUSAL;
             p.kv_format = paged ? FI_KV_FORMAT_PAGED : FI_KV_FORMAT_RAGGED;
-            p.page_size = paged ? PS : 1;
-            p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
             fi_plan_config cfg;
             fi_plan_config_init(&cfg);
             cfg.max_batch_size = B, cfg.max_total_qo = (int32_t)T;

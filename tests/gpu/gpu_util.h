@@ -7,6 +7,7 @@
 #ifndef FI_GPU_UTIL_H
 #define FI_GPU_UTIL_H
 
+#include "flashinfer.h"
 #include "../util.h"
 
 #include <dlfcn.h>
@@ -44,7 +45,16 @@ static struct {
     int (*GraphDestroy)(gu_graph);
     int (*GraphExecDestroy)(gu_exec);
     int (*GetErrorName)(int, const char **);
+    int (*MemAllocHost)(void **, size_t);
+    int (*MemFreeHost)(void *);
+    int (*HtoDAsync)(gu_ptr, const void *, size_t, gu_stream);
+    int (*StreamIsCapturing)(gu_stream, int *);
+    int (*CtxPushCurrent)(gu_ctx);
+    int (*CtxPopCurrent)(gu_ctx *);
+    int (*EventQuery)(gu_event);
+    int (*StreamQuery)(gu_stream);
 } gu;
+static gu_ctx gu_primary; /* the context gu_init made current */
 
 static int gu_sym(void *lib, const char *name, void *slot) {
     void *p = dlsym(lib, name);
@@ -83,12 +93,21 @@ static int gu_init(int ordinal) {
     ok &= gu_sym(lib, "cuGraphDestroy", &gu.GraphDestroy);
     ok &= gu_sym(lib, "cuGraphExecDestroy", &gu.GraphExecDestroy);
     ok &= gu_sym(lib, "cuGetErrorName", &gu.GetErrorName);
+    ok &= gu_sym(lib, "cuMemAllocHost_v2", &gu.MemAllocHost);
+    ok &= gu_sym(lib, "cuMemFreeHost", &gu.MemFreeHost);
+    ok &= gu_sym(lib, "cuMemcpyHtoDAsync_v2", &gu.HtoDAsync);
+    ok &= gu_sym(lib, "cuStreamIsCapturing", &gu.StreamIsCapturing);
+    ok &= gu_sym(lib, "cuCtxPushCurrent_v2", &gu.CtxPushCurrent);
+    ok &= gu_sym(lib, "cuCtxPopCurrent_v2", &gu.CtxPopCurrent);
+    ok &= gu_sym(lib, "cuEventQuery", &gu.EventQuery);
+    ok &= gu_sym(lib, "cuStreamQuery", &gu.StreamQuery);
     if (!ok) return -1;
     int dev, n = 0;
     gu_ctx ctx;
     if (gu.Init(0) || gu.DeviceGetCount(&n) || ordinal >= n || gu.DeviceGet(&dev, ordinal) ||
         gu.PrimaryCtxRetain(&ctx, dev) || gu.CtxSetCurrent(ctx))
         return -1;
+    gu_primary = ctx;
     return 0;
 }
 
@@ -142,6 +161,50 @@ static inline int gu_fill_random_bf16(gu_ptr dst, size_t bytes, tu_rng *rng) {
     return 0;
 }
 
+/* A paged batch over a pool of `pool` pages: request i has qo[i] queries and
+ * kv[i] keys; its pages are drawn at random from the pool (with repeats
+ * across requests: reads only), or are one run of consecutive pages from a
+ * random start (`contiguous`, FlashInfer's benchmark layout). */
+typedef struct gu_batch {
+    int32_t n, total_q, pages;
+    int32_t *qo_indptr, *kv_indptr, *indices, *last;
+} gu_batch;
+
+static inline void gu_batch_free(gu_batch *b) {
+    free(b->qo_indptr), free(b->kv_indptr), free(b->indices), free(b->last);
+    memset(b, 0, sizeof *b);
+}
+
+static inline int gu_batch_make(gu_batch *b, int n, const int32_t *qo, const int32_t *kv,
+                                int page, int32_t pool, int contiguous, tu_rng *rng) {
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    b->qo_indptr = calloc((size_t)n + 1, 4), b->kv_indptr = calloc((size_t)n + 1, 4);
+    b->last = calloc((size_t)n + 1, 4);
+    if (!b->qo_indptr || !b->kv_indptr || !b->last) return -1;
+    for (int i = 0; i < n; i++) {
+        int32_t pages = (kv[i] + page - 1) / page;
+        b->qo_indptr[i + 1] = b->qo_indptr[i] + qo[i];
+        b->kv_indptr[i + 1] = b->kv_indptr[i] + pages;
+        b->last[i] = pages ? kv[i] - page * (pages - 1) : 0;
+    }
+    b->total_q = b->qo_indptr[n], b->pages = b->kv_indptr[n];
+    b->indices = malloc(sizeof(int32_t) * ((size_t)b->pages + 1));
+    if (!b->indices) return -1;
+    for (int i = 0; i < n; i++) {
+        int32_t start = tu_rng_int(rng, 0, pool - 1);
+        for (int32_t j = b->kv_indptr[i]; j < b->kv_indptr[i + 1]; j++)
+            b->indices[j] = contiguous ? (start + j - b->kv_indptr[i]) % pool
+                                       : tu_rng_int(rng, 0, pool - 1);
+    }
+    return 0;
+}
+
+static inline fi_batch gu_batch_view(const gu_batch *b) {
+    fi_batch v = {b->n, b->qo_indptr, b->kv_indptr, b->indices, b->last, NULL};
+    return v;
+}
+
 /* qsort comparator of floats (the timings whose median is reported). */
 static inline int gu_cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -163,5 +226,66 @@ static inline int gu_replay_times(gu_exec ex, gu_stream s, gu_event e0, gu_event
     qsort(ms, (size_t)reps, sizeof ms[0], gu_cmp_float);
     return 0;
 }
+
+/* What the benchmark programs start with: gu_bench_context (its status),
+ * the context described on stdout after `what`, q and o of qbytes and k and
+ * v of kvbytes on the device, all but o random bf16 from `seed`, a
+ * non-blocking stream and two timing events. */
+typedef struct gu_bench {
+    fi_context *ctx;
+    tu_rng rng;
+    gu_ptr q, o, k, v;
+    gu_stream s;
+    gu_event e0, e1;
+} gu_bench;
+
+static inline int gu_bench_init(gu_bench *b, size_t qbytes, size_t kvbytes, uint64_t seed,
+                                const char *what) {
+    memset(b, 0, sizeof *b);
+    int open = gu_bench_context(&b->ctx);
+    if (open) return open;
+    printf("%s; %s\n", fi_context_describe(b->ctx), what);
+    tu_rng_seed(&b->rng, seed);
+    if (GU(gu.MemAlloc(&b->k, kvbytes)) || GU(gu.MemAlloc(&b->v, kvbytes)) ||
+        GU(gu.MemAlloc(&b->q, qbytes)) || GU(gu.MemAlloc(&b->o, qbytes)) ||
+        gu_fill_random_bf16(b->k, kvbytes, &b->rng) || gu_fill_random_bf16(b->v, kvbytes, &b->rng) ||
+        gu_fill_random_bf16(b->q, qbytes, &b->rng) || GU(gu.StreamCreate(&b->s, 1)) ||
+        GU(gu.EventCreate(&b->e0, 0)) || GU(gu.EventCreate(&b->e1, 0)))
+        return -1;
+    return 0;
+}
+
+/* Params of the benchmarks' model: bf16, hq/hkv heads, head dim d, page ps. */
+static inline fi_attention_params gu_bench_params(int hq, int hkv, int d, int ps) {
+    fi_attention_params p;
+    fi_attention_params_init(&p);
+    p.num_qo_heads = hq, p.num_kv_heads = hkv, p.head_dim_qk = p.head_dim_vo = d;
+    p.page_size = ps;
+    p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
+    return p;
+}
+
+/* ----------------------------------------------------------------- tests */
+
+/* The tests' failure counter and check (message, then fi_last_error()). */
+static inline int *gu_failures(void) {
+    static int n;
+    return &n;
+}
+/* The last line of a test program; its exit status. */
+static inline int gu_summary(const char *program) {
+    int n = *gu_failures();
+    printf("%s: %s (%d failure%s)\n", program, n ? "FAILED" : "passed", n, n == 1 ? "" : "s");
+    return n ? 1 : 0;
+}
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            (*gu_failures())++;                         \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf(" [%s]\n", fi_last_error());         \
+        }                                               \
+    } while (0)
 
 #endif

@@ -6,8 +6,10 @@
  *   build/jit_compile                 NVRTC every configuration, print times
  *   build/jit_compile --arch sm_90a   the same, to CUBIN
  *   build/jit_compile --list          one line per kernel: entry file, name, -D...
- *                                     (attention, merge, then the standalone ops)
+ *                                     (attention, merge, the standalone ops, the
+ *                                     variants, the AOT set)
  *   build/jit_compile --filter STR    only names containing STR
+ *   build/jit_compile --out DIR       also write each image to DIR/NAME.cubin|.ptx
  *   build/jit_compile --list --variant-dir DIR
  *       also write each example variant's hook text (tests/variant_examples)
  *       to DIR/<variant>/fi_variant_hooks.cuh and add -IDIR/<variant> to its
@@ -26,6 +28,8 @@
  * combination on first use the same way. Then every example variant
  * (tests/variant_examples.h) x the main configurations (CUDA-core and
  * tensor-core kernels, paged / ragged, masks, FP8, f32) and their merges.
+ * Then the AOT set (src/cuda/aot_set.c), without repeats: so CI's nvcc pass
+ * (tests/gpu/ci_compile.sh) writes every cubin `make aot` embeds.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ops.h"
@@ -181,17 +185,38 @@ static int variant_specs(void) {
     return nvspecs;
 }
 
-/* Then the standalone ops' kernels (kernels/ops.cuh, src/cuda/ops.c), then
- * the variants'. */
+/* Then the standalone ops' kernels (kernels/ops.cuh, src/cuda/ops.c), the
+ * variants', and the AOT set. */
 static int nspecs(void) {
-    return nspecs_attn() + fi_cuda_ops_num_ci_specs() + variant_specs();
+    return nspecs_attn() + fi_cuda_ops_num_ci_specs() + variant_specs() + fi_cuda_aot_set_count();
 }
 
 static void spec_at(int i, fi_kernel_spec *s) {
-    int na = nspecs_attn(), no = fi_cuda_ops_num_ci_specs();
+    int na = nspecs_attn(), no = fi_cuda_ops_num_ci_specs(), nv = variant_specs();
     if (i < na) spec_at_attn(i, s);
     else if (i < na + no) fi_cuda_ops_ci_spec(i - na, s);
-    else *s = vspecs[i - na - no];
+    else if (i < na + no + nv) *s = vspecs[i - na - no];
+    else fi_cuda_aot_set_spec(i - na - no - nv, s);
+}
+
+/* Whether spec i repeats an earlier one (the AOT set overlaps the others). */
+static int seen_before(int i, const fi_kernel_spec *s) {
+    for (int j = 0; j < i; j++) {
+        fi_kernel_spec t;
+        spec_at(j, &t);
+        if (!strcmp(t.name, s->name)) return 1;
+    }
+    return 0;
+}
+
+/* --out DIR: DIR/NAME.cubin (or .ptx), to compare with nvcc's output. */
+static void write_image(const char *dir, const fi_kernel_spec *s, const char *arch,
+                        const char *image, size_t size) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.%s", dir, s->name, strncmp(arch, "sm_", 3) ? "ptx" : "cubin");
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(image, 1, size, f) != size) printf("cannot write %s\n", path);
+    if (f) fclose(f);
 }
 
 /* --list --variant-dir: a variant kernel's header into DIR/<variant>/ and
@@ -274,7 +299,7 @@ static int warm(const char *arch, int jobs) {
 }
 
 int main(int argc, char **argv) {
-    const char *arch = "compute_90a", *filter = NULL, *vdir = NULL;
+    const char *arch = "compute_90a", *filter = NULL, *vdir = NULL, *outdir = NULL;
     int list = 0, do_warm = 0, jobs = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--arch") && i + 1 < argc) arch = argv[++i];
@@ -283,6 +308,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--list")) list = 1;
         else if (!strcmp(argv[i], "--variant-dir") && i + 1 < argc) vdir = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) outdir = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--arch compute_90a|sm_90a] [--filter STR] [--list]\n",
                     argv[0]);
@@ -295,7 +321,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nspecs(); i++) {
         fi_kernel_spec s;
         spec_at(i, &s);
-        if (filter && !strstr(s.name, filter)) continue;
+        if ((filter && !strstr(s.name, filter)) || seen_before(i, &s)) continue;
         if (list) {
             if (s.header && !vdir) continue; /* nvcc could not find its header */
             printf("%s %s", s.entry_file, s.name);
@@ -318,6 +344,7 @@ int main(int argc, char **argv) {
             if (st == FI_STATUS_NO_DEVICE) return 1; /* no NVRTC: nothing else will work */
         } else {
             printf("ok   %-48s %7.0f ms  %8zu bytes\n", s.name, 1e3 * dt, size);
+            if (outdir) write_image(outdir, &s, arch, image, size);
         }
         free(image);
     }

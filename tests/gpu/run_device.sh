@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # run_device.sh — the CUDA backend on the GPU machine, in one call: build
-# there, JIT (cold compile vs warm load), graph capture/replay across
-# batches, the attention harness on the cuda backend against the fp64
-# oracle, BENCH.md's decode cells, cascades / block-sparse attention
+# there (the library with its AOT kernels: `make gpu` compiles them with
+# nvcc), JIT vs AOT bit for bit, JIT cold/warm, graph capture/replay across
+# batches, compute-sanitizer (memcheck, racecheck) on a small subset, the
+# attention harness on the cuda backend against the fp64 oracle, and
+# BENCH.md's decode, prefill and mixed cells with the peers timed in the same
+# run (torch SDPA flash and cuDNN; FlashInfer where its wheels are installed:
+# PYTHONPATH, see HELPER_RULES/BENCH.md), then the per-cell table of ours
+# against each peer; cascades / block-sparse attention
 # (tests/gpu/run_cascade.sh) and user-defined variants (test_cuda_variants,
-# bench_variant). Logs under $OUT (or /tmp/fi-out); a short table last.
+# bench_variant). Logs and JSON under $OUT (or /tmp/fi-out).
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
-#                           [--no-torch] [--no-cascade] [--no-variants]
+#                           [--no-torch] [--no-flashinfer] [--fa3]
+#                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
+#                           [--no-variants]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
 mkdir -p "$OUT"
-QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 CASCADE=1 VARIANTS=1
+QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1
 for a in "$@"; do
     case $a in
         --quick) QUICK="--quick" ;;
@@ -21,10 +28,17 @@ for a in "$@"; do
         --no-torch) TORCH=0 ;;
         --no-cascade) CASCADE=0 ;;
         --no-variants) VARIANTS=0 ;;
+        --no-flashinfer) FI=0 ;;
+        --fa3) FA3=1 ;;
+        --no-sanitize) SANITIZE=0 ;;
+        --no-tests) TESTS=0 ;;
+        --no-ops) OPS=0 ;;
+        *) echo "unknown option $a"; exit 2 ;;
     esac
 done
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export FLASHINFER_CACHE_DIR=${FLASHINFER_CACHE_DIR:-/tmp/flashinfer-c-cache}
+export PATH=$PATH:/usr/local/cuda/bin
 JOBS=$(nproc)
 status=0
 t0=$(date +%s)
@@ -35,18 +49,72 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --f
     | tee "$OUT/gpu.txt"
 nvcc --version | tail -1
 
-stamp "build"
-if ! make -j"$JOBS" -s lib gpu build/test_attention > "$OUT/build.log" 2>&1; then
-    tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+# FlashInfer JIT-compiles each module on first use (tens of seconds): build
+# them now, one process per module, while our build and tests run.
+fi_pids=()
+if [ "$BENCH" = 1 ] && [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/null; then
+    export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}
+    export FLASHINFER_CUDA_ARCH_LIST="9.0a" MAX_JOBS=4
+    mods="decode prefill attention"
+    [ "$FA3" = 1 ] && mods="$mods fa3"
+    stamp "FlashInfer: JIT of its modules in the background ($mods)"
+    for m in $mods; do
+        # fa3 (CUTLASS, sm90) is the slowest to build: given up on after
+        # FI_FA3_TIMEOUT seconds rather than hold the run
+        lim=0
+        [ "$m" = fa3 ] && lim=${FI_FA3_TIMEOUT:-80}
+        timeout "$lim" python3 tests/gpu/bench_flashinfer.py --warm "$m" > "$OUT/fi_warm_$m.log" 2>&1 &
+        fi_pids+=("$m:$!")
+    done
+elif [ "$BENCH" = 1 ] && [ "$FI" = 1 ]; then
+    python3 -c "import flashinfer" 2>&1 | tail -3
+    echo "FlashInfer not importable (install its wheels, PYTHONPATH): not timed"
+    FI=0
 fi
 
-stamp "test_cuda (JIT cold/warm, device ordinals, graph replay across batches)"
-FLASHINFER_CACHE_DIR=$(mktemp -d) ./build/test_cuda 2>&1 | tee "$OUT/test_cuda.log"
-[ "${PIPESTATUS[0]}" = 0 ] || status=1
+stamp "build (make gpu: library with the AOT kernels)"
+# (the cascade tests too: run_cascade.sh's own make, without the gpu goal,
+# would rebuild the library without its AOT table)
+if ! make -j"$JOBS" -s lib gpu build/test_attention build/test_cascade build/test_bsr \
+        > "$OUT/build.log" 2>&1; then
+    tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+fi
+grep -E "^aot:" "$OUT/build.log"
 
-stamp "test_cuda_ops (merge_state(s), append_paged_kv_cache, RoPE vs the fp64 references; graphs)"
-./build/test_cuda_ops $QUICK 2>&1 | tee "$OUT/test_cuda_ops.log" | grep -v "^PASS"
-[ "${PIPESTATUS[0]}" = 0 ] || status=1
+if [ "$TESTS" = 1 ]; then
+    stamp "test_aot (AOT cubins vs NVRTC, bit for bit); its NVRTC side compiled first, $JOBS at once"
+    ./build/test_aot --list | ./build/jit_compile --warm -j "$JOBS" 2>&1 | tail -1
+    ./build/test_aot --list | FLASHINFER_CUDA_PERSIST=0 ./build/jit_compile --warm -j "$JOBS" 2>&1 \
+        | tail -1
+    ./build/test_aot 2>&1 | tee "$OUT/test_aot.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+    stamp "test_cuda (JIT cold/warm, device ordinals, graph replay across batches)"
+    FLASHINFER_CACHE_DIR=$(mktemp -d) ./build/test_cuda 2>&1 | tee "$OUT/test_cuda.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+fi
+if [ "$TESTS" = 1 ] && [ "$OPS" = 1 ]; then
+    stamp "test_cuda_ops (merge_state(s), append_paged_kv_cache, RoPE vs the fp64 references; graphs)"
+    ./build/test_cuda_ops $QUICK 2>&1 | tee "$OUT/test_cuda_ops.log" | grep -v "^PASS"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if [ "$SANITIZE" = 1 ]; then
+    # decode with a split request (+ merge), prefill on tensor cores (paged,
+    # causal), ragged group 8, against the oracle; small shapes
+    for tool in memcheck racecheck; do
+        stamp "compute-sanitizer --tool $tool: build/test_aot --one"
+        timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 3 ./build/test_aot --one \
+            > "$OUT/sanitize_$tool.log" 2>&1
+        rc=$?
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_aot:" "$OUT/sanitize_$tool.log"
+        if [ "$rc" != 0 ]; then
+            echo "compute-sanitizer $tool FAILED (exit $rc)"; grep -m 20 -E "=====" "$OUT/sanitize_$tool.log"
+            status=1
+        fi
+    done
+fi
 
 if [ "$VARIANTS" = 1 ]; then
     stamp "test_cuda_variants (example variants x formats x decode/prefill x dtypes x dims x split vs the fp64 oracle with hooks)"
@@ -75,10 +143,44 @@ if [ "$BENCH" = 1 ]; then
     stamp "prefill benchmark (BENCH.md cells, tensor-core kernel)"
     ./build/bench_prefill --json "$OUT/bench_prefill.json" 2>&1 | tee "$OUT/bench_prefill.log" \
         | grep -v "^|" || status=1
+    stamp "mixed-batch benchmark (BENCH.md's four mixes)"
+    ./build/bench_mixed --json "$OUT/bench_mixed.json" 2>&1 | tee "$OUT/bench_mixed.log" \
+        | grep -v "^|" || status=1
+    if [ "$DECODE" = 1 ]; then
+        stamp "decode benchmark (BENCH.md cells)"
+        ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
+        stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
+        ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
+            | tee "$OUT/bench_contig.log" | grep -v "^|"
+    fi
     if [ "$TORCH" = 1 ] && python3 -c "import torch" 2>/dev/null; then
-        stamp "torch SDPA (flash, cuDNN) on the prefill cells"
-        python3 tests/gpu/bench_prefill_torch.py --json "$OUT/bench_prefill_torch.json" 2>&1 \
-            | tee "$OUT/bench_prefill_torch.log"
+        stamp "torch SDPA (flash, cuDNN) on the prefill and decode cells"
+        python3 tests/gpu/bench_torch.py --prefill $([ "$DECODE" = 1 ] && echo --decode) \
+            --json "$OUT/bench_torch.json" > "$OUT/bench_torch.log" 2>&1
+        grep -vE "^torch (flash|cudnn)" "$OUT/bench_torch.log" | head -20
+    fi
+    if [ "$FI" = 1 ]; then
+        stamp "FlashInfer: waiting for its module builds"
+        fa3=""
+        for mp in "${fi_pids[@]}"; do
+            if wait "${mp#*:}"; then
+                [ "${mp%%:*}" = fa3 ] && fa3="--fa3"
+            else
+                echo "FlashInfer module ${mp%%:*} did not build:"; tail -5 "$OUT/fi_warm_${mp%%:*}.log"
+            fi
+        done
+        cat "$OUT"/fi_warm_*.log | grep "warm"
+    fi
+    # host timing: after FlashInfer's compiler processes are gone
+    stamp "host overhead of a 256-request decode step"
+    ./build/bench_overhead --json "$OUT/bench_overhead.json" 2>&1 | tee "$OUT/bench_overhead.log" \
+        | grep -v "^|" || status=1
+    if [ "$FI" = 1 ]; then
+        stamp "FlashInfer on the decode, prefill and mixed cells"
+        python3 tests/gpu/bench_flashinfer.py --mixed --prefill $fa3 \
+            $([ "$DECODE" = 1 ] && echo --decode --contiguous) \
+            --json "$OUT/bench_flashinfer.json" > "$OUT/bench_flashinfer.log" 2>&1
+        grep -v "^{" "$OUT/bench_flashinfer.log" | head -30
     fi
 fi
 if [ "$BENCH" = 1 ] && [ "$VARIANTS" = 1 ]; then
@@ -86,17 +188,10 @@ if [ "$BENCH" = 1 ] && [ "$VARIANTS" = 1 ]; then
     ./build/bench_variant --json "$OUT/bench_variant.json" 2>&1 | tee "$OUT/bench_variant.log" \
         | grep -v "^|" || status=1
 fi
-if [ "$BENCH" = 1 ] && [ "$DECODE" = 1 ]; then
-    stamp "decode benchmark (BENCH.md cells)"
-    ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
-    stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
-    ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
-        | tee "$OUT/bench_contig.log" | grep -v "^|"
-fi
 
 if [ "$CASCADE" = 1 ]; then
     stamp "cascades and block-sparse (tests/gpu/run_cascade.sh)"
-    cargs=($QUICK)
+    cargs=($QUICK --no-build)
     [ "$BENCH" = 0 ] && cargs+=(--no-bench)
     OUT="$OUT" tests/gpu/run_cascade.sh "${cargs[@]}" > "$OUT/cascade.log" 2>&1 || status=1
     tail -30 "$OUT/cascade.log"
@@ -104,8 +199,9 @@ fi
 
 stamp "done (status $status)"
 [ -f "$OUT/harness_summary.txt" ] && cat "$OUT/harness_summary.txt"
-[ -f "$OUT/bench_prefill.log" ] && echo "prefill:" && grep "^|" "$OUT/bench_prefill.log"
 [ -f "$OUT/bench_variant.log" ] && echo "variants:" && grep "^|" "$OUT/bench_variant.log"
-[ -f "$OUT/bench.log" ] && echo "random pages:" && grep "^|" "$OUT/bench.log"
-[ -f "$OUT/bench_contig.log" ] && echo "contiguous pages:" && grep "^|" "$OUT/bench_contig.log"
+grep -h "test_aot:\|test_cuda:" "$OUT"/test_aot.log "$OUT"/test_cuda.log 2>/dev/null
+if [ "$BENCH" = 1 ]; then
+    python3 tests/gpu/report_peers.py "$OUT" | tee "$OUT/report.md"
+fi
 exit $status

@@ -4,7 +4,8 @@
  * backend) does not make. Runs on the GPU machine (tests/gpu/run_device.sh).
  *
  *   jit     one configuration compiled cold by NVRTC into an empty disk
- *           cache, then loaded warm from it by a fresh context: both times
+ *           cache, then loaded warm from it by a fresh context (both with
+ *           FLASHINFER_AOT=0), then from the library's AOT table: the times
  *   graph   a CUDA graph captured around fi_plan_run on a non-blocking
  *           stream, replayed after fi_plan_update with other batches within
  *           the plan's bounds (decode, mixed, one long split request), each
@@ -28,16 +29,6 @@
 
 enum { HQ = 8, HKV = 2, D = 128, PS = 16, POOL = 512, MAXB = 8, MAXQ = 64 };
 
-static int failures;
-#define CHECK(cond, ...)                                           \
-    do {                                                           \
-        if (!(cond)) {                                             \
-            failures++;                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);            \
-            printf(__VA_ARGS__);                                   \
-            printf(" [%s]\n", fi_last_error());                    \
-        }                                                          \
-    } while (0)
 
 static double now(void) {
     struct timespec t;
@@ -63,14 +54,18 @@ static void test_jit(void) {
     p.mask_mode = FI_MASK_CAUSAL; /* a configuration of its own */
     fi_plan_config cfg;
     fi_plan_config_init(&cfg);
-    double ms[2] = {0, 0};
-    for (int pass = 0; pass < 2; pass++) {
+    double ms[3] = {0, 0, 0};
+    /* passes 0, 1: NVRTC (the AOT table bypassed), cold then warm; pass 2:
+     * the library's AOT table, where it was built with one */
+    for (int pass = 0; pass < 3; pass++) {
         fi_context_options opt;
         fi_context_options_init(&opt);
         opt.device = FI_DEVICE_CUDA;
         fi_context *ctx = NULL;
         fi_plan *plan = NULL;
+        if (pass < 2) setenv("FLASHINFER_AOT", "0", 1);
         CHECK(fi_context_create(&opt, &ctx) == FI_OK, "context");
+        unsetenv("FLASHINFER_AOT");
         if (!ctx) return;
         double t0 = now();
         CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan create");
@@ -79,15 +74,22 @@ static void test_jit(void) {
         if (pass == 0)
             printf("jit: cold: %d kernels compiled by NVRTC in %.1f ms (plan create %.1f ms)\n",
                    s.compiled, 1e3 * s.compile_seconds, ms[0]);
-        else
+        else if (pass == 1)
             printf("jit: warm: %d kernels loaded from the disk cache in %.2f ms (plan create "
                    "%.2f ms), %d compiled\n",
                    s.disk_loads, 1e3 * s.disk_load_seconds, ms[1], s.compiled);
+        else
+            printf("jit: AOT: %d kernels loaded from the library's table in %.2f ms (plan create "
+                   "%.2f ms; %d kernels in the table)\n",
+                   s.aot_loads, 1e3 * s.aot_load_seconds, ms[2], fi_cuda_aot_count());
         /* the persistent kernel, or attention (CUDA cores), merge and, where
          * supported, the tensor-core kernel */
         if (pass == 1)
             CHECK(s.compiled == 0 && s.disk_loads >= 1 && s.disk_loads <= 3,
                   "warm pass should only load");
+        if (pass == 2 && fi_cuda_aot_count() > 0) /* bf16 d 128 group 4 causal paged: in the set */
+            CHECK(s.compiled == 0 && s.disk_loads == 0 && s.aot_loads >= 1,
+                  "the AOT pass should take every kernel from the table");
         fi_plan_destroy(plan);
         fi_context_destroy(ctx);
     }
@@ -305,7 +307,5 @@ int main(void) {
     setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
     test_graph("separate kernels");
     unsetenv("FLASHINFER_CUDA_PERSIST");
-    printf("test_cuda: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
-           failures == 1 ? "" : "s");
-    return failures ? 1 : 0;
+    return gu_summary("test_cuda");
 }

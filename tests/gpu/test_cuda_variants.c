@@ -41,16 +41,7 @@
 
 enum { HQ = 8, HKV = 2, PS = 16, SPLIT = 48, MAXREQ = 4 };
 
-static int failures, passed, skipped;
-#define CHECK(cond, ...)                                           \
-    do {                                                           \
-        if (!(cond)) {                                             \
-            failures++;                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);            \
-            printf(__VA_ARGS__);                                   \
-            printf(" [%s]\n", fi_last_error());                    \
-        }                                                          \
-    } while (0)
+static int passed, skipped; /* failures: gu_failures(), counted by CHECK (gpu_util.h) */
 
 static fi_variant *variants[VX_COUNT];
 
@@ -506,8 +497,8 @@ int main(int argc, char **argv) {
     test_compile_error_jit();
     if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
         printf("no CUDA device: %d variant cases skipped; %d passed, %d failed\n",
-               VX_COUNT * 32, passed, failures);
-        return failures ? 1 : 0;
+               VX_COUNT * 32, passed, *gu_failures());
+        return *gu_failures() ? 1 : 0;
     }
     fi_context_options opt;
     fi_context_options_init(&opt);
@@ -531,8 +522,9 @@ int main(int argc, char **argv) {
     }
     test_graph(ctx, s);
     test_compile_error_plan(ctx);
-    printf("test_cuda_variants: %d passed, %d failed, %d skipped\n", passed, failures, skipped);
+    printf("test_cuda_variants: %d passed, %d failed, %d skipped\n", passed, *gu_failures(),
+           skipped);
     fi_context_destroy(ctx);
     for (int i = 0; i < VX_COUNT; i++) fi_variant_destroy(variants[i]);
-    return failures ? 1 : 0;
+    return *gu_failures() ? 1 : 0;
 }

@@ -1,0 +1,59 @@
+/*
+ * aot_set.c — the kernel configurations compiled ahead of time by nvcc
+ * (`make aot`, AOT=1) into the library's table of cubins (src/cuda/aot.c):
+ * the common serving ones. Everything else is compiled by NVRTC on first
+ * use. Shape of the set: {bf16, f16} (Q = KV = O) x head dim {128, 64} x
+ * GQA group {1, 4, 8} x {paged, ragged} x {no mask, causal}, each as the
+ * CUDA-core kernel and the tensor-core kernel, plus the merge kernel of each
+ * dtype and head dim, and the persistent kernel (kernels/persistent.cuh:
+ * what a plan runs by default; the separate kernels serve uncaptured
+ * prefill-only runs and FLASHINFER_CUDA_PERSIST=0): 2 x 2 x 3 x 2 x 2 x 3 +
+ * 2 x 2 = 148 kernels.
+ */
+#include "cuda/cuda_backend.h"
+
+#include <string.h>
+
+enum { N_DT = 2, N_DIM = 2, N_GROUP = 3, N_FMT = 2, N_MASK = 2 };
+enum { N_ATTN = N_DT * N_DIM * N_GROUP * N_FMT * N_MASK };
+
+static const int aot_dtypes[N_DT] = {FI_DTYPE_BF16, FI_DTYPE_F16};
+static const int aot_dims[N_DIM] = {128, 64};
+static const int aot_groups[N_GROUP] = {1, 4, 8};
+
+int fi_cuda_aot_set_count(void) { return 3 * N_ATTN + N_DT * N_DIM; }
+
+/* The i-th configuration's attention config (i < N_ATTN). */
+static void attn_config_at(int i, fi_attn_config *c) {
+    memset(c, 0, sizeof *c);
+    int mask = i % N_MASK, fmt = (i / N_MASK) % N_FMT;
+    int g = (i / (N_MASK * N_FMT)) % N_GROUP, dim = (i / (N_MASK * N_FMT * N_GROUP)) % N_DIM;
+    int dt = i / (N_MASK * N_FMT * N_GROUP * N_DIM);
+    c->dqk = c->dvo = aot_dims[dim];
+    c->qt = c->kvt = c->ot = aot_dtypes[dt];
+    c->group = aot_groups[g];
+    c->rows = c->group < 8 ? c->group : 8; /* as fi_cuda_attn_config */
+    c->paged = fmt == 0;
+    c->mask = mask;
+}
+
+/* Specs as the library builds them. The tuning environment
+ * (FLASHINFER_CUDA_DEFINES, _TC, _DECODE_TC) changes their options or names,
+ * so such a spec never matches the table and is JIT'd; the list tool
+ * (src/cuda/aot/list.c) unsets it, so the set is built without it. */
+void fi_cuda_aot_set_spec(int i, fi_kernel_spec *s) {
+    fi_attn_config c;
+    if (i < N_ATTN) {
+        attn_config_at(i, &c);
+        fi_cuda_attn_spec(&c, s);
+    } else if (i < 2 * N_ATTN) {
+        attn_config_at(i - N_ATTN, &c);
+        fi_cuda_attn_tc_spec(&c, s);
+    } else if (i < 3 * N_ATTN) {
+        attn_config_at(i - 2 * N_ATTN, &c);
+        fi_cuda_persist_spec(&c, s);
+    } else {
+        int k = i - 3 * N_ATTN;
+        fi_cuda_merge_spec(aot_dims[k % N_DIM], aot_dtypes[k / N_DIM], s);
+    }
+}

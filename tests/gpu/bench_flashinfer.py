@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""bench_flashinfer.py — FlashInfer (flashinfer-python, carried to the device
+as wheels) on the cells of our CUDA benchmarks, in the same run, with the same
+inputs and timing:
+
+  decode   tests/gpu/bench_decode.c's cells: batch {1,16,64,256} x kv_len
+           {1024,4096,16384,32768}, 32/8 heads, d 128, bf16, page 16, NHD;
+           pages drawn at random from a 4 GiB pool of random values (random
+           pages per request, or --contiguous: one run of consecutive pages
+           from a random start). BatchDecodeWithPagedKVCacheWrapper on CUDA
+           cores and with use_tensor_cores=True; the faster is FlashInfer's
+           number. Small cells rotate over several plans (>= ~300 MB read per
+           replay, at most 16) so the 60 MB L2 cannot hold them.
+  prefill  tests/gpu/bench_prefill.c's cells: causal, (128,1k) (64,2k) (32,4k)
+           (16,8k) (1,16k) (1,32k); BatchPrefillWithPagedKVCacheWrapper (page
+           16, a random permutation of the pages) and
+           BatchPrefillWithRaggedKVCacheWrapper, backend fa2 (and fa3 with
+           --fa3).
+  mixed    tests/gpu/bench_mixed.c's four mixes through flashinfer.BatchAttention
+           (causal, random pages).
+
+Timing as ours: a CUDA graph of one run per plan, replayed, device events
+around each replay, median of 30 after warm-up (eager events where a capture
+is refused, noted in the output). Bytes and FLOPs as ours. One JSON line per
+measurement to --json.
+
+  bench_flashinfer.py [--json FILE] [--decode] [--contiguous] [--prefill]
+                      [--mixed] [--fa3] [--cells 1x1024,...]
+  bench_flashinfer.py --warm decode|prefill|attention|fa3
+      build (JIT) one FlashInfer module on a tiny problem, then exit: run
+      several at once before timing anything (tests/gpu/run_device.sh).
+"""
+import json
+import math
+import sys
+import time
+
+import torch
+
+import flashinfer
+from gpu_timing import median_ms, replay_or_eager
+
+HQ, HKV, D, PS = 32, 8, 128, 16
+POOL = 65536
+CEILING = 4.22e12
+BF16 = torch.bfloat16
+DEV = "cuda"
+
+DECODE_B = [1, 16, 64, 256]
+DECODE_L = [1024, 4096, 16384, 32768]
+PREFILL = [(128, 1024), (64, 2048), (32, 4096), (16, 8192), (1, 16384), (1, 32768)]
+MIXES = {
+    "decode": [(8192, 1, 128)],
+    "prefill": [(4096, 128, 4)],
+    "hybrid": [(600, 1, 122), (10000, 17, 8)],
+    "chunked": [(8192, 1, 254), (2048, 512, 1)],
+}
+
+out_file = None  # JSON lines, written as they come (a run cut short keeps them)
+
+
+def emit(row):
+    print(json.dumps(row), flush=True)
+    if out_file:
+        out_file.write(json.dumps(row) + "\n")
+        out_file.flush()
+
+
+def ws(mb=128):
+    return torch.empty(mb << 20, dtype=torch.uint8, device=DEV)
+
+
+def rand_bf16(*shape, gen=None):
+    return (torch.rand(*shape, device=DEV, dtype=torch.float32, generator=gen) * 2 - 1).to(BF16)
+
+
+def time_replay(fns):
+    """Median time of one call (us): a graph of every fn, replayed; eager if
+    the capture is refused."""
+    replay, mode = replay_or_eager(fns)
+    return 1e3 * median_ms(replay, len(fns)), mode
+
+
+def page_table(lens, contiguous, gen):
+    """kv_indptr, kv_indices, last_page_len (int32, on the device) for
+    requests of `lens` keys over the POOL pages: random pages, or one run of
+    consecutive pages from a random start."""
+    pages = [(l + PS - 1) // PS for l in lens]
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(torch.tensor(pages, dtype=torch.int32), 0)
+    idx = []
+    for n in pages:
+        if contiguous:
+            start = int(torch.randint(0, POOL, (1,), generator=gen))
+            idx.append((torch.arange(n) + start) % POOL)
+        else:
+            idx.append(torch.randint(0, POOL, (n,), generator=gen))
+    indices = torch.cat(idx).to(torch.int32)
+    last = torch.tensor([l - PS * (n - 1) for l, n in zip(lens, pages)], dtype=torch.int32)
+    return indptr.to(DEV), indices.to(DEV), last.to(DEV)
+
+
+def kv_pool():
+    g = torch.Generator(device=DEV).manual_seed(42)
+    k = rand_bf16(POOL, PS, HKV, D, gen=g)
+    v = rand_bf16(POOL, PS, HKV, D, gen=g)
+    return k, v
+
+
+# ------------------------------------------------------------------ decode
+
+
+def bench_decode(cells, contiguous, kv):
+    k, v = kv
+    gen = torch.Generator().manual_seed(7)
+    layout = "contiguous" if contiguous else "random"
+    for B in DECODE_B:
+        for L in DECODE_L:
+            if cells and f"{B}x{L}" not in cells:
+                continue
+            nbytes = 2.0 * B * HQ * D * 2 + 2.0 * B * L * HKV * D * 2
+            R = max(1, min(16, math.ceil(300e6 / nbytes)))
+            q = rand_bf16(B, HQ, D)
+            o = torch.empty_like(q)
+            tables = [page_table([L] * B, contiguous, gen) for _ in range(R)]
+            best = None
+            for tc in (False, True):
+                name = "flashinfer-decode-" + ("tc" if tc else "cc")
+                try:
+                    wrappers = []
+                    for indptr, indices, last in tables:
+                        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws(), "NHD", use_tensor_cores=tc)
+                        w.plan(indptr, indices, last, HQ, HKV, D, PS, q_data_type=BF16, kv_data_type=BF16)
+                        wrappers.append(w)
+                    us, mode = time_replay([lambda w=w: w.run(q, (k, v), out=o) for w in wrappers])
+                    assert torch.isfinite(o[:, :4].float()).all(), "non-finite output"
+                except Exception as e:
+                    print(f"{name} {B}x{L}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    continue
+                tbs = nbytes / (us * 1e-6) / 1e12
+                emit({"peer": name, "workload": "decode", "pages": layout, "batch": B, "kv_len": L,
+                      "us": round(us, 2), "tb_s": round(tbs, 3), "plans": R, "timing": mode})
+                if best is None or us < best[0]:
+                    best = (us, tbs, name)
+                del wrappers
+            if best:
+                emit({"peer": "flashinfer-decode", "workload": "decode", "pages": layout, "batch": B,
+                      "kv_len": L, "us": round(best[0], 2), "tb_s": round(best[1], 3),
+                      "pct_ceiling": round(100 * best[1] * 1e12 / CEILING, 1), "path": best[2]})
+            torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------- prefill
+
+
+def bench_prefill(backends, cells):
+    gen = torch.Generator().manual_seed(11)
+    for B, L in PREFILL:
+        if cells and f"{B}x{L}" not in cells:
+            continue
+        T = B * L
+        q = rand_bf16(T, HQ, D)
+        o = torch.empty_like(q)
+        k = rand_bf16(T, HKV, D)
+        v = rand_bf16(T, HKV, D)
+        flops = 4.0 * HQ * D * B * L * (L + 1) / 2
+        qo_indptr = (torch.arange(B + 1, dtype=torch.int32) * L).to(DEV)
+        npages = T // PS
+        perm = torch.randperm(npages, generator=gen).to(torch.int32).to(DEV)
+        kv_indptr_p = (torch.arange(B + 1, dtype=torch.int32) * (L // PS)).to(DEV)
+        last = torch.full((B,), PS, dtype=torch.int32, device=DEV)
+        # the paged cache holds the same tokens, page perm[j] = the j-th 16 tokens
+        kp = torch.empty(npages, PS, HKV, D, dtype=BF16, device=DEV)
+        vp = torch.empty_like(kp)
+        kp[perm.long()] = k.view(npages, PS, HKV, D)
+        vp[perm.long()] = v.view(npages, PS, HKV, D)
+        for backend in backends:
+            for kvf in ("paged", "ragged"):
+                name = f"flashinfer-{backend}-{kvf}"
+                try:
+                    if kvf == "paged":
+                        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws(256), "NHD", backend=backend)
+                        w.plan(qo_indptr, kv_indptr_p, perm, last, HQ, HKV, D, PS, causal=True,
+                               q_data_type=BF16, kv_data_type=BF16)
+                        fn = lambda: w.run(q, (kp, vp), out=o)
+                    else:
+                        w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws(256), "NHD", backend=backend)
+                        w.plan(qo_indptr, qo_indptr, HQ, HKV, D, causal=True, q_data_type=BF16,
+                               kv_data_type=BF16)
+                        fn = lambda: w.run(q, k, v, out=o)
+                    us, mode = time_replay([fn])
+                    assert torch.isfinite(o[-4:].float()).all(), "non-finite output"
+                except Exception as e:
+                    print(f"{name} {B}x{L}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    continue
+                tf = flops / (us * 1e-6) / 1e12
+                emit({"peer": name, "workload": "prefill", "kv": kvf, "batch": B, "len": L,
+                      "ms": round(us / 1e3, 4), "tflops": round(tf, 2), "timing": mode})
+        del q, o, k, v, kp, vp
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------- mixed
+
+
+def bench_mixed(kv):
+    k, v = kv
+    gen = torch.Generator().manual_seed(13)
+    for name, groups in MIXES.items():
+        qo, lens = [], []
+        for kvl, ql, count in groups:
+            qo += [ql] * count
+            lens += [kvl] * count
+        nq = sum(qo)
+        nbytes = sum(2.0 * l * HKV * D * 2 + 2.0 * ql * HQ * D * 2 for ql, l in zip(qo, lens))
+        flops = sum(4.0 * HQ * D * (ql * (l - ql) + ql * (ql + 1) / 2) for ql, l in zip(qo, lens))
+        indptr, indices, _ = page_table(lens, False, gen)
+        qo_indptr = torch.zeros(len(qo) + 1, dtype=torch.int32)
+        qo_indptr[1:] = torch.cumsum(torch.tensor(qo, dtype=torch.int32), 0)
+        q = rand_bf16(nq, HQ, D)
+        o = torch.empty_like(q)
+        lse = torch.empty(nq, HQ, dtype=torch.float32, device=DEV)
+        try:
+            w = flashinfer.BatchAttention("NHD")
+            w.plan(qo_indptr.to(DEV), indptr, indices, torch.tensor(lens, dtype=torch.int32, device=DEV),
+                   HQ, HKV, D, D, PS, causal=True, q_data_type=BF16, kv_data_type=BF16)
+            us, mode = time_replay([lambda: w.run(q, (k, v), out=o, lse=lse)])
+            assert torch.isfinite(o[-4:].float()).all(), "non-finite output"
+        except Exception as e:
+            print(f"flashinfer-batchattention {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        emit({"peer": "flashinfer-batchattention", "workload": "mixed", "mix": name,
+              "requests": len(qo), "queries": nq, "us": round(us, 2),
+              "tb_s": round(nbytes / (us * 1e-6) / 1e12, 3),
+              "tflops": round(flops / (us * 1e-6) / 1e12, 2), "timing": mode})
+        del w
+        torch.cuda.empty_cache()
+
+
+# -------------------------------------------------------------------- warm
+
+
+def warm(what):
+    """Build one module (JIT) on a tiny problem."""
+    t0 = time.time()
+    B, L = 2, 64
+    k = rand_bf16(16, PS, HKV, D)
+    v = rand_bf16(16, PS, HKV, D)
+    indptr = torch.tensor([0, 4, 8], dtype=torch.int32, device=DEV)
+    indices = torch.arange(8, dtype=torch.int32, device=DEV)
+    last = torch.full((B,), PS, dtype=torch.int32, device=DEV)
+    if what == "decode":
+        q = rand_bf16(B, HQ, D)
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws(16), "NHD")
+        w.plan(indptr, indices, last, HQ, HKV, D, PS, q_data_type=BF16, kv_data_type=BF16)
+        w.run(q, (k, v))
+    elif what in ("prefill", "fa3"):
+        backend = "fa2" if what == "prefill" else "fa3"
+        q = rand_bf16(B * L, HQ, D)
+        qo = torch.tensor([0, L, 2 * L], dtype=torch.int32, device=DEV)
+        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws(16), "NHD", backend=backend)
+        w.plan(qo, indptr, indices, last, HQ, HKV, D, PS, causal=True, q_data_type=BF16, kv_data_type=BF16)
+        w.run(q, (k, v))
+        kr, vr = rand_bf16(B * L, HKV, D), rand_bf16(B * L, HKV, D)
+        w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws(16), "NHD", backend=backend)
+        w.plan(qo, qo, HQ, HKV, D, causal=True, q_data_type=BF16, kv_data_type=BF16)
+        w.run(q, kr, vr)
+    elif what == "attention":
+        q = rand_bf16(B, HQ, D)
+        qo = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEV)
+        w = flashinfer.BatchAttention("NHD")
+        w.plan(qo, indptr, indices, torch.tensor([L, L], dtype=torch.int32, device=DEV), HQ, HKV, D, D,
+               PS, causal=True, q_data_type=BF16, kv_data_type=BF16)
+        w.run(q, (k, v))
+    torch.cuda.synchronize()
+    print(f"flashinfer warm {what}: {time.time() - t0:.1f} s", flush=True)
+
+
+def main():
+    a = sys.argv[1:]
+    if "--warm" in a:
+        warm(a[a.index("--warm") + 1])
+        return
+    global out_file
+    if "--json" in a:
+        out_file = open(a[a.index("--json") + 1], "w")
+    cells = set(a[a.index("--cells") + 1].split(",")) if "--cells" in a else None
+    print(f"flashinfer {flashinfer.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}",
+          flush=True)
+    kv = kv_pool() if ("--decode" in a or "--mixed" in a) else None
+    # the mixes and random-page decode first: a run cut short loses the rest
+    if "--mixed" in a:
+        bench_mixed(kv)
+    if "--decode" in a:
+        bench_decode(cells, False, kv)
+    if "--prefill" in a:
+        bench_prefill(["fa2"] + (["fa3"] if "--fa3" in a else []), cells)
+    if "--decode" in a and "--contiguous" in a:
+        bench_decode(cells, True, kv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+/*
+ * bench_mixed.c — BENCH.md's four mixed batches on the CUDA backend, through
+ * the public fi_plan_update / fi_plan_run (whatever kernels the library runs
+ * for them): (kv_len, q_len) x count
+ *   decode   (8192, 1) x 128
+ *   prefill  (4096, 128) x 4
+ *   hybrid   (600, 1) x 122 + (10000, 17) x 8
+ *   chunked  (8192, 1) x 254 + (2048, 512) x 1
+ * 32/8 heads, d 128, bf16, paged (page 16, NHD, pages drawn at random from a
+ * 4 GiB pool of random values), causal (each request's queries are its last
+ * q_len tokens), no LSE. FlashInfer's BatchAttention runs the same mixes in
+ * tests/gpu/bench_flashinfer.py.
+ *
+ * Timing: a CUDA graph of one run, replayed; device events around each
+ * replay, median of >= 30 after warm-up. Bytes = Q + K + V (once per KV
+ * head) + O; FLOPs = 4 H_qo D x visible (query, key) pairs.
+ *
+ *   build/bench_mixed [--json FILE] [--reps N] [--mix NAME]
+ */
+#include "flashinfer.h"
+#include "gpu_util.h"
+#include "../util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536, MAXQ = 1024, MAXG = 2 };
+
+typedef struct mix {
+    const char *name;
+    int ngroups;
+    int kv[MAXG], q[MAXG], count[MAXG];
+} mix;
+
+static const mix mixes[] = {
+    {"decode", 1, {8192}, {1}, {128}},
+    {"prefill", 1, {4096}, {128}, {4}},
+    {"hybrid", 2, {600, 10000}, {1, 17}, {122, 8}},
+    {"chunked", 2, {8192, 2048}, {1, 512}, {254, 1}},
+};
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    const char *json = NULL, *only = NULL;
+    int reps = 30;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mix") && i + 1 < argc) only = argv[++i];
+    }
+    if (reps < 30) reps = 30;
+    gu_bench bench;
+    int st = gu_bench_init(&bench, (size_t)MAXQ * HQ * D * 2, (size_t)POOL * PS * HKV * D * 2, 4242,
+                           "mixed batches, causal, random pages");
+    if (st) return st < 0;
+    fi_attention_params p = gu_bench_params(HQ, HKV, D, PS);
+    p.mask_mode = FI_MASK_CAUSAL;
+    int64_t ks[4] = {POOL, PS, HKV, D};
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    char table[4096];
+    int tl = snprintf(table, sizeof table,
+                      "| mix | requests | queries | time (us) | TB/s | TFLOP/s | items | split |"
+                      " plan_update (us) |\n|---|---|---|---|---|---|---|---|---|\n");
+    int status = 0;
+    for (size_t mi = 0; mi < sizeof mixes / sizeof mixes[0]; mi++) {
+        const mix *m = &mixes[mi];
+        if (only && strcmp(only, m->name)) continue;
+        int n = 0;
+        int32_t qo[512], kv[512];
+        double bytes = 0, flops = 0;
+        for (int g = 0; g < m->ngroups; g++)
+            for (int c = 0; c < m->count[g]; c++, n++) {
+                qo[n] = m->q[g], kv[n] = m->kv[g];
+                bytes += 2.0 * m->kv[g] * HKV * D * 2 + 2.0 * m->q[g] * HQ * D * 2;
+                /* query t of q sees kv - q + t + 1 keys */
+                double pairs = (double)m->q[g] * (m->kv[g] - m->q[g]) + m->q[g] * (m->q[g] + 1.0) / 2;
+                flops += 4.0 * HQ * D * pairs;
+            }
+        gu_batch b;
+        if (gu_batch_make(&b, n, qo, kv, PS, POOL, 0, &bench.rng)) return 1;
+        fi_batch fb = gu_batch_view(&b);
+        fi_plan_config cfg;
+        fi_plan_config_init(&cfg);
+        cfg.max_batch_size = n, cfg.max_total_qo = b.total_q, cfg.max_total_kv = b.pages;
+        fi_plan *plan = NULL;
+        fi_plan_info info = {.struct_size = sizeof info};
+        if (fi_plan_create(bench.ctx, &p, &cfg, &plan) || fi_plan_update(plan, &fb) ||
+            fi_plan_get_info(plan, &info)) {
+            printf("mix %s: %s\n", m->name, fi_last_error());
+            return 1;
+        }
+        float upd[21];
+        for (int r = 0; r < 21; r++) { /* steady-state plan cost */
+            double t0 = now();
+            fi_plan_update(plan, &fb);
+            upd[r] = (float)(1e6 * (now() - t0));
+        }
+        qsort(upd, 21, sizeof upd[0], gu_cmp_float);
+        fi_run_args a;
+        memset(&a, 0, sizeof a);
+        int64_t qs[3] = {b.total_q, HQ, D};
+        a.q = fi_tensor_contiguous((void *)(uintptr_t)bench.q, FI_DTYPE_BF16, 3, qs);
+        a.o = fi_tensor_contiguous((void *)(uintptr_t)bench.o, FI_DTYPE_BF16, 3, qs);
+        a.k = fi_tensor_contiguous((void *)(uintptr_t)bench.k, FI_DTYPE_BF16, 4, ks);
+        a.v = fi_tensor_contiguous((void *)(uintptr_t)bench.v, FI_DTYPE_BF16, 4, ks);
+        a.stream = bench.s;
+        if (fi_plan_run(plan, &a)) {
+            printf("run: %s\n", fi_last_error());
+            return 1;
+        }
+        gu_graph graph = NULL;
+        gu_exec ex = NULL;
+        GU(gu.BeginCapture(bench.s, 0));
+        fi_plan_run(plan, &a);
+        if (GU(gu.EndCapture(bench.s, &graph)) || GU(gu.GraphInstantiate(&ex, graph, 0))) return 1;
+        float *ms = malloc(sizeof(float) * reps);
+        if (gu_replay_times(ex, bench.s, bench.e0, bench.e1, reps, ms)) return 1;
+        double us = 1e3 * ms[reps / 2];
+        double tbs = bytes / (us * 1e-6) / 1e12, tf = flops / (us * 1e-6) / 1e12;
+        uint16_t o16[256]; /* a guard against timing garbage, not a test */
+        GU(gu.DtoH(o16, bench.o + (gu_ptr)(b.total_q - 1) * HQ * D * 2, sizeof o16));
+        int finite = 1;
+        for (int i = 0; i < 256; i++) finite &= isfinite(tu_bf16_to_f32(o16[i]));
+        if (!finite) status = 1;
+        tl += snprintf(table + tl, sizeof table - (size_t)tl,
+                       "| %s | %d | %d | %.1f | %.2f | %.1f | %d | %d | %.1f |%s\n", m->name, n,
+                       b.total_q, us, tbs, tf, info.num_items, info.num_split_items, upd[10],
+                       finite ? "" : " NON-FINITE OUTPUT");
+        printf("mixed %-8s: %9.1f us %6.2f TB/s %6.1f TFLOP/s (%d items, %d split, min %.1f max "
+               "%.1f us)\n", m->name, us, tbs, tf, info.num_items, info.num_split_items,
+               1e3 * ms[0], 1e3 * ms[reps - 1]);
+        if (jf)
+            fprintf(jf,
+                    "{\"workload\":\"mixed\",\"mix\":\"%s\",\"requests\":%d,\"queries\":%d,"
+                    "\"h_qo\":%d,\"h_kv\":%d,\"d\":%d,\"page\":%d,\"dtype\":\"bf16\",\"causal\":1,"
+                    "\"us\":%.2f,\"tb_s\":%.3f,\"tflops\":%.2f,\"bytes\":%.0f,\"flops\":%.0f,"
+                    "\"items\":%d,\"split_items\":%d,\"plan_update_us\":%.1f,\"reps\":%d}\n",
+                    m->name, n, b.total_q, HQ, HKV, D, PS, us, tbs, tf, bytes, flops,
+                    info.num_items, info.num_split_items, upd[10], reps);
+        free(ms);
+        gu.GraphExecDestroy(ex);
+        gu.GraphDestroy(graph);
+        fi_plan_destroy(plan);
+        gu_batch_free(&b);
+    }
+    if (jf) fclose(jf);
+    printf("\n%s", table);
+    fi_context_destroy(bench.ctx);
+    return status;
+}

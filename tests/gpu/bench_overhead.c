@@ -1,0 +1,233 @@
+/*
+ * bench_overhead.c — the host cost of one decode step on the CUDA backend:
+ * fi_plan_update + fi_plan_run for 256 requests (issue 4's target: < 20 us),
+ * and the same step as a CUDA graph replayed after each fi_plan_update.
+ * 32/8 heads, d 128, bf16, page 16, random pages; kv_len 1024 and 4096.
+ *
+ * Each of 300 steps (after 20 warm-up steps): host clock around
+ * fi_plan_update, around fi_plan_run (launches only: the stream is drained
+ * after the clock stops, by a blocking cuStreamSynchronize, and again with
+ * the thread polling cuStreamQuery instead, so that it never sleeps
+ * between steps), and around fi_plan_update + cuGraphLaunch of a
+ * graph captured once around fi_plan_run; medians. For scale, the same
+ * fi_plan_update on a CPU context with the same worker count (the
+ * backend-independent part: validation and the schedule), and the device
+ * time of the replayed step. Then what the driver calls of a step cost
+ * here (the CUDA backend's update makes ~5, its run ~3): medians of 1000.
+ *
+ *   build/bench_overhead [--json FILE] [--steps N]
+ */
+#include "flashinfer.h"
+#include "gpu_util.h"
+#include "../util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { B = 256, HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536 / 4 };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float median(float *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], gu_cmp_float);
+    return v[n / 2];
+}
+
+enum { NCALL = 1000 };
+
+/* Median host time (us) of one call of `what` on stream s (drained after
+ * each call, outside the clock). */
+static float call_us(int what, gu_stream s, gu_event ev, void *pinned, void *host, gu_ptr dev,
+                     size_t bytes) {
+    static float t[NCALL];
+    for (int i = 0; i < NCALL; i++) {
+        int cap = 0, r = 0;
+        gu_ctx popped;
+        double t0 = now();
+        switch (what) {
+        case 0: r = gu.StreamIsCapturing(s, &cap); break;
+        case 1: r = gu.CtxPushCurrent(gu_primary) || gu.CtxPopCurrent(&popped); break;
+        case 2: r = gu.EventRecord(ev, s); break;
+        case 3: r = gu.EventSynchronize(ev); break; /* recorded and complete */
+        case 4: memcpy(pinned, host, bytes); break;
+        default: r = gu.HtoDAsync(dev, pinned, bytes, s); break;
+        }
+        t[i] = (float)(1e6 * (now() - t0));
+        if (r || gu.StreamSynchronize(s)) return -1;
+    }
+    return median(t, NCALL);
+}
+
+static int driver_costs(gu_stream s, FILE *jf) {
+    gu_event ev = NULL;
+    void *pinned = NULL;
+    gu_ptr dev = 0;
+    size_t maxb = (size_t)B * 256 * 4; /* the page table of 256 x 4096 keys */
+    char *host = malloc(maxb);
+    if (!host || GU(gu.EventCreate(&ev, 2 /* no timing */)) || GU(gu.MemAllocHost(&pinned, maxb)) ||
+        GU(gu.MemAlloc(&dev, maxb)) || GU(gu.EventRecord(ev, s)) || GU(gu.StreamSynchronize(s)))
+        return 1;
+    memset(host, 1, maxb);
+    static const char *names[] = {"cuStreamIsCapturing", "cuCtxPushCurrent + cuCtxPopCurrent",
+                                  "cuEventRecord", "cuEventSynchronize (complete)",
+                                  "memcpy to pinned", "cuMemcpyHtoDAsync from pinned"};
+    printf("\n| call | bytes | us |\n|---|---|---|\n");
+    for (int w = 0; w < 6; w++)
+        for (size_t bytes = maxb / 4; bytes <= (w >= 4 ? maxb : maxb / 4); bytes *= 4) {
+            float us = call_us(w, s, ev, pinned, host, dev, bytes);
+            if (w >= 4) printf("| %s | %zu | %.2f |\n", names[w], bytes, us);
+            else printf("| %s | - | %.2f |\n", names[w], us);
+            if (jf)
+                fprintf(jf, "{\"workload\":\"driver_call\",\"call\":\"%s\",\"bytes\":%zu,"
+                        "\"us\":%.3f}\n", names[w], w >= 4 ? bytes : 0, us);
+        }
+    gu.MemFreeHost(pinned);
+    gu.MemFree(dev);
+    free(host);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *json = NULL;
+    int steps = 300;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+    }
+    if (steps < 30) steps = 30;
+    gu_bench bench;
+    int st = gu_bench_init(&bench, (size_t)B * HQ * D * 2, (size_t)POOL * PS * HKV * D * 2, 99,
+                           "decode step of 256 requests");
+    if (st) return st < 0;
+    fi_context *ctx = bench.ctx, *cpu = NULL;
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.num_threads = 1;
+    if (fi_context_create(&opt, &cpu)) return 1;
+    gu_stream s = bench.s;
+    gu_event e0 = bench.e0, e1 = bench.e1;
+    fi_attention_params p = gu_bench_params(HQ, HKV, D, PS);
+    int64_t ks[4] = {POOL, PS, HKV, D}, qs[3] = {B, HQ, D};
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    static const int lens[] = {1024, 4096};
+    char table[2048];
+    int tl = snprintf(table, sizeof table,
+                      "| kv_len | update (us) | run (us) | update + run (us) | update + run, "
+                      "spin-wait (us) | update + graph launch (us) | update, CPU context (us) | "
+                      "step on the GPU (us) |\n|---|---|---|---|---|---|---|---|\n");
+    for (int li = 0; li < 2; li++) {
+        int32_t qo[B], kv[B];
+        for (int i = 0; i < B; i++) qo[i] = 1, kv[i] = lens[li];
+        gu_batch b;
+        if (gu_batch_make(&b, B, qo, kv, PS, POOL, 0, &bench.rng)) return 1;
+        fi_batch fb = gu_batch_view(&b);
+        fi_plan_config cfg;
+        fi_plan_config_init(&cfg);
+        cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = b.pages;
+        fi_plan *plan = NULL, *cplan = NULL;
+        if (fi_plan_create(ctx, &p, &cfg, &plan) || fi_plan_update(plan, &fb)) {
+            printf("plan: %s\n", fi_last_error());
+            return 1;
+        }
+        fi_plan_info info = {.struct_size = sizeof info};
+        fi_plan_get_info(plan, &info);
+        fi_plan_config ccfg = cfg;
+        ccfg.num_workers = info.num_workers;
+        if (fi_plan_create(cpu, &p, &ccfg, &cplan)) return 1;
+        fi_run_args a;
+        memset(&a, 0, sizeof a);
+        a.q = fi_tensor_contiguous((void *)(uintptr_t)bench.q, FI_DTYPE_BF16, 3, qs);
+        a.o = fi_tensor_contiguous((void *)(uintptr_t)bench.o, FI_DTYPE_BF16, 3, qs);
+        a.k = fi_tensor_contiguous((void *)(uintptr_t)bench.k, FI_DTYPE_BF16, 4, ks);
+        a.v = fi_tensor_contiguous((void *)(uintptr_t)bench.v, FI_DTYPE_BF16, 4, ks);
+        a.stream = s;
+        float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
+        float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
+        float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
+        float mu = 0, mr = 0, mb = 0;
+        /* eager: update, run; then the step is waited for by a blocking
+         * cuStreamSynchronize (spin = 0), or by polling cuStreamQuery
+         * (spin = 1: the thread stays on its core, as a serving loop that
+         * spins on the step's results) */
+        float spin_both = 0, spin_upd = 0;
+        for (int spin = 0; spin < 2; spin++) {
+            for (int t = -20; t < steps; t++) {
+                double t0 = now();
+                int bad = fi_plan_update(plan, &fb) != FI_OK;
+                double t1 = now();
+                bad |= fi_plan_run(plan, &a) != FI_OK;
+                double t2 = now();
+                int r = 0;
+                if (spin)
+                    while ((r = gu.StreamQuery(s)) == 600 /* CUDA_ERROR_NOT_READY */) continue;
+                else
+                    r = gu.StreamSynchronize(s);
+                if (bad || GU(r)) {
+                    printf("step: %s\n", fi_last_error());
+                    return 1;
+                }
+                if (t >= 0) upd[t] = (float)(1e6 * (t1 - t0)), run[t] = (float)(1e6 * (t2 - t1)),
+                            both[t] = (float)(1e6 * (t2 - t0));
+            }
+            if (spin) spin_both = median(both, steps), spin_upd = median(upd, steps);
+            else mu = median(upd, steps), mr = median(run, steps), mb = median(both, steps);
+        }
+        gu_graph g = NULL;
+        gu_exec ex = NULL;
+        GU(gu.BeginCapture(s, 0));
+        fi_plan_run(plan, &a);
+        if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
+        for (int t = -20; t < steps; t++) { /* graph: update, replay */
+            double t0 = now();
+            int bad = fi_plan_update(plan, &fb) != FI_OK;
+            bad |= GU(gu.EventRecord(e0, s)) || GU(gu.GraphLaunch(ex, s));
+            double t1 = now();
+            bad |= GU(gu.EventRecord(e1, s)) || GU(gu.EventSynchronize(e1));
+            if (bad) return 1;
+            if (t >= 0) {
+                graph[t] = (float)(1e6 * (t1 - t0));
+                GU(gu.EventElapsedTime(&dev[t], e0, e1));
+                dev[t] *= 1e3f;
+            }
+        }
+        for (int t = -20; t < steps; t++) { /* the same update on a CPU context */
+            double t0 = now();
+            if (fi_plan_update(cplan, &fb)) return 1;
+            if (t >= 0) cupd[t] = (float)(1e6 * (now() - t0));
+        }
+        float mg = median(graph, steps), mc = median(cupd, steps), md = median(dev, steps);
+        printf("decode %d x %d (%d items, %d split, %d workers): update %.1f us, run %.1f us, "
+               "update + run %.1f us (spin-wait: %.1f, update %.1f), update + graph launch %.1f "
+               "us; CPU-context update %.1f us; GPU step %.1f us\n", B, lens[li], info.num_items,
+               info.num_split_items, info.num_workers, mu, mr, mb, spin_both, spin_upd, mg, mc, md);
+        tl += snprintf(table + tl, sizeof table - (size_t)tl,
+                       "| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", lens[li], mu,
+                       mr, mb, spin_both, mg, mc, md);
+        if (jf)
+            fprintf(jf,
+                    "{\"workload\":\"overhead\",\"batch\":%d,\"kv_len\":%d,\"items\":%d,"
+                    "\"update_us\":%.2f,\"run_us\":%.2f,\"update_run_us\":%.2f,"
+                    "\"update_run_spin_us\":%.2f,\"update_spin_us\":%.2f,"
+                    "\"update_graph_us\":%.2f,\"update_cpu_ctx_us\":%.2f,\"gpu_step_us\":%.2f,"
+                    "\"steps\":%d}\n",
+                    B, lens[li], info.num_items, mu, mr, mb, spin_both, spin_upd, mg, mc, md, steps);
+        free(upd), free(run), free(both), free(graph), free(cupd), free(dev);
+        gu.GraphExecDestroy(ex);
+        gu.GraphDestroy(g);
+        fi_plan_destroy(plan);
+        fi_plan_destroy(cplan);
+        gu_batch_free(&b);
+    }
+    printf("\n%s", table);
+    if (driver_costs(s, jf)) return 1;
+    if (jf) fclose(jf);
+    fi_context_destroy(ctx);
+    fi_context_destroy(cpu);
+    return 0;
+}

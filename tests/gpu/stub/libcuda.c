@@ -1,0 +1,100 @@
+/*
+ * libcuda.c — a stand-in for the CUDA driver (libcuda.so.1) with no GPU:
+ * every call the library and tests/gpu programs make succeeds at once and
+ * does nothing (no copies, no kernels), device memory is host memory. For
+ * profiling the CUDA backend's host path on a machine without a GPU
+ * (`make stub`; LD_LIBRARY_PATH=build/stub perf record build/bench_overhead).
+ * Outputs are meaningless; only the host time is. Use a library built with
+ * AOT (make aot) and configurations in its table: NVRTC crashes beside this
+ * stub (it calls into the driver for what the stub does not provide).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long dptr;
+#define API __attribute__((visibility("default")))
+
+static int token; /* a non-NULL handle */
+
+API CUresult cuInit(unsigned f) { (void)f; return 0; }
+API CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+API CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_STUB"; return 0; }
+API CUresult cuGetErrorString(CUresult r, const char **s) { (void)r; *s = "stub driver"; return 0; }
+API CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+API CUresult cuDeviceGet(int *d, int i) { *d = i; return 0; }
+API CUresult cuDeviceGetName(char *s, int n, int d) {
+    (void)d;
+    strncpy(s, "stub (no GPU)", (size_t)n);
+    return 0;
+}
+API CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
+    (void)d;
+    *v = attr == 16 ? 132 : attr == 75 ? 9 : attr == 97 ? 232448 : attr == 38 ? 60 << 20 : 0;
+    return 0;
+}
+API CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &token; return 0; }
+API CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
+API CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return 0; }
+API CUresult cuCtxPopCurrent_v2(void **c) { if (c) *c = &token; return 0; }
+API CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
+API CUresult cuCtxSynchronize(void) { return 0; }
+API CUresult cuMemAlloc_v2(dptr *p, size_t n) {
+    void *m = malloc(n ? n : 1);
+    *p = (dptr)(uintptr_t)m;
+    return m ? 0 : 2;
+}
+API CUresult cuMemFree_v2(dptr p) { free((void *)(uintptr_t)p); return 0; }
+API CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+API CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+API CUresult cuMemcpyHtoDAsync_v2(dptr d, const void *s, size_t n, void *st) {
+    (void)d, (void)s, (void)n, (void)st; /* a DMA: no host time */
+    return 0;
+}
+API CUresult cuMemcpyHtoD_v2(dptr d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 0; }
+API CUresult cuMemcpyDtoH_v2(void *d, dptr s, size_t n) { (void)s; memset(d, 0, n); return 0; }
+API CUresult cuMemsetD8_v2(dptr d, unsigned char v, size_t n) { (void)d, (void)v, (void)n; return 0; }
+API CUresult cuModuleLoadData(void **m, const void *img) { (void)img; *m = &token; return 0; }
+API CUresult cuModuleUnload(void *m) { (void)m; return 0; }
+API CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+    (void)m, (void)name;
+    *f = &token;
+    return 0;
+}
+API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, unsigned smem, void *st, void **params,
+                            void **extra) {
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)st,
+        (void)params, (void)extra;
+    return 0;
+}
+API CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &token; return 0; }
+API CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
+API CUresult cuEventRecord(void *e, void *s) { (void)e, (void)s; return 0; }
+API CUresult cuEventQuery(void *e) { (void)e; return 0; }
+API CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+API CUresult cuEventElapsedTime(float *ms, void *a, void *b) { (void)a, (void)b; *ms = 1e-3f; return 0; }
+API CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = &token; return 0; }
+API CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
+API CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+API CUresult cuStreamQuery(void *s) { (void)s; return 0; }
+API CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s, (void)e, (void)f; return 0; }
+API CUresult cuStreamIsCapturing(void *s, int *c) { (void)s; *c = 0; return 0; }
+API CUresult cuThreadExchangeStreamCaptureMode(int *m) { (void)m; return 0; }
+API CUresult cuStreamBeginCapture_v2(void *s, int m) { (void)s, (void)m; return 0; }
+API CUresult cuStreamEndCapture(void *s, void **g) { (void)s; *g = &token; return 0; }
+API CUresult cuGraphInstantiateWithFlags(void **x, void *g, unsigned long long f) {
+    (void)g, (void)f;
+    *x = &token;
+    return 0;
+}
+API CUresult cuGraphLaunch(void *x, void *s) { (void)x, (void)s; return 0; }
+API CUresult cuGraphDestroy(void *g) { (void)g; return 0; }
+API CUresult cuGraphExecDestroy(void *x) { (void)x; return 0; }
+API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int b, size_t s) {
+    (void)f, (void)b, (void)s;
+    *n = 2;
+    return 0;
+}
+API CUresult cuFuncSetAttribute(void *f, int a, int v) { (void)f, (void)a, (void)v; return 0; }
