@@ -13,12 +13,12 @@
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
 #                           [--no-torch] [--no-flashinfer] [--fa3]
 #                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
-#                           [--no-variants]
+#                           [--no-variants] [--no-python]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
 mkdir -p "$OUT"
-QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1
+QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
 for a in "$@"; do
     case $a in
         --quick) QUICK="--quick" ;;
@@ -28,6 +28,7 @@ for a in "$@"; do
         --no-torch) TORCH=0 ;;
         --no-cascade) CASCADE=0 ;;
         --no-variants) VARIANTS=0 ;;
+        --no-python) PYTHON=0 ;;
         --no-flashinfer) FI=0 ;;
         --fa3) FA3=1 ;;
         --no-sanitize) SANITIZE=0 ;;
@@ -132,11 +133,29 @@ if [ "$HARNESS" = 1 ]; then
         ./build/test_attention --backend cuda --filter "cuda/$s/" $QUICK > "$OUT/harness_$s.log" 2>&1 &
         pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p" || status=1; done
+    failed=()
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || { status=1; failed+=("$(echo oracle format variant dtype headdim plan edge determinism | cut -d' ' -f$((i + 1)))"); }
+    done
     grep -h "^FAIL" "$OUT"/harness_*.log | head -40
+    # A failing suite is run again on the separate kernels (no persistent
+    # kernel, no tensor-core decode), to tell a new path's fault from an old one.
+    for s in "${failed[@]}"; do
+        stamp "harness suite $s again with FLASHINFER_CUDA_PERSIST=0 FLASHINFER_CUDA_DECODE_TC=0"
+        FLASHINFER_CUDA_PERSIST=0 FLASHINFER_CUDA_DECODE_TC=0 ./build/test_attention --backend cuda \
+            --filter "cuda/$s/" $QUICK > "$OUT/harness_fallback_$s.log" 2>&1
+        echo "fallback $s: $(grep -hiE 'total|passed|failed' "$OUT/harness_fallback_$s.log" | tail -1)"
+    done
     for s in format variant dtype headdim plan edge determinism; do
         printf '%-12s %s\n' "$s" "$(grep -hiE 'total|passed|failed' "$OUT/harness_$s.log" | tail -1)"
     done | tee "$OUT/harness_summary.txt"
+fi
+
+if [ "$PYTHON" = 1 ]; then
+    stamp "Python package on the GPU (tests/python/run_device.sh)"
+    OUT="$OUT/python" FI_PYTHON_TEST_LIMIT=120 tests/python/run_device.sh > "$OUT/python.log" 2>&1 \
+        || status=1
+    grep "SUMMARY" "$OUT/python.log" || tail -5 "$OUT/python.log"
 fi
 
 if [ "$BENCH" = 1 ]; then
@@ -187,6 +206,9 @@ if [ "$BENCH" = 1 ] && [ "$VARIANTS" = 1 ]; then
     stamp "variant benchmark (JIT cold/warm, fused RoPE vs a separate pass)"
     ./build/bench_variant --json "$OUT/bench_variant.json" 2>&1 | tee "$OUT/bench_variant.log" \
         | grep -v "^|" || status=1
+    stamp "variant benchmark again with the accurate RoPE angles (FI_ROPE_ACCURATE=1)"
+    ./build/bench_variant --no-jit --rope-accurate --json "$OUT/bench_variant_accurate.json" \
+        > "$OUT/bench_variant_accurate.log" 2>&1 || status=1
 fi
 
 if [ "$CASCADE" = 1 ]; then
