@@ -226,4 +226,6 @@ grep -h "test_aot:\|test_cuda:" "$OUT"/test_aot.log "$OUT"/test_cuda.log 2>/dev/
 if [ "$BENCH" = 1 ]; then
     python3 tests/gpu/report_peers.py "$OUT" | tee "$OUT/report.md"
 fi
+# The device tool returns only a few files: pack every log and JSON into one.
+tar czf "/tmp/fi-logs.tgz" -C "$OUT" . && mv /tmp/fi-logs.tgz "$OUT/logs.tgz"
 exit $status
