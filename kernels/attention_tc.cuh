@@ -12,7 +12,8 @@
  *
  * One (item, KV head): packed rows p = token * GROUP + head-in-group, as in
  * attention.cuh, in blocks of BM = 128 rows; warp w owns rows [32w, 32w+32)
- * of a block as two m16 tiles. Keys in tiles of BN = 64:
+ * of a block as two m16 tiles (FI_TC_MT = 1: 64-row blocks, one m16 tile
+ * per warp). Keys in tiles of BN = 64:
  *
  *   S = Q K^T          (mma, A = Q by ldmatrix, B = K by ldmatrix)
  *   scale, mask, soft-cap, ALiBi on the accumulators (log2 domain)
@@ -77,8 +78,14 @@ constexpr bool ROWS = fi_v::QUERY || fi_v::KEY || fi_v::VALUE;
 static_assert(FI_POS != 1 || fi_v::USER, "built-in RoPE runs on the CUDA-core kernel");
 constexpr bool BF16 = QT == FI_T_BF16;
 
-constexpr int NT = 128, NWARP = 4, MT = 2;   /* m16 tiles per warp */
-constexpr int BM = NWARP * MT * 16;          /* 128 packed rows per block */
+#ifndef FI_TC_MT
+#define FI_TC_MT 2
+#endif
+/* m16 tiles per warp: 2 (128-row blocks), or 1 (64-row blocks, for plans
+ * whose items never have more rows: a cascade's shared level) */
+constexpr int NT = 128, NWARP = 4, MT = FI_TC_MT;
+constexpr int BM = NWARP * MT * 16;          /* packed rows per block */
+static_assert(MT == 1 || MT == 2, "64- or 128-row blocks");
 constexpr int BN = 64;                       /* keys per tile */
 constexpr int NTILE = BN / 8;                /* n8 tiles of S */
 constexpr int DT = DVO / 8;                  /* n8 tiles of O */
@@ -258,7 +265,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
         if (kbeg > it.k0) kbeg = it.k0 + (kbeg - it.k0) / BN * BN;
         const int ntiles = kend > kbeg ? (kend - kbeg + BN - 1) / BN : 0;
 
-        /* this thread's rows: [mt][h] = rb + warp*32 + mt*16 + g + 8h */
+        /* this thread's rows: [mt][h] = rb + warp*16MT + mt*16 + g + 8h */
         float m[MT][2], l[MT][2], slope[MT][2];
         float o[MT][DT][4];
 #pragma unroll
@@ -267,7 +274,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             for (int h = 0; h < 2; h++) {
                 m[mt][h] = FI_NEG_INF;
                 l[mt][h] = 0.0f;
-                const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                const int p = rb + warp * (MT * 16) + mt * 16 + g + 8 * h;
                 slope[mt][h] = p < it.rows ? fi_v::row_slope(VP, it.hkv * GROUP + p % GROUP) : 0.0f;
             }
 #pragma unroll
@@ -302,7 +309,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             __syncthreads();
             if constexpr (ROWS) { /* a user's row hooks, on the landed tiles */
                 const int tid = threadIdx.x;
-                if (fi_v::QUERY && t == 0 && rb + tid < it.rows) {
+                if (fi_v::QUERY && t == 0 && tid < BM && rb + tid < it.rows) {
                     const int p = rb + tid;
                     const fi_hook_ctx hc = fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv,
                                                      diag0 + p / GROUP, -1, it.qo_len, it.kv_len,
@@ -345,7 +352,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                 uint32_t qa[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
-                    ldsm_x4(qs_a + swz<KCH>(warp * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)),
+                    ldsm_x4(qs_a + swz<KCH>(warp * (MT * 16) + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)),
                             qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
 #pragma unroll
                 for (int np = 0; np < NTILE / 2; np++) {
@@ -371,7 +378,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                    const int p = rb + warp * (MT * 16) + mt * 16 + g + 8 * h;
                     const int diag = diag0 + p / GROUP;
 #pragma unroll
                     for (int nt = 0; nt < NTILE; nt++)
@@ -487,7 +494,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                 float L = l[mt][h];
                 L += __shfl_xor_sync(0xffffffffu, L, 1);
                 L += __shfl_xor_sync(0xffffffffu, L, 2);
-                const int p = rb + warp * 32 + mt * 16 + g + 8 * h;
+                const int p = rb + warp * (MT * 16) + mt * 16 + g + 8 * h;
                 if (p >= it.rows) continue;
                 const float inv = !SOFTMAX ? a.v_scale : L > 0.0f ? a.v_scale / L : 0.0f;
                 const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[mt][h] + log2f(L) : FI_NEG_INF;
@@ -524,7 +531,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
         if (hook) {
             __syncthreads();
             const int p = rb + threadIdx.x;
-            if (p < it.rows)
+            if (threadIdx.x < BM && p < it.rows)
                 fi_v::output(orow + threadIdx.x * DVO, olse[threadIdx.x],
                              fi_v::ctx(it.req, it.hkv * GROUP + p % GROUP, it.hkv, diag0 + p / GROUP,
                                        -1, it.qo_len, it.kv_len, DVO, a.sm_scale),

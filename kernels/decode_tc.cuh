@@ -1,10 +1,11 @@
 /*
- * decode_tc.cuh — decode version 3: the work items with fewer than
- * a.tc_min_rows (16) packed rows (decode, a few speculative tokens) on
+ * decode_tc.cuh — decode version 3: the work items with at most
+ * MAX_ROWS (16) packed rows (decode, a few speculative tokens, 16 queries
+ * of a cascade's shared prefix) on
  * tensor cores, for the configurations attention_tc.cuh supports without a
  * logit transform or custom mask. Used by persistent.cuh (FI_DTC = 1).
  *
- * One (item, KV head): its rows (tokens x GQA group, <= 15) padded to one
+ * One (item, KV head): its rows (tokens x GQA group, <= 16) padded to one
  * m16 tile, Q fragments held in registers for the whole item. Keys in tiles
  * of BN = 64, STAGES tiles in flight (16-byte cp.async through the page
  * table, the tile's page ids loaded a tile ahead, fixed shared offsets
@@ -31,22 +32,27 @@
 namespace fi_dtc {
 using namespace fi_tc; /* dims, dtypes, masks, swz, ldmatrix, mma, pack2, load_q */
 
+constexpr int MAX_ROWS = 16;             /* packed rows of one item: one m16 tile */
 constexpr int KPW = BN / NWARP;          /* keys per warp per tile: 16 */
 constexpr int CH = KCH > VCH ? KCH : VCH;
 constexpr int PER = BN * CH / NT;        /* 16-byte chunks per thread per tile */
 constexpr int DQ_BYTES = 16 * DQK * 2;
 #ifdef FI_DTC_STAGES
 constexpr int STAGES_D = FI_DTC_STAGES;
-#else
-/* as many stages as fit in the tensor-core path's shared memory (the
+#elif FI_TC
+/* beside the 128-row path: as many stages as fit in its shared memory (the
  * persistent kernel's): 3 at d 128 and d 64 */
 constexpr int STAGES_D = (fi_tc::SMEM_BYTES - DQ_BYTES) / STAGE_BYTES;
+#else
+/* alone (the decode form of persistent.cuh, two CTAs per SM): 2 stages,
+ * 68 KB at d 128 (the host launches it with room for 3) */
+constexpr int STAGES_D = 2;
 #endif
-constexpr int SMEM_D = DQ_BYTES + STAGES_D * STAGE_BYTES;
+constexpr int SMEM_D = DQ_BYTES + STAGES_D * STAGE_BYTES; /* <= fi_cuda_persist_decode_smem() */
 /* merge: o [NWARP][16][DVO], m, l [NWARP][16] */
 constexpr int RED_BYTES = 4 * (NWARP * 16 * DVO + 2 * NWARP * 16);
 static_assert(KPW == 16, "one k16 step of P V per warp and tile");
-static_assert(STAGES_D >= 2 && SMEM_D <= fi_tc::SMEM_BYTES, "stages");
+static_assert(STAGES_D >= 2 && (!FI_TC || SMEM_D <= fi_tc::SMEM_BYTES), "stages");
 static_assert(RED_BYTES <= STAGES_D * STAGE_BYTES, "merge buffer");
 static_assert(!fi_v::USER && !fi_v::ELEM_MASK && !TRANSFORM && !ROWS && !fi_v::OUTPUT && FI_POS == 0,
               "built-in causal / window only on this path");
@@ -284,6 +290,22 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
         }
     }
     __syncthreads(); /* smem is reused by the next item */
+}
+
+/* Any item, in slices of whole tokens of at most MAX_ROWS packed rows (the
+ * decode form of persistent.cuh, which has no 128-row path, takes wide
+ * items this way: correct, but each slice reads the item's keys again). */
+FI_DEV void run_sliced(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
+    static_assert(GROUP <= MAX_ROWS, "a token's rows fit one slice");
+    constexpr int PER = MAX_ROWS / GROUP; /* tokens per slice */
+    const int T = it.rows / GROUP;
+    for (int t0 = 0; t0 < T; t0 += PER) {
+        Item s = it;
+        s.q0 = it.q0 + t0;
+        s.rows = (T - t0 < PER ? T - t0 : PER) * GROUP;
+        if (it.prow >= 0) s.prow = it.prow + t0; /* partial rows follow the tokens */
+        run_item(a, v, s, smem);
+    }
 }
 
 } /* namespace fi_dtc */

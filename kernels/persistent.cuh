@@ -9,8 +9,9 @@
  * the configuration has that path (FI_TC = 1), else to the CUDA-core path
  * (attention.cuh's run_item); both use the same dynamic shared memory (the
  * larger of their needs, `fi_cuda_persist_smem`). With FI_DTC = 1 the
- * smaller items go to decode_tc.cuh (decode version 3, tensor cores)
- * instead of the CUDA-core path; the CUDA-core path still takes every item
+ * items of at most 16 packed rows (one m16 tile) go to decode_tc.cuh
+ * (decode version 3, tensor cores) instead, and only wider ones to the
+ * 128-row tensor-core path; the CUDA-core path still takes every item
  * when K/V rows cannot be copied 16 bytes at a time (a.tc_min_rows == 0).
  *
  * Split items are merged in the same launch: after an item writes its
@@ -25,8 +26,19 @@
  * Built-in variants only (soft-cap, ALiBi, masks, RoPE): a plan with a user
  * variant runs the separate kernels (its merge may carry an output hook).
  *
- * Configuration: attention.cuh's -D constants, FI_TC (0/1), FI_DTC (0/1,
- * needs FI_TC) and FI_PERSIST_NAME; FI_PERSIST_MIN_BLOCKS overrides the CTAs per SM the
+ * The decode form (FI_TC = 0, FI_DTC = 1) runs every item on decode
+ * version 3 alone: without the 128-row path beside it, ptxas keeps decode
+ * version 3 in registers (no spills; the full form spills ~280 bytes and
+ * reloads them in the tile loop), and 2 stages of 68 KB. H200: 4.5 TB/s on
+ * the large decode cells against 3.6 for the full form in the same run;
+ * three CTAs per SM (168 registers) spilled again and ran at 4.1
+ * (docs/CUDA_KERNELS.md). The host launches it for batches with no item
+ * wider than 16 rows; a wide item (a graph captured on a decode batch,
+ * replayed after a re-plan with a prefill chunk) still runs, in 16-row
+ * slices.
+ *
+ * Configuration: attention.cuh's -D constants, FI_TC (0/1), FI_DTC (0/1;
+ * with FI_TC = 0 the decode form) and FI_PERSIST_NAME; FI_PERSIST_MIN_BLOCKS overrides the CTAs per SM the
  * registers are budgeted for (tuning).
  */
 #include "attention.cuh"
@@ -36,8 +48,8 @@
 #ifndef FI_DTC
 #define FI_DTC 0
 #endif
-#if FI_TC
-#include "attention_tc.cuh"
+#if FI_TC || FI_DTC
+#include "attention_tc.cuh" /* decode_tc.cuh builds on its device functions */
 #endif
 #if FI_DTC
 #include "decode_tc.cuh"
@@ -56,13 +68,21 @@ constexpr int TC_SMEM = fi_tc::SMEM_BYTES;
 #else
 constexpr int TC_SMEM = 0;
 #endif
+/* the decode form (FI_TC = 0, FI_DTC = 1): decode version 3 alone */
+constexpr bool DECODE_FORM = !TC && FI_DTC;
+#if FI_DTC
+constexpr int DTC_SMEM = fi_dtc::SMEM_D;
+#else
+constexpr int DTC_SMEM = 0;
+#endif
 /* the host launches max(tensor-core bytes, 48 KB), so every CUDA-core
- * tuning (<= 48 KB, attention.cuh) fits */
-constexpr int SMEM_BYTES = fi_attn::SMEM_BYTES > TC_SMEM ? fi_attn::SMEM_BYTES : TC_SMEM;
+ * tuning (<= 48 KB, attention.cuh) fits; the decode form its own bytes */
+constexpr int SMEM_BYTES = DECODE_FORM ? DTC_SMEM
+                           : fi_attn::SMEM_BYTES > TC_SMEM ? fi_attn::SMEM_BYTES : TC_SMEM;
 #ifdef FI_PERSIST_MIN_BLOCKS
 constexpr int MIN_BLOCKS = FI_PERSIST_MIN_BLOCKS;
 #else
-constexpr int MIN_BLOCKS = TC ? 2 : fi_attn::MIN_BLOCKS;
+constexpr int MIN_BLOCKS = TC || DECODE_FORM ? 2 : fi_attn::MIN_BLOCKS;
 #endif
 static_assert(fi_attn::NT == NT, "one block size");
 static_assert(!fi_v::USER, "user variants run the separate kernels");
@@ -124,8 +144,10 @@ FI_PERSIST_NAME(const fi_attn_args a) {
 #if FI_TC && FI_DTC
             /* the host launches this kernel only when K/V rows can be
              * copied 16 bytes at a time (a.tc_min_rows > 0) */
-            if (it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
+            if (it.rows > fi_dtc::MAX_ROWS) fi_tc::run_item(a, v, it, smem);
             else fi_dtc::run_item(a, v, it, smem);
+#elif FI_DTC /* the decode form: wide items in 16-row slices */
+            fi_dtc::run_sliced(a, v, it, smem);
 #elif FI_TC
             if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
             else fi_attn::run_item(a, v, it, smem);

@@ -38,6 +38,11 @@ typedef struct fi_attn_config {
     const char *vname;
     const char *vsrc;
     int vhooks;
+    /* Packed rows of the persistent kernel's tensor-core block: 0 = 128,
+     * or 64 for a plan whose items never have more (max_total_qo x group
+     * <= 64: a cascade's shared level), which would leave half a 128-row
+     * block idle. */
+    int tc_block;
 } fi_attn_config;
 
 /* The configuration of a plan's params; a variant's text is attached with
@@ -70,11 +75,21 @@ int fi_cuda_attn_tc_smem(const fi_attn_config *c);
 /* Items with at least this many packed rows (tokens x group) go to the
  * tensor-core kernel when the plan has one. */
 #define FI_CUDA_TC_MIN_ROWS 16
+/* Inside the persistent kernel with decode version 3, items of up to one
+ * m16 tile of packed rows take that path (a 16-row item, e.g. 16 queries on
+ * a cascade's shared prefix, would fill an eighth of a 128-row block). */
+#define FI_CUDA_DTC_MAX_ROWS 16
 /* The persistent kernel (kernels/persistent.cuh): both paths (the
  * tensor-core one when supported) and the fused merge in one launch; its
  * dynamic shared memory. */
 void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *spec);
 int fi_cuda_persist_smem(const fi_attn_config *c);
+/* Its decode form (decode version 3 alone, without the full form's register
+ * spills): runs batches whose items are all at most
+ * FI_CUDA_DTC_MAX_ROWS packed rows; wide items in 16-row slices. */
+int fi_cuda_persist_decode_supported(const fi_attn_config *c);
+void fi_cuda_persist_decode_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+int fi_cuda_persist_decode_smem(const fi_attn_config *c);
 /* Whether the persistent kernel takes the small items on tensor cores
  * (decode version 3, kernels/decode_tc.cuh). That kernel has no CUDA-core
  * path: a run whose K/V rows are not 16-byte copyable, or whose page size is
@@ -84,8 +99,8 @@ int fi_cuda_decode_tc_supported(const fi_attn_config *c);
  * CUDA-core, tensor-core and merge kernels (FLASHINFER_CUDA_PERSIST=0). */
 int fi_cuda_persist_enabled(void);
 /* The kernels a plan with params `p` resolves, in order; returns how many
- * (at most 3): the persistent kernel (when enabled, without a variant), else
- * fi_cuda_separate_specs. What `jit_compile --warm` and `fi warmup` compile
+ * (at most 3): the persistent kernel and its decode form where supported
+ * (when enabled, without a variant), else fi_cuda_separate_specs. What `jit_compile --warm` and `fi warmup` compile
  * ahead. */
 int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel_spec specs[3],
                        int *vhooks);
@@ -199,6 +214,8 @@ typedef struct fi_cuda_plan {
     CUfunction persist;      /* one launch for everything (NULL: the three) */
     int persist_smem;
     int persist_dtc;         /* it has no CUDA-core path (decode_tc.cuh) */
+    CUfunction persist_dec;  /* its decode form (NULL: none) */
+    int persist_dec_smem;
     int heads_x;             /* its grid: x = KV heads, y = workers */
     int prefill_separate;    /* uncaptured tensor-core-only runs: attn_tc */
     int has_tc_path;         /* the configuration has a tensor-core kernel */
@@ -206,6 +223,7 @@ typedef struct fi_cuda_plan {
     int tc_smem;             /* its dynamic shared memory */
     int has_tc_items;        /* this schedule has items for attn_tc */
     int has_cc_items;        /* ... and for attn */
+    int has_wide_items;      /* ... items wider than decode v3's m16 tile */
     unsigned grid_x, grid_y, merge_grid;
     int blocks_per_sm;
     char attn_name[FI_KERNEL_NAME_MAX];

@@ -115,22 +115,38 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     CUfunction occ;
     /* user variants run the separate kernels (their merge may carry an
      * output hook; the persistent kernel's fused merge is the built-in one) */
+    size_t occ_smem = 0;
     if (fi_cuda_persist_enabled() && !p->variant) {
-        fi_kernel_spec spec;
-        fi_cuda_persist_spec(&cfg, &spec);
-        memcpy(ps->attn_name, spec.name, sizeof ps->attn_name);
-        if ((st = fi_cuda_jit_function(ps->cc, &spec, &ps->persist))) return st;
+        /* the persistent kernel and, where supported, its decode form
+         * (compiled side by side when cold) */
+        fi_kernel_spec specs[2];
+        const fi_kernel_spec *list[2] = {&specs[0], &specs[1]};
+        if ((int64_t)plan->config.max_total_qo * plan->group_size <= 64) cfg.tc_block = 64;
+        fi_cuda_persist_spec(&cfg, &specs[0]);
+        int n = 1;
+        if (fi_cuda_persist_decode_supported(&cfg)) fi_cuda_persist_decode_spec(&cfg, &specs[n++]);
+        if ((st = fi_cuda_jit_prepare(ps->cc, list, n))) return st;
+        memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
+        if ((st = fi_cuda_jit_function(ps->cc, &specs[0], &ps->persist))) return st;
         ps->persist_smem = fi_cuda_persist_smem(&cfg);
         ps->persist_dtc = fi_cuda_decode_tc_supported(&cfg);
         FI_CU(cu, FuncSetAttribute, ps->persist, FI_CU_FUNC_MAX_DYN_SMEM, ps->persist_smem);
-        occ = ps->persist;
+        occ = ps->persist, occ_smem = (size_t)ps->persist_smem;
+        if (n == 2) {
+            if ((st = fi_cuda_jit_function(ps->cc, &specs[1], &ps->persist_dec))) return st;
+            ps->persist_dec_smem = fi_cuda_persist_decode_smem(&cfg);
+            FI_CU(cu, FuncSetAttribute, ps->persist_dec, FI_CU_FUNC_MAX_DYN_SMEM,
+                  ps->persist_dec_smem);
+            /* long spans are split for the decode form's resident CTAs:
+             * splits matter for few long decodes, which it runs */
+            occ = ps->persist_dec, occ_smem = (size_t)ps->persist_dec_smem;
+        }
     } else {
         if ((st = fi_cuda_plan_resolve_separate(plan))) return st;
         occ = ps->attn;
     }
     int blocks = 0;
-    FI_CU(cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, occ, 128,
-          occ == ps->persist ? (size_t)ps->persist_smem : 0);
+    FI_CU(cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, occ, 128, occ_smem);
     ps->blocks_per_sm = blocks > 0 ? blocks : 1;
     int32_t hkv = p->num_kv_heads, gy = hkv;
     const char *env = getenv("FLASHINFER_CUDA_GRID_Y"); /* tuning experiments */
@@ -275,11 +291,12 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         call = "cuEventSynchronize";
     if (!call) {
         const fi_schedule *s = &plan->schedule;
-        ps->has_tc_items = ps->has_cc_items = 0;
+        ps->has_tc_items = ps->has_cc_items = ps->has_wide_items = 0;
         for (int32_t i = 0; i < s->num_items; i++) {
             int64_t rows = (int64_t)(s->items[i].q_end - s->items[i].q_start) * plan->group_size;
             if (ps->has_tc_path && rows >= FI_CUDA_TC_MIN_ROWS) ps->has_tc_items = 1;
             else ps->has_cc_items = 1;
+            if (rows > FI_CUDA_DTC_MAX_ROWS) ps->has_wide_items = 1;
         }
         size_t bytes = pack(plan, ps->staging);
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)

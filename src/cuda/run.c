@@ -144,8 +144,10 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
      * the same code inside the persistent kernel (H200, docs/CUDA_KERNELS.md;
      * why is not established). A captured run keeps the persistent kernel:
      * a later plan may hold any items. */
-    if (persist && ps->prefill_separate && capturing == FI_CU_CAPTURE_NONE && ps->has_tc_items &&
-        !ps->has_cc_items && a.tc_min_rows > 0)
+    bool all_tc = ps->has_tc_items && !ps->has_cc_items &&
+                  !(ps->persist_dtc && !ps->has_wide_items); /* 16-row items: decode v3 */
+    if (persist && ps->prefill_separate && capturing == FI_CU_CAPTURE_NONE && all_tc &&
+        a.tc_min_rows > 0)
         persist = false;
     if (ps->persist && !persist && !ps->attn) {
         if (capturing != FI_CU_CAPTURE_NONE) { /* loading is not a stream operation */
@@ -161,9 +163,15 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
     }
     if (persist) { /* every item and the merge, one launch */
         a.heads_x = ps->heads_x;
-        FI_CU(cu, LaunchKernel, ps->persist, ps->heads_x ? ps->grid_y : ps->grid_x,
-              ps->heads_x ? ps->grid_x : ps->grid_y, 1, 128, 1, 1, (unsigned)ps->persist_smem,
-              stream, params, NULL);
+        /* no item wider than one m16 tile: the decode form (decode
+         * version 3 without spills); a graph captured here replays any
+         * later plan, its wide items in 16-row slices (then not bitwise
+         * the eager run, which takes the full form) */
+        bool dec = ps->persist_dec && !ps->has_wide_items;
+        FI_CU(cu, LaunchKernel, dec ? ps->persist_dec : ps->persist,
+              ps->heads_x ? ps->grid_y : ps->grid_x, ps->heads_x ? ps->grid_x : ps->grid_y, 1, 128,
+              1, 1, (unsigned)(dec ? ps->persist_dec_smem : ps->persist_smem), stream, params,
+              NULL);
         ps->last_stream = stream;
         return FI_OK;
     }

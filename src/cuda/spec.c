@@ -147,7 +147,8 @@ int fi_cuda_attn_tc_supported(const fi_attn_config *c) {
 /* 128-row Q block + 2 stages of 64 keys of K and V, 16-bit, + two tiles of
  * K/V offsets (64 x 16 bytes each) (attention_tc.cuh). */
 int fi_cuda_attn_tc_smem(const fi_attn_config *c) {
-    return 128 * c->dqk * 2 + 2 * 64 * (c->dqk + c->dvo) * 2 + 2 * 64 * 16;
+    int rows = c->tc_block == 64 ? 64 : 128;
+    return rows * c->dqk * 2 + 2 * 64 * (c->dqk + c->dvo) * 2 + 2 * 64 * 16;
 }
 
 /* fi_attn_tc_d128x128_q2o2_g4_paged_m1w0c0p0 */
@@ -190,9 +191,8 @@ int fi_cuda_decode_tc_supported(const fi_attn_config *c) {
 
 /* fi_pers_d128x128_q2k2o2_g4r4_paged_m0w0c0p0_t1d1: attention.cuh's
  * options, FI_TC, FI_DTC, and the entry point's name. */
-void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+static void persist_spec(const fi_attn_config *c, int tc, int dtc, fi_kernel_spec *s) {
     fi_cuda_attn_spec(c, s);
-    int tc = fi_cuda_attn_tc_supported(c), dtc = fi_cuda_decode_tc_supported(c);
     char name[sizeof s->name];
     snprintf(name, sizeof name, "fi_pers_%.70s_t%dd%d", s->name + strlen("fi_attn_"), tc, dtc);
     memcpy(s->name, name, sizeof s->name);
@@ -202,6 +202,39 @@ void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *s) {
             snprintf(s->defines[i], sizeof s->defines[i], "-DFI_PERSIST_NAME=%.96s", s->name);
     add_define(s, "-DFI_TC=%d", tc);
     add_define(s, "-DFI_DTC=%d", dtc);
+    if (tc && c->tc_block == 64) { /* fi_pers_..._t1d1_b64 */
+        size_t n = strlen(s->name);
+        snprintf(s->name + n, sizeof s->name - n, "_b64");
+        for (int i = 0; i < s->num_defines; i++)
+            if (!strncmp(s->defines[i], "-DFI_PERSIST_NAME=", 18))
+                snprintf(s->defines[i], sizeof s->defines[i], "-DFI_PERSIST_NAME=%.96s", s->name);
+        add_define(s, "-DFI_TC_MT=1");
+    }
+}
+
+void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+    persist_spec(c, fi_cuda_attn_tc_supported(c), fi_cuda_decode_tc_supported(c), s);
+}
+
+/* The decode form: decode version 3 alone, where a GQA group's rows fit one
+ * m16 tile (a token's rows in one slice); FLASHINFER_CUDA_DECODE_FORM=0:
+ * not used. */
+int fi_cuda_persist_decode_supported(const fi_attn_config *c) {
+    const char *env = getenv("FLASHINFER_CUDA_DECODE_FORM");
+    if (env && env[0] == '0') return 0;
+    return fi_cuda_decode_tc_supported(c) && c->group <= FI_CUDA_DTC_MAX_ROWS;
+}
+
+/* fi_pers_..._t0d1 */
+void fi_cuda_persist_decode_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+    persist_spec(c, 0, 1, s);
+}
+
+/* 16-row Q tile + 2 stages of 64 keys of K and V, 16-bit (decode_tc.cuh),
+ * with room for a third stage (FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=3:
+ * two CTAs per SM either way). */
+int fi_cuda_persist_decode_smem(const fi_attn_config *c) {
+    return 16 * c->dqk * 2 + 3 * 64 * (c->dqk + c->dvo) * 2;
 }
 
 /* The larger of the tensor-core path's bytes and 48 KB, the most any
@@ -218,7 +251,9 @@ int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel
         fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
         fi_cuda_persist_spec(&cfg, &specs[0]);
         if (vhooks) *vhooks = 0;
-        return 1;
+        if (!fi_cuda_persist_decode_supported(&cfg)) return 1;
+        fi_cuda_persist_decode_spec(&cfg, &specs[1]);
+        return 2;
     }
     return fi_cuda_separate_specs(p, vsrc, specs, vhooks);
 }

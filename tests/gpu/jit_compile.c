@@ -49,7 +49,7 @@ enum { F32 = 0, F16 = 1, BF16 = 2, E4M3 = 3, E5M2 = 4 };
 /* dqk dvo qt kvt ot group rows paged mask window softcap pos (then the
  * variant fields, zero) */
 #define C(dqk, dvo, qt, kvt, ot, g, r, pg, m, w, c, p) \
-    {dqk, dvo, qt, kvt, ot, g, r, pg, m, w, c, p, NULL, NULL, 0}
+    {dqk, dvo, qt, kvt, ot, g, r, pg, m, w, c, p, NULL, NULL, 0, 0}
 static const fi_attn_config attn_configs[] = {
     C(128, 128, BF16, BF16, BF16, 4, 4, 1, 0, 0, 0, 0), /* decode 32/8 bf16: the benchmark's */
     C(128, 128, F16, F16, F16, 4, 4, 1, 0, 0, 0, 0),
@@ -111,9 +111,45 @@ static int ntc(void) {
 }
 
 /* Then the persistent kernel (kernels/persistent.cuh, what plans run by
- * default) of every attention configuration above. */
+ * default) of every attention configuration above, its decode form where
+ * supported, and its 64-row tensor-core block (plans with at most 64 packed
+ * rows) where there is a tensor-core path. */
+static int ndec(void) {
+    int n = 0, na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
+    for (int i = 0; i < na; i++) n += fi_cuda_persist_decode_supported(&attn_configs[i]);
+    return n;
+}
+
+static int nb64(void) {
+    int n = 0, na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
+    for (int i = 0; i < na; i++) n += fi_cuda_attn_tc_supported(&attn_configs[i]);
+    return n;
+}
+
 static int nspecs_attn(void) {
-    return 2 * (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9 + ntc();
+    return 2 * (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9 + ntc() + ndec() + nb64();
+}
+
+/* The k-th configuration with a decode form: that form. */
+static void decode_form_at(int k, fi_kernel_spec *s) {
+    int na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
+    for (int j = 0; j < na; j++)
+        if (fi_cuda_persist_decode_supported(&attn_configs[j]) && k-- == 0) {
+            fi_cuda_persist_decode_spec(&attn_configs[j], s);
+            return;
+        }
+}
+
+/* The k-th configuration with a tensor-core path: its 64-row block form. */
+static void b64_at(int k, fi_kernel_spec *s) {
+    int na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
+    for (int j = 0; j < na; j++)
+        if (fi_cuda_attn_tc_supported(&attn_configs[j]) && k-- == 0) {
+            fi_attn_config c = attn_configs[j];
+            c.tc_block = 64;
+            fi_cuda_persist_spec(&c, s);
+            return;
+        }
 }
 
 static void spec_at_attn(int i, fi_kernel_spec *s) {
@@ -127,6 +163,14 @@ static void spec_at_attn(int i, fi_kernel_spec *s) {
         return;
     }
     int k = i - na - 9;
+    if (k >= ntc() + na + ndec()) {
+        b64_at(k - ntc() - na - ndec(), s);
+        return;
+    }
+    if (k >= ntc() + na) {
+        decode_form_at(k - ntc() - na, s);
+        return;
+    }
     if (k >= ntc()) {
         fi_cuda_persist_spec(&attn_configs[k - ntc()], s);
         return;

@@ -6,16 +6,17 @@
 # MultiLevelCascadeAttentionWrapper on the same cells in the same run.
 # Called by tests/gpu/run_device.sh (skip with --no-cascade there), or alone.
 # Logs and JSON under $OUT (or /tmp/fi-out); tables last.
-#   tests/gpu/run_cascade.sh [--quick] [--no-bench] [--no-flashinfer] [--no-build]
+#   tests/gpu/run_cascade.sh [--quick] [--no-bench] [--no-tests] [--no-flashinfer] [--no-build]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
 mkdir -p "$OUT"
-QUICK="" BENCH=1 FI=1 BUILD=1
+QUICK="" BENCH=1 TESTS=1 FI=1 BUILD=1
 for a in "$@"; do
     case $a in
         --quick) QUICK="--quick" ;;
         --no-bench) BENCH=0 ;;
+        --no-tests) TESTS=0 ;;
         --no-flashinfer) FI=0 ;;
         --no-build) BUILD=0 ;;
     esac
@@ -41,27 +42,29 @@ if [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/null; then
     fi_pid=$!
 fi
 
-stamp "test_cascade, test_bsr on cuda (one process per part)"
-pids=()
-for f in cuda/levels/L1/ cuda/levels/L2/ cuda/levels/L3/ cuda/levels/L4/ cuda/detect/; do
-    n=$(echo "$f" | tr '/' '_')
-    ./build/test_cascade --backend cuda --filter "$f" $QUICK > "$OUT/tc_$n.log" 2>&1 &
-    pids+=($!)
-done
-for f in cuda/fixed/ cuda/variable/; do
-    n=$(echo "$f" | tr '/' '_')
-    ./build/test_bsr --backend cuda --filter "$f" $QUICK > "$OUT/tb_$n.log" 2>&1 &
-    pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p" || status=1; done
-# one log for all parts (fewer files to fetch), then a line per part
-for f in "$OUT"/tc_*.log "$OUT"/tb_*.log; do echo "### $(basename "$f")"; cat "$f"; done \
-    > "$OUT/cascade_tests.log"
-grep -h "^FAIL" "$OUT"/tc_*.log "$OUT"/tb_*.log | head -20
-for f in "$OUT"/tc_*.log "$OUT"/tb_*.log; do
-    printf '%-32s %s\n' "$(basename "$f")" "$(grep -E '^  total' "$f" | tail -1)"
-done | tee "$OUT/cascade_tests_summary.txt"
-rm -f "$OUT"/tc_*.log "$OUT"/tb_*.log
+if [ "$TESTS" = 1 ]; then
+    stamp "test_cascade, test_bsr on cuda (one process per part)"
+    pids=()
+    for f in cuda/levels/L1/ cuda/levels/L2/ cuda/levels/L3/ cuda/levels/L4/ cuda/detect/; do
+        n=$(echo "$f" | tr '/' '_')
+        ./build/test_cascade --backend cuda --filter "$f" $QUICK > "$OUT/tc_$n.log" 2>&1 &
+        pids+=($!)
+    done
+    for f in cuda/fixed/ cuda/variable/; do
+        n=$(echo "$f" | tr '/' '_')
+        ./build/test_bsr --backend cuda --filter "$f" $QUICK > "$OUT/tb_$n.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || status=1; done
+    # one log for all parts (fewer files to fetch), then a line per part
+    for f in "$OUT"/tc_*.log "$OUT"/tb_*.log; do echo "### $(basename "$f")"; cat "$f"; done \
+        > "$OUT/cascade_tests.log"
+    grep -h "^FAIL" "$OUT"/tc_*.log "$OUT"/tb_*.log | head -20
+    for f in "$OUT"/tc_*.log "$OUT"/tb_*.log; do
+        printf '%-32s %s\n' "$(basename "$f")" "$(grep -E '^  total' "$f" | tail -1)"
+    done | tee "$OUT/cascade_tests_summary.txt"
+    rm -f "$OUT"/tc_*.log "$OUT"/tb_*.log
+fi
 
 if [ "$BENCH" = 1 ]; then
     [ "$FI_OK" = 1 ] && { stamp "waiting for the FlashInfer warm-up"; wait "$fi_pid"; tail -3 "$OUT/flashinfer_warm.log"; }
@@ -77,7 +80,7 @@ if [ "$BENCH" = 1 ]; then
     fi
 fi
 stamp "done (status $status)"
-cat "$OUT/cascade_tests_summary.txt"
+[ "$TESTS" = 1 ] && cat "$OUT/cascade_tests_summary.txt"
 [ -f "$OUT/bench_cascade.log" ] && grep "^|" "$OUT/bench_cascade.log"
 [ -f "$OUT/bench_cascade_flashinfer.log" ] && grep "^|" "$OUT/bench_cascade_flashinfer.log"
 exit $status

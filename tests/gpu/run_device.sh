@@ -9,15 +9,20 @@
 # PYTHONPATH, see HELPER_RULES/BENCH.md), then the per-cell table of ours
 # against each peer; cascades / block-sparse attention
 # (tests/gpu/run_cascade.sh) and user-defined variants (test_cuda_variants,
-# bench_variant). Logs and JSON under $OUT (or /tmp/fi-out).
+# bench_variant). Logs and JSON under $LOGS (or /tmp/fi-logs), packed into
+# $OUT/logs.tgz (or /tmp/fi-out) however the script ends: the device tool
+# returns only a handful of files from $OUT.
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
 #                           [--no-torch] [--no-flashinfer] [--fa3]
 #                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
 #                           [--no-variants] [--no-python]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/fi-out}
-mkdir -p "$OUT"
+PACK=${OUT:-/tmp/fi-out}
+OUT=${LOGS:-/tmp/fi-logs} # every log below goes here
+mkdir -p "$OUT" "$PACK"
+pack() { tar czf "$PACK/logs.tgz.tmp" -C "$OUT" . 2>/dev/null && mv "$PACK/logs.tgz.tmp" "$PACK/logs.tgz"; }
+trap pack EXIT # and at every stage (stamp): a run killed at its time limit keeps its logs
 QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
 for a in "$@"; do
     case $a in
@@ -43,7 +48,7 @@ export PATH=$PATH:/usr/local/cuda/bin
 JOBS=$(nproc)
 status=0
 t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+stamp() { pack; echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
 stamp "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv \
@@ -226,6 +231,4 @@ grep -h "test_aot:\|test_cuda:" "$OUT"/test_aot.log "$OUT"/test_cuda.log 2>/dev/
 if [ "$BENCH" = 1 ]; then
     python3 tests/gpu/report_peers.py "$OUT" | tee "$OUT/report.md"
 fi
-# The device tool returns only a few files: pack every log and JSON into one.
-tar czf "/tmp/fi-logs.tgz" -C "$OUT" . && mv /tmp/fi-logs.tgz "$OUT/logs.tgz"
 exit $status
