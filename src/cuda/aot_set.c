@@ -7,8 +7,10 @@
  * CUDA-core kernel and the tensor-core kernel, plus the merge kernel of each
  * dtype and head dim, and the persistent kernel (kernels/persistent.cuh:
  * what a plan runs by default; the separate kernels serve uncaptured
- * prefill-only runs and FLASHINFER_CUDA_PERSIST=0) and its decode form (what
- * decode batches run): 2 x 2 x 3 x 2 x 2 x 4 + 2 x 2 = 196 kernels.
+ * prefill-only runs and FLASHINFER_CUDA_PERSIST=0), its decode form (what
+ * decode batches run) and its 64-row tensor-core block form (plans of 17 to
+ * 64 packed rows: a cascade's shared level): 2 x 2 x 3 x 2 x 2 x 5 + 2 x 2 =
+ * 244 kernels.
  */
 #include "cuda/cuda_backend.h"
 
@@ -21,7 +23,7 @@ static const int aot_dtypes[N_DT] = {FI_DTYPE_BF16, FI_DTYPE_F16};
 static const int aot_dims[N_DIM] = {128, 64};
 static const int aot_groups[N_GROUP] = {1, 4, 8};
 
-int fi_cuda_aot_set_count(void) { return 4 * N_ATTN + N_DT * N_DIM; }
+int fi_cuda_aot_set_count(void) { return 5 * N_ATTN + N_DT * N_DIM; }
 
 /* The i-th configuration's attention config (i < N_ATTN). */
 static void attn_config_at(int i, fi_attn_config *c) {
@@ -55,8 +57,12 @@ void fi_cuda_aot_set_spec(int i, fi_kernel_spec *s) {
     } else if (i < 4 * N_ATTN) { /* every configuration here has a decode form */
         attn_config_at(i - 3 * N_ATTN, &c);
         fi_cuda_persist_decode_spec(&c, s);
+    } else if (i < 5 * N_ATTN) { /* and a tensor-core path: 64-row blocks */
+        attn_config_at(i - 4 * N_ATTN, &c);
+        c.tc_block = 64;
+        fi_cuda_persist_spec(&c, s);
     } else {
-        int k = i - 4 * N_ATTN;
+        int k = i - 5 * N_ATTN;
         fi_cuda_merge_spec(aot_dims[k % N_DIM], aot_dtypes[k / N_DIM], s);
     }
 }

@@ -39,8 +39,8 @@ typedef struct fi_attn_config {
     const char *vsrc;
     int vhooks;
     /* Packed rows of the persistent kernel's tensor-core block: 0 = 128,
-     * or 64 for a plan whose items never have more (max_total_qo x group
-     * <= 64: a cascade's shared level), which would leave half a 128-row
+     * or 64 for a plan whose items never have more (17 to 64 = max_total_qo
+     * x group: a cascade's shared level), which would leave half a 128-row
      * block idle. */
     int tc_block;
 } fi_attn_config;

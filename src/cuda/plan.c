@@ -121,7 +121,10 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
          * (compiled side by side when cold) */
         fi_kernel_spec specs[2];
         const fi_kernel_spec *list[2] = {&specs[0], &specs[1]};
-        if ((int64_t)plan->config.max_total_qo * plan->group_size <= 64) cfg.tc_block = 64;
+        /* at most 64 packed rows (a cascade's shared level): 64-row
+         * tensor-core blocks; at most 16 never reach the full form */
+        int64_t rows = (int64_t)plan->config.max_total_qo * plan->group_size;
+        if (rows > FI_CUDA_DTC_MAX_ROWS && rows <= 64) cfg.tc_block = 64;
         fi_cuda_persist_spec(&cfg, &specs[0]);
         int n = 1;
         if (fi_cuda_persist_decode_supported(&cfg)) fi_cuda_persist_decode_spec(&cfg, &specs[n++]);
