@@ -215,6 +215,7 @@ typedef struct fi_cuda_plan {
     int persist_smem;
     int persist_dtc;         /* it has no CUDA-core path (decode_tc.cuh) */
     CUfunction persist_dec;  /* its decode form (NULL: none) */
+    int persist_b64;         /* its tensor-core blocks are 64 rows */
     int persist_dec_smem;
     int heads_x;             /* its grid: x = KV heads, y = workers */
     int prefill_separate;    /* uncaptured tensor-core-only runs: attn_tc */

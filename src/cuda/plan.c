@@ -125,6 +125,7 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
          * tensor-core blocks; at most 16 never reach the full form */
         int64_t rows = (int64_t)plan->config.max_total_qo * plan->group_size;
         if (rows > FI_CUDA_DTC_MAX_ROWS && rows <= 64) cfg.tc_block = 64;
+        ps->persist_b64 = cfg.tc_block == 64;
         fi_cuda_persist_spec(&cfg, &specs[0]);
         int n = 1;
         if (fi_cuda_persist_decode_supported(&cfg)) fi_cuda_persist_decode_spec(&cfg, &specs[n++]);
@@ -169,9 +170,12 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const char *hx = getenv("FLASHINFER_CUDA_HEADS_X");
     ps->heads_x = ps->persist && !(hx && hx[0] == '0');
     /* uncaptured prefill-only runs on the standalone tensor-core kernel
-     * (run.c; FLASHINFER_CUDA_PREFILL_SEPARATE=0: the persistent one) */
+     * (run.c; FLASHINFER_CUDA_PREFILL_SEPARATE=0: the persistent one),
+     * except where the persistent kernel has 64-row blocks (the standalone
+     * one's 128-row blocks would be half idle) */
     const char *pf = getenv("FLASHINFER_CUDA_PREFILL_SEPARATE");
-    ps->prefill_separate = ps->persist && ps->has_tc_path && !(pf && pf[0] == '0');
+    ps->prefill_separate =
+        ps->persist && ps->has_tc_path && !ps->persist_b64 && !(pf && pf[0] == '0');
     ps->merge_grid = (unsigned)(ps->cc->sm_count * 4);
     /* With a tensor-core path, a key of a 128-row block costs about what a
      * decode key does (H200: 305 TFLOP/s x 4.65e9 block-keys/s against
