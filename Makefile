@@ -79,16 +79,18 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) $(SIMD_FLAGS_$(lastword $(subst _, ,$(basename $(notdir $<))))) -MMD -MP -c $< -o $@
 
-$(KERNEL_GEN): $(KERNEL_SRC) src/cuda/embed.sh
+$(KERNEL_GEN): $(KERNEL_SRC) src/embed.sh
 	@mkdir -p $(dir $@)
-	sh src/cuda/embed.sh $(KERNEL_SRC) > $@.tmp && mv $@.tmp $@
+	sh src/embed.sh --sizes cuda/kernel_sources.h fi_kernel_file fi_kernel_files \
+	    fi_kernel_file_count $(KERNEL_SRC) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/kernel_sources.o: $(KERNEL_GEN)
 	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@
 
-$(CPU_TEMPLATE_GEN): $(CPU_TEMPLATE_SRC) src/cpu/embed_kernel.sh
+$(CPU_TEMPLATE_GEN): $(CPU_TEMPLATE_SRC) src/embed.sh
 	@mkdir -p $(dir $@)
-	sh src/cpu/embed_kernel.sh $(CPU_TEMPLATE_SRC) > $@.tmp && mv $@.tmp $@
+	sh src/embed.sh --flatten cpu/variant_jit.h fi_cpu_jit_file fi_cpu_jit_files \
+	    fi_cpu_jit_file_count $(CPU_TEMPLATE_SRC) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/cpu_jit_files.o: $(CPU_TEMPLATE_GEN)
 	$(CC) $(CPPFLAGS_ALL) $(BASE_CFLAGS) -c $< -o $@

@@ -964,9 +964,8 @@ done:
 static void submit(case_spec c) {
     char name[256];
     case_name(&c, name, sizeof name);
-    if (!tu_backend_selected(c.be->device_name) || !tu_selected(name)) return;
-    if (tu_opt.quick && !c.quick) return;
-    if (tu_opt.list) { printf("%s\n", name); return; }
+    if (!tu_backend_selected(c.be->device_name) || (tu_opt.quick && !c.quick)) return;
+    if (!tu_begin_case(name)) return;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     tu_result r = run_case(&c, name);
@@ -1390,9 +1389,8 @@ static void batch_invariance(backend *be, fi_dtype dt, int causal) {
     c.quick = 1;
     char name[256];
     case_name(&c, name, sizeof name);
-    if (!tu_backend_selected(be->device_name) || !tu_selected(name)) return;
-    if (tu_opt.quick && !c.quick) return;
-    if (tu_opt.list) { printf("%s\n", name); return; }
+    if (!tu_backend_selected(be->device_name) || (tu_opt.quick && !c.quick)) return;
+    if (!tu_begin_case(name)) return;
     fi_context *ctx = backend_context(be);
     if (!ctx) { tu_note("backend %s: %s", be->name, be->why_not); tu_record(c.suite, name, TU_SKIP); return; }
 
@@ -1505,8 +1503,7 @@ static void graph_case(backend *be, fi_mask_mode mask, fi_dtype dt) {
     c.quick = 1;
     char name[256];
     case_name(&c, name, sizeof name);
-    if (!tu_backend_selected(be->device_name) || !tu_selected(name)) return;
-    if (tu_opt.list) { printf("%s\n", name); return; }
+    if (!tu_backend_selected(be->device_name) || !tu_begin_case(name)) return;
     fi_context *ctx = backend_context(be);
     if (!ctx) { tu_note("backend %s: %s", be->name, be->why_not); tu_record(c.suite, name, TU_SKIP); return; }
     if (!cu.stream_create || !cu.begin_capture || !cu.graph_instantiate || !cu.graph_launch) {

@@ -187,8 +187,7 @@ static void record(const char *name, int ok) {
 static int selected(const char *name) {
     char full[160];
     snprintf(full, sizeof full, "bad_input/%s/%s", category, name);
-    if (!tu_selected(full)) return 0;
-    if (tu_opt.list) { printf("%s\n", full); return 0; }
+    if (!tu_begin_case(full)) return 0;
     tu_crash_context(full, 0);
     fixture_reset();
     return 1;

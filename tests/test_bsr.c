@@ -261,11 +261,7 @@ static void fixed_cases(tu_cpu_backend *be) {
                                  be->name, (int)c.R, (int)c.C, (int)c.M, (int)c.N,
                                  (int)(c.density * 100), em ? "elem-mask" : "full-blocks",
                                  tu_dtype_name(c.dt), (int)c.d, (int)c.hq, (int)c.hk);
-                        if (!tu_selected(name)) continue;
-                        if (tu_opt.list) {
-                            printf("%s\n", name);
-                            continue;
-                        }
+                        if (!tu_begin_case(name)) continue;
                         run_fixed(be, &c, name);
                     }
 }
@@ -379,11 +375,7 @@ static void variable_cases(tu_cpu_backend *be) {
                                  be->name, (int)c.M, (int)c.N, (int)c.MB, (int)c.NB, (int)c.gran,
                                  (int)(c.density * 100), tu_dtype_name(c.dt), (int)c.d,
                                  (int)c.hq, (int)c.hk);
-                        if (!tu_selected(name)) continue;
-                        if (tu_opt.list) {
-                            printf("%s\n", name);
-                            continue;
-                        }
+                        if (!tu_begin_case(name)) continue;
                         run_variable(be, &c, name);
                     }
 }
@@ -393,11 +385,7 @@ static void variable_cases(tu_cpu_backend *be) {
 static void bad_input(tu_cpu_backend *be) {
     char name[128];
     snprintf(name, sizeof name, "%s/bad_input/bsr", be->name);
-    if (!tu_selected(name)) return;
-    if (tu_opt.list) {
-        printf("%s\n", name);
-        return;
-    }
+    if (!tu_begin_case(name)) return;
     tu_rng rng;
     tu_rng_seed(&rng, tu_case_seed(name));
     int fail = 0;

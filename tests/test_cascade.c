@@ -518,11 +518,7 @@ static void level_cases(tu_cpu_backend *be) {
                                      (int)c.h_qo, (int)c.h_kv, shape ? "prefill" : "decode",
                                      (int)c.ps, var == 0 ? "plain" : var == 1 ? "empty-level" : "empty-requests",
                                      c.partial_mid ? "+partial-mid" : "", c.with_lse ? "" : "/no-lse");
-                            if (!tu_selected(name)) continue;
-                            if (tu_opt.list) {
-                                printf("%s\n", name);
-                                continue;
-                            }
+                            if (!tu_begin_case(name)) continue;
                             run_level_case(be, &c, name);
                         }
 }
@@ -750,11 +746,7 @@ static void detect_cases(tu_cpu_backend *be) {
                                  be->name, shape_names[s], mk ? "causal" : "none",
                                  qo ? "prefill" : "decode", tu_dtype_name(c.dt), (int)c.h_qo,
                                  (int)c.h_kv, (int)c.ps);
-                        if (!tu_selected(name)) continue;
-                        if (tu_opt.list) {
-                            printf("%s\n", name);
-                            continue;
-                        }
+                        if (!tu_begin_case(name)) continue;
                         run_detect_case(be, &c, name);
                     }
 }
@@ -764,11 +756,7 @@ static void detect_cases(tu_cpu_backend *be) {
 static void bad_input_cases(tu_cpu_backend *be) {
     char name[128];
     snprintf(name, sizeof name, "%s/bad_input/cascade", be->name);
-    if (!tu_selected(name)) return;
-    if (tu_opt.list) {
-        printf("%s\n", name);
-        return;
-    }
+    if (!tu_begin_case(name)) return;
     tu_rng rng;
     tu_rng_seed(&rng, tu_case_seed(name));
     int fail = 0;

@@ -73,11 +73,7 @@ typedef int (*case_fn)(fi_context *ctx, tu_rng *rng, const void *cfg);
 
 static void run_case(const char *category, const char *name, case_fn fn, const void *cfg,
                      fi_context *ctx) {
-    if (!tu_selected(name)) return;
-    if (tu_opt.list) {
-        printf("%s\n", name);
-        return;
-    }
+    if (!tu_begin_case(name)) return;
     uint64_t seed = tu_case_seed(name);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
@@ -1027,10 +1023,7 @@ static void suite_bad_input(const backend *be) {
     /* every op's baseline call must succeed, or the cases prove nothing */
     for (int op = OP_MERGE; op <= OP_ROPE_POS; op++) {
         snprintf(name, sizeof name, "bad_input/%s/%s/valid_baseline", be->name, op_names[op]);
-        if (!tu_selected(name) || tu_opt.list) {
-            if (tu_opt.list) printf("%s\n", name);
-            continue;
-        }
+        if (!tu_begin_case(name)) continue;
         bad_args a;
         bad_args_valid(&a, &bufs, be->ctx);
         int ok = ops_check_ok(bad_call((bad_op)op, &a, NULL), op_names[op]);
@@ -1039,11 +1032,7 @@ static void suite_bad_input(const backend *be) {
     for (int i = 0; i < NUM_BAD; i++) {
         const bad_case *bc = &bad_cases[i];
         snprintf(name, sizeof name, "bad_input/%s/%s/%s", be->name, op_names[bc->op], bc->name);
-        if (!tu_selected(name)) continue;
-        if (tu_opt.list) {
-            printf("%s\n", name);
-            continue;
-        }
+        if (!tu_begin_case(name)) continue;
         void *snaps[NUM_ALL];
         for (int j = 0; j < NUM_ALL; j++) snaps[j] = ops_snapshot(all[j]);
         bad_args a;

@@ -468,6 +468,15 @@ int tu_selected(const char *name) {
     return 0;
 }
 
+int tu_begin_case(const char *name) {
+    if (!tu_selected(name)) return 0;
+    if (tu_opt.list) {
+        printf("%s\n", name);
+        return 0;
+    }
+    return 1;
+}
+
 int tu_backend_selected(const char *name) {
     return !tu_opt.backend || !strcmp(tu_opt.backend, name);
 }

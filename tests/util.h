@@ -157,6 +157,9 @@ extern tu_options tu_opt;
 int tu_parse_args(int argc, char **argv, const char *program_help);
 /* Whether a case named `name` passes the --filter options. */
 int tu_selected(const char *name);
+/* Whether case `name` runs: selected by the filters, and not --list (which
+ * prints the name instead). */
+int tu_begin_case(const char *name);
 /* Whether the backend called `name` ("cpu", "cuda") passes --backend. */
 int tu_backend_selected(const char *name);
 

@@ -10,7 +10,7 @@
 #include "cpu/cc_jit.h"
 #include "cpu/variant_abi.h"
 
-/* The sources embedded for the JIT (src/cpu/embed_kernel.sh): flashinfer.h,
+/* The sources embedded for the JIT (src/embed.sh --flatten): flashinfer.h,
  * convert.h, variant_abi.h, variant_kernel.h, variant_kernel_v1.h (the
  * previous kernel, for comparison), in that order. */
 typedef struct fi_cpu_jit_file {

@@ -1,5 +1,5 @@
 /* kernel_sources.h — the kernels/ sources embedded at build time (generated
- * by src/cuda/embed.sh into $(BUILD)/gen/kernel_sources.c). */
+ * by src/embed.sh into $(BUILD)/gen/kernel_sources.c). */
 #ifndef FI_CUDA_KERNEL_SOURCES_H
 #define FI_CUDA_KERNEL_SOURCES_H
 

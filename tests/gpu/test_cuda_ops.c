@@ -147,11 +147,7 @@ static int device_sync(void) { return GU(gu.CtxSynchronize()) == 0; }
 typedef int (*case_fn)(tu_rng *rng, const void *cfg);
 
 static void run_case(const char *category, const char *name, case_fn fn, const void *cfg) {
-    if (!tu_selected(name)) return;
-    if (tu_opt.list) {
-        printf("%s\n", name);
-        return;
-    }
+    if (!tu_begin_case(name)) return;
     uint64_t seed = tu_case_seed(name);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
