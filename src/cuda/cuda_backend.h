@@ -79,13 +79,6 @@ int fi_cuda_attn_tc_smem(const fi_attn_config *c);
  * m16 tile of packed rows take that path (a 16-row item, e.g. 16 queries on
  * a cascade's shared prefix, would fill an eighth of a 128-row block). */
 #define FI_CUDA_DTC_MAX_ROWS 16
-/* A mixed batch runs the 64-row-block full form (persist_mix) when its wide
- * items' row x key products are below this many times its small items'
- * keys: per KV head that is their FLOPs over the small items' K/V bytes
- * (16-bit KV). H200 (docs/CUDA_KERNELS.md): the 64-row form reads decode K/V
- * at 4.5 TB/s instead of 3.65 but runs prefill at ~240 TFLOP/s instead of
- * ~300, so it pays below ~62 FLOP per byte. */
-#define FI_CUDA_MIX_FLOP_PER_BYTE 62
 /* The persistent kernel (kernels/persistent.cuh): both paths (the
  * tensor-core one when supported) and the fused merge in one launch; its
  * dynamic shared memory. */
@@ -223,10 +216,6 @@ typedef struct fi_cuda_plan {
     int persist_dtc;         /* it has no CUDA-core path (decode_tc.cuh) */
     CUfunction persist_dec;  /* its decode form (NULL: none) */
     int persist_b64;         /* its tensor-core blocks are 64 rows */
-    CUfunction persist_mix;  /* the full form with 64-row blocks for mixed
-                                batches (FLASHINFER_CUDA_MIXED_B64=1), or NULL */
-    int persist_mix_smem;
-    int mix_b64;             /* this schedule runs persist_mix */
     int persist_dec_smem;
     int heads_x;             /* its grid: x = KV heads, y = workers */
     int prefill_separate;    /* uncaptured tensor-core-only runs: attn_tc */

@@ -166,17 +166,11 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
         /* no item wider than one m16 tile: the decode form (decode
          * version 3 without spills); a graph captured here replays any
          * later plan, its wide items in 16-row slices (then not bitwise
-         * the eager run, which takes the full form). With
-         * FLASHINFER_CUDA_MIXED_B64=1, a mixed batch of mostly decode work
-         * takes the 64-row-block full form (plan.c). */
-        CUfunction fn = ps->persist;
-        int smem = ps->persist_smem;
-        if (ps->persist_dec && !ps->has_wide_items)
-            fn = ps->persist_dec, smem = ps->persist_dec_smem;
-        else if (ps->mix_b64)
-            fn = ps->persist_mix, smem = ps->persist_mix_smem;
-        FI_CU(cu, LaunchKernel, fn, ps->heads_x ? ps->grid_y : ps->grid_x,
-              ps->heads_x ? ps->grid_x : ps->grid_y, 1, 128, 1, 1, (unsigned)smem, stream, params,
+         * the eager run, which takes the full form) */
+        bool dec = ps->persist_dec && !ps->has_wide_items;
+        FI_CU(cu, LaunchKernel, dec ? ps->persist_dec : ps->persist,
+              ps->heads_x ? ps->grid_y : ps->grid_x, ps->heads_x ? ps->grid_x : ps->grid_y, 1, 128,
+              1, 1, (unsigned)(dec ? ps->persist_dec_smem : ps->persist_smem), stream, params,
               NULL);
         ps->last_stream = stream;
         return FI_OK;
