@@ -83,6 +83,51 @@ static void rope(double *x, int32_t dim, double pos, double scale, double theta)
     }
 }
 
+/* Request b's custom-mask bits (NULL without a custom mask): at
+ * mask_indptr[b], or packed one request after another from *packed. */
+static const uint8_t *mask_segment(const fi_attention_params *p, const fi_batch *batch,
+                                   const uint8_t *custom_mask, int32_t b, int64_t qo_len,
+                                   int64_t kv_len, int64_t *packed) {
+    if (p->mask_mode != FI_MASK_CUSTOM) return NULL;
+    int64_t off = batch->mask_indptr ? batch->mask_indptr[b] : *packed;
+    *packed += (qo_len * kv_len + 7) / 8;
+    return custom_mask + off;
+}
+
+/* One request's working rows: decoded K [kv_len][Hkv][Dqk] and V
+ * [kv_len][Hkv][Dvo], a value per key, one query row. */
+typedef struct req_rows {
+    double *kd, *vd, *key, *qv;
+} req_rows;
+
+static void req_rows_free(req_rows *r) {
+    free(r->kd), free(r->vd), free(r->key), free(r->qv);
+}
+
+/* Allocates r and decodes request b's K and V (times k/v_scale for FP8 KV);
+ * -1 when out of memory. */
+static int req_rows_load(req_rows *r, const fi_attention_params *p, const fi_batch *batch,
+                         const fi_tensor *k, const fi_tensor *v, int32_t b, int64_t kv_len) {
+    const int32_t Hkv = p->num_kv_heads, Dqk = p->head_dim_qk, Dvo = p->head_dim_vo;
+    const double k_scale = is_fp8(p->kv_dtype) ? p->k_scale : 1.0;
+    const double v_scale = is_fp8(p->kv_dtype) ? p->v_scale : 1.0;
+    size_t nk = (size_t)(kv_len > 0 ? kv_len : 1) * Hkv;
+    r->kd = malloc(nk * Dqk * sizeof(double));
+    r->vd = malloc(nk * Dvo * sizeof(double));
+    r->key = malloc((size_t)(kv_len > 0 ? kv_len : 1) * sizeof(double));
+    r->qv = malloc((size_t)Dqk * sizeof(double));
+    if (!r->kd || !r->vd || !r->key || !r->qv) {
+        req_rows_free(r);
+        return -1;
+    }
+    for (int64_t j = 0; j < kv_len; j++)
+        for (int32_t h = 0; h < Hkv; h++) {
+            kv_row(p, batch, k, b, j, h, Dqk, k_scale, r->kd + ((size_t)j * Hkv + h) * Dqk);
+            kv_row(p, batch, v, b, j, h, Dvo, v_scale, r->vd + ((size_t)j * Hkv + h) * Dvo);
+        }
+    return 0;
+}
+
 int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
                      const fi_tensor *q, const fi_tensor *k, const fi_tensor *v,
                      const uint8_t *custom_mask, double *o, double *lse) {
@@ -94,43 +139,24 @@ int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
     const double sm_scale = p->sm_scale != 0.0f ? p->sm_scale : 1.0 / sqrt((double)Dqk);
     const double rope_scale = p->rope_scale > 0 ? p->rope_scale : 1.0;
     const double rope_theta = p->rope_theta > 0 ? p->rope_theta : 1e4;
-    const double k_scale = is_fp8(p->kv_dtype) ? p->k_scale : 1.0;
-    const double v_scale = is_fp8(p->kv_dtype) ? p->v_scale : 1.0;
     const int use_rope = p->pos_encoding == FI_POS_ROPE_LLAMA;
     const int use_alibi = p->pos_encoding == FI_POS_ALIBI;
 
-    int64_t mask_offset = 0; /* bytes, when mask_indptr is NULL */
+    int64_t mask_packed = 0; /* bytes, when mask_indptr is NULL */
     for (int32_t b = 0; b < B; b++) {
         const int64_t q0 = batch->qo_indptr[b];
         const int64_t qo_len = batch->qo_indptr[b + 1] - q0;
         const int64_t kv_len = oracle_kv_len(p, batch, b);
-        const uint8_t *mask_seg = NULL;
-        if (p->mask_mode == FI_MASK_CUSTOM) {
-            int64_t off = batch->mask_indptr ? batch->mask_indptr[b] : mask_offset;
-            mask_seg = custom_mask + off;
-            mask_offset += (qo_len * kv_len + 7) / 8;
-        }
+        const uint8_t *mask_seg = mask_segment(p, batch, custom_mask, b, qo_len, kv_len, &mask_packed);
 
-        /* K and V of this request, decoded: kd [kv_len][Hkv][Dqk] with RoPE
-         * at position j, vd [kv_len][Hkv][Dvo]. */
-        size_t nk = (size_t)(kv_len > 0 ? kv_len : 1) * Hkv;
-        double *kd = malloc(nk * Dqk * sizeof(double));
-        double *vd = malloc(nk * Dvo * sizeof(double));
-        double *logit = malloc((size_t)(kv_len > 0 ? kv_len : 1) * sizeof(double));
-        double *qv = malloc((size_t)Dqk * sizeof(double));
-        if (!kd || !vd || !logit || !qv) {
-            free(kd); free(vd); free(logit); free(qv);
-            return -1;
-        }
-        for (int64_t j = 0; j < kv_len; j++) {
-            for (int32_t h = 0; h < Hkv; h++) {
-                double *kr = kd + ((size_t)j * Hkv + h) * Dqk;
-                double *vr = vd + ((size_t)j * Hkv + h) * Dvo;
-                kv_row(p, batch, k, b, j, h, Dqk, k_scale, kr);
-                kv_row(p, batch, v, b, j, h, Dvo, v_scale, vr);
-                if (use_rope) rope(kr, Dqk, (double)j, rope_scale, rope_theta);
-            }
-        }
+        /* K and V of this request, decoded, K with RoPE at position j */
+        req_rows rr;
+        if (req_rows_load(&rr, p, batch, k, v, b, kv_len)) return -1;
+        double *kd = rr.kd, *vd = rr.vd, *logit = rr.key, *qv = rr.qv;
+        if (use_rope)
+            for (int64_t j = 0; j < kv_len; j++)
+                for (int32_t h = 0; h < Hkv; h++)
+                    rope(kd + ((size_t)j * Hkv + h) * Dqk, Dqk, (double)j, rope_scale, rope_theta);
 
         for (int64_t i = 0; i < qo_len; i++) {
             const int64_t qpos = kv_len - qo_len + i;
@@ -180,7 +206,7 @@ int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
                 if (lse) lse[(q0 + i) * Hq + h] = (maxl + log(sum)) * LOG2E;
             }
         }
-        free(kd); free(vd); free(logit); free(qv);
+        req_rows_free(&rr);
     }
     return 0;
 }
@@ -202,40 +228,25 @@ int oracle_attention_hooks(const fi_attention_params *p, const fi_batch *batch,
     if (Hkv <= 0 || Hq % Hkv != 0) return -1;
     const int32_t group = Hq / Hkv;
     const double sm_scale = p->sm_scale != 0.0f ? p->sm_scale : 1.0 / sqrt((double)Dqk);
-    const double k_scale = is_fp8(p->kv_dtype) ? p->k_scale : 1.0;
-    const double v_scale = is_fp8(p->kv_dtype) ? p->v_scale : 1.0;
     float tmp[512];
 
-    int64_t mask_offset = 0;
+    int64_t mask_packed = 0;
     for (int32_t b = 0; b < B; b++) {
         const int64_t q0 = batch->qo_indptr[b];
         const int64_t qo_len = batch->qo_indptr[b + 1] - q0;
         const int64_t kv_len = oracle_kv_len(p, batch, b);
-        const uint8_t *mask_seg = NULL;
-        if (p->mask_mode == FI_MASK_CUSTOM) {
-            int64_t off = batch->mask_indptr ? batch->mask_indptr[b] : mask_offset;
-            mask_seg = custom_mask + off;
-            mask_offset += (qo_len * kv_len + 7) / 8;
-        }
+        const uint8_t *mask_seg = mask_segment(p, batch, custom_mask, b, qo_len, kv_len, &mask_packed);
         fi_vk_hook_ctx c = {(int32_t)b, -1, 0, -1, -1, (int32_t)qo_len, (int32_t)kv_len, 0,
                             (float)sm_scale};
 
-        /* K, V decoded and transformed: kd [kv_len][Hkv][Dqk], vd [kv_len][Hkv][Dvo] */
-        size_t nk = (size_t)(kv_len > 0 ? kv_len : 1) * Hkv;
-        double *kd = malloc(nk * Dqk * sizeof(double));
-        double *vd = malloc(nk * Dvo * sizeof(double));
-        double *w = malloc((size_t)(kv_len > 0 ? kv_len : 1) * sizeof(double));
-        double *qv = malloc((size_t)Dqk * sizeof(double));
-        if (!kd || !vd || !w || !qv) {
-            free(kd); free(vd); free(w); free(qv);
-            return -1;
-        }
+        /* K, V decoded, then through the key and value hooks */
+        req_rows rr;
+        if (req_rows_load(&rr, p, batch, k, v, b, kv_len)) return -1;
+        double *kd = rr.kd, *vd = rr.vd, *w = rr.key, *qv = rr.qv;
         for (int64_t j = 0; j < kv_len; j++) {
             for (int32_t h = 0; h < Hkv; h++) {
                 double *kr = kd + ((size_t)j * Hkv + h) * Dqk;
                 double *vr = vd + ((size_t)j * Hkv + h) * Dvo;
-                kv_row(p, batch, k, b, j, h, Dqk, k_scale, kr);
-                kv_row(p, batch, v, b, j, h, Dvo, v_scale, vr);
                 c.kv_head = h, c.kv_pos = (int32_t)j;
                 c.head_dim = Dqk;
                 for (int32_t d = 0; d < Dqk; d++) tmp[d] = (float)kr[d];
@@ -310,7 +321,7 @@ int oracle_attention_hooks(const fi_attention_params *p, const fi_batch *batch,
                 if (lse) lse[(q0 + i) * Hq + h] = hk->use_softmax ? lse_nat * LOG2E : 0.0;
             }
         }
-        free(kd); free(vd); free(w); free(qv);
+        req_rows_free(&rr);
     }
     return 0;
 }

@@ -41,6 +41,23 @@ typedef struct fi_cpu_kv {
 /* The view of a K or V tensor of a plan's layout (run.c). */
 fi_cpu_kv fi_cpu_kv_view(const struct fi_plan *plan, const fi_tensor *t);
 
+/* Q, O and LSE of run args `a` into job `j` (fi_cpu_job, or the variant
+ * ABI's fi_vk_job, which names them alike): data pointers, byte strides of
+ * Q and O (token, head, element), element strides of LSE. */
+#define FI_CPU_JOB_QO(j, p, a)                                                                  \
+    do {                                                                                        \
+        int64_t qe_ = (int64_t)fi_dtype_size((p)->q_dtype);                                    \
+        int64_t oe_ = (int64_t)fi_dtype_size((p)->o_dtype);                                    \
+        (j)->q = (a)->q.data;                                                                   \
+        (j)->q_tok = (a)->q.stride[0] * qe_, (j)->q_head = (a)->q.stride[1] * qe_;              \
+        (j)->q_elem = (a)->q.stride[2] * qe_;                                                   \
+        (j)->o = (a)->o.data;                                                                   \
+        (j)->o_tok = (a)->o.stride[0] * oe_, (j)->o_head = (a)->o.stride[1] * oe_;              \
+        (j)->o_elem = (a)->o.stride[2] * oe_;                                                   \
+        (j)->lse = (a)->lse.data;                                                               \
+        if ((j)->lse) (j)->lse_tok = (a)->lse.stride[0], (j)->lse_head = (a)->lse.stride[1];    \
+    } while (0)
+
 typedef struct fi_cpu_job {
     const struct fi_plan *plan;
     const fi_cpu_simd *simd;

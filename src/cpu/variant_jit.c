@@ -150,15 +150,9 @@ static fi_vk_kv vk_kv(const fi_plan *plan, const fi_tensor *t) {
 
 static void job_init(fi_vk_job *j, const fi_plan *plan, const fi_run_args *a, const void *prm) {
     const fi_attention_params *p = &plan->params;
-    int64_t qe = (int64_t)fi_dtype_size(p->q_dtype), oe = (int64_t)fi_dtype_size(p->o_dtype);
     bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
     memset(j, 0, sizeof *j);
-    j->q = a->q.data;
-    j->q_tok = a->q.stride[0] * qe, j->q_head = a->q.stride[1] * qe, j->q_elem = a->q.stride[2] * qe;
-    j->o = a->o.data;
-    j->o_tok = a->o.stride[0] * oe, j->o_head = a->o.stride[1] * oe, j->o_elem = a->o.stride[2] * oe;
-    j->lse = a->lse.data;
-    if (j->lse) j->lse_tok = a->lse.stride[0], j->lse_head = a->lse.stride[1];
+    FI_CPU_JOB_QO(j, p, a);
     j->k = vk_kv(plan, &a->k);
     j->v = vk_kv(plan, &a->v);
     j->mask = p->mask_mode == FI_MASK_CUSTOM ? a->custom_mask.data : NULL;
