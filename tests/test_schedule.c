@@ -117,9 +117,9 @@ static void visible(const fi_schedule_input *in, int32_t qo, int32_t kv, int32_t
 }
 
 static double item_cost(const fi_schedule_input *in, const fi_work_item *it) {
-    return (double)in->num_kv_heads *
-           (in->cost_per_q_row * in->group_size * (it->q_end - it->q_start) +
-            in->cost_per_key * (it->kv_end - it->kv_start));
+    double heads = in->num_kv_heads, t = it->q_end - it->q_start, keys = it->kv_end - it->kv_start;
+    return heads * in->cost_per_q_row * in->group_size * t + heads * in->cost_per_key * keys +
+           heads * in->cost_per_row_key * in->group_size * t * keys;
 }
 
 /* Items alone: shapes, ranges, tiles, chunk sizes. */
@@ -611,6 +611,59 @@ static void case_decode_budget(int32_t count) {
     }
 }
 
+/* A wide tile's chunks are shorter than a decode's by its key weight (the
+ * cost of one of its keys over a one-token tile's), so that its chunks cost
+ * about what a decode's full chunk does: decodes beside a few wide tiles,
+ * tensor-core-like costs (key 1, row x key 0.007, group 4). Every split
+ * chunk of a t-token tile holds at most ceil(kv_chunk / w(t)) keys (aligned,
+ * at least FI_SCHEDULE_MIN_CHUNK); so does a tile left whole. */
+static void case_weighted_chunks(int32_t count) {
+    static const int32_t tiles[] = {128};
+    static int32_t qo[MAX_B + 1], kv[MAX_B];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "weighted-chunks/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        int32_t B = tu_rng_int(&g, 20, 200), W = tu_rng_int(&g, 1, 8), N = tu_rng_int(&g, 16, 64);
+        for (int32_t r = 0; r < B; r++) {
+            int32_t q = r < W ? tu_rng_int(&g, 2, 40) : 1;
+            qo[r + 1] = qo[r] + q;
+            kv[r] = r < W ? tu_rng_int(&g, 4000, 20000) : tu_rng_int(&g, 100, 2000);
+        }
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
+                                .group_size = 4, .num_kv_heads = 8, .causal = true,
+                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
+                                .num_q_tiles = 1, .cost_per_q_row = 1, .cost_per_key = 1,
+                                .cost_per_row_key = 0.007};
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, B, qo[B], N);
+        lim.max_partial_rows = qo[B] * N; /* no budget: the bound alone decides */
+        fi_schedule s;
+        double ratio;
+        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
+                  check_schedule(&s, &in, &ratio);
+        /* with a chunk bound, every item (split or whole) keeps within its
+         * tile's: a longer tile would have been split */
+        for (int32_t i = 0; !bad && s.kv_chunk > 0 && i < s.num_items; i++) {
+            const fi_work_item *it = &s.items[i];
+            int32_t t = it->q_end - it->q_start, keys = it->kv_end - it->kv_start;
+            double w = (1.0 + 0.007 * 4 * t) / (1.0 + 0.007 * 4);
+            int64_t bound = t > 1 ? (int64_t)ceil(s.kv_chunk / w) : s.kv_chunk;
+            bound = bound < FI_SCHEDULE_MIN_CHUNK ? FI_SCHEDULE_MIN_CHUNK : (bound + 15) / 16 * 16;
+            if (keys > bound) {
+                tu_note("item %d (%s): %d tokens x %d keys > bound %lld (chunk %d)", (int)i,
+                        it->partial_row >= 0 ? "split" : "whole", (int)t, (int)keys,
+                        (long long)bound, s.kv_chunk);
+                bad = 1;
+            }
+        }
+        tu_record("wide tiles split by key weight", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&s);
+    }
+}
+
 /* The assignment against a plain LPT written here: items by cost, longest
  * first, ties in generation order (request, token, key), each to the first
  * least-loaded worker, with the scheduler's cost formula. The scheduler's
@@ -705,9 +758,8 @@ static void case_reference_lpt(int32_t count) {
         fi_schedule_limits_for(&lim, B, qo[B], N);
         fi_schedule s;
         double ratio;
-        /* check_schedule's costs leave out cost_per_row_key */
         int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
-                  (in.cost_per_row_key == 0 && check_schedule(&s, &in, &ratio)) ||
+                  check_schedule(&s, &in, &ratio) ||
                   check_reference_lpt(&s, &in);
         if (bad) tu_note("B %d, N %d, shape %d", (int)B, (int)N, (int)shape);
         tu_record("LPT equals a plain reference", name, bad ? TU_FAIL : TU_PASS);
@@ -952,6 +1004,7 @@ int main(int argc, char **argv) {
     case_fixed_split_invariance(n / 4);
     case_bounds();
     case_decode_budget(n / 10);
+    case_weighted_chunks(n / 20);
     case_reference_lpt(n / 20);
     api_cases();
     return tu_summary("test_schedule");

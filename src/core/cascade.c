@@ -151,22 +151,15 @@ static fi_attention_params level_params(const fi_attention_params *p, bool last,
 
 /* Partial-state rows for a shared level's plan. Its one query tile (all the
  * tokens that share a prefix) faces a long span; the scheduler cuts it into
- * chunks, each chunk's tokens a partial state, within this budget. Enough
- * for about 2 x workers / KV heads chunks of max_total_qo tokens (on CUDA a
- * worker runs one CTA per KV head: ~2 CTAs per SM), at most 64 MiB. */
+ * chunks, each chunk's tokens a partial state, within this budget: about one
+ * chunk of max_total_qo tokens per item in flight. */
 static int32_t shared_budget(fi_context *ctx, const fi_attention_params *p,
                              const fi_plan_config *cfg) {
     if (p->struct_size != sizeof *p || p->num_kv_heads <= 0 || p->num_qo_heads <= 0 ||
         p->head_dim_vo <= 0 || cfg->max_total_qo <= 0)
         return 0; /* fi_plan_create names the bad value */
-    int64_t n = cfg->num_workers > 0 ? cfg->num_workers : ctx->backend->num_workers(ctx);
-    int64_t k = 2 * n / p->num_kv_heads;
-    if (k < 1) k = 1;
-    if (k > n) k = n;
-    int64_t rows = k * cfg->max_total_qo;
-    int64_t cap = ((int64_t)64 << 20) / ((int64_t)p->num_qo_heads * (p->head_dim_vo + 1) * 4);
-    if (rows > cap) rows = cap;
-    return (int32_t)(rows < INT32_MAX / 2 ? rows : INT32_MAX / 2);
+    int32_t n = cfg->num_workers > 0 ? cfg->num_workers : ctx->backend->num_workers(ctx);
+    return fi_plan_split_rows(n, p, cfg->max_total_qo);
 }
 
 static fi_status shared_plan(fi_context *ctx, const fi_attention_params *lp,

@@ -224,6 +224,12 @@ fi_status fi_backend_alloc(fi_context *ctx, size_t bytes, void **out);
 void fi_backend_free(fi_context *ctx, void *ptr);
 fi_status fi_plan_copy_in(struct fi_plan *plan, void *dst, const void *src, size_t bytes);
 
+/* Partial-state rows for one chunk of `tokens` query tokens per item in
+ * flight: on CUDA a worker runs one CTA per KV head at ~2 CTAs per SM, so
+ * ~2 x workers / KV heads items run at once. At most 64 MiB of partial
+ * state. `p` must be valid. */
+int32_t fi_plan_split_rows(int32_t num_workers, const fi_attention_params *p, int64_t tokens);
+
 /* A plan whose partial-state budget is at least min_partial_rows rows (the
  * cascade's shared levels: one query tile over a long prefix is split into
  * many chunks, each chunk's rows a partial state). */

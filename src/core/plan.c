@@ -45,6 +45,18 @@ static void *carve(char **cursor, size_t bytes) {
     return (void *)p;
 }
 
+int32_t fi_plan_split_rows(int32_t num_workers, const fi_attention_params *p,
+                           int64_t tokens) {
+    int64_t n = num_workers > 0 ? num_workers : 1;
+    int64_t k = 2 * n / p->num_kv_heads;
+    if (k < 1) k = 1;
+    if (k > n) k = n;
+    int64_t rows = k * tokens;
+    int64_t cap = ((int64_t)64 << 20) / ((int64_t)p->num_qo_heads * (p->head_dim_vo + 1) * 4);
+    if (rows > cap) rows = cap;
+    return (int32_t)(rows < INT32_MAX / 2 ? rows : INT32_MAX / 2);
+}
+
 fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *params,
                          const fi_plan_config *config, fi_plan **out) {
     return fi_plan_create_budget(ctx, params, config, 0, out);
@@ -85,7 +97,17 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
     } else {
         fi_schedule_limits_for(&lim, cfg.max_batch_size, cfg.max_total_qo,
                                plan->config.num_workers);
-        if (lim.max_partial_rows < min_partial_rows) lim.max_partial_rows = min_partial_rows;
+        /* Room for one widest tile's tokens per item in flight, so that a
+         * few prefill tiles split about as finely as decodes do (BENCH.md's
+         * prefill mix on an H200: 16 tiles of 32 tokens, 33 items in flight,
+         * 32 chunks of 2048 keys instead of 20 items of up to 4096) */
+        const fi_backend *be = ctx->backend;
+        int64_t tile = be->q_tiles[be->num_q_tiles - 1] / plan->group_size;
+        if (tile < 1) tile = 1;
+        if (tile > cfg.max_total_qo) tile = cfg.max_total_qo;
+        int32_t want = fi_plan_split_rows(plan->config.num_workers, params, tile);
+        if (want < min_partial_rows) want = min_partial_rows;
+        if (lim.max_partial_rows < want) lim.max_partial_rows = want;
     }
     size_t bytes = host_bytes(&cfg, &lim, params);
     char *mem = calloc(1, bytes);

@@ -299,10 +299,34 @@ static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t
     g->max = k > g->max ? k : g->max;
 }
 
+/* A key of a tile of t tokens costs key_weight(t) >= 1 keys of a one-token
+ * tile (the cost model's key and pair terms). Automatic split-KV measures
+ * spans in one-token keys: a chunk bound L is L keys for a one-token tile
+ * and about L / key_weight(t) for a tile of t tokens, so that a wide tile's
+ * chunk costs what a decode's full chunk does (on a GPU a 128-row block's
+ * key costs ~1.5-2.4 decode keys). Batches whose tiles are all alike get
+ * the plain bound. */
+static inline double key_weight(const gen_state *g, int32_t t) {
+    double one = g->key_cost + g->pair_cost;
+    return t > 1 && one > 0 ? (g->key_cost + g->pair_cost * t) / one : 1.0;
+}
+
+/* The chunk bound of a t-token tile under the one-token bound L (aligned,
+ * at least FI_SCHEDULE_MIN_CHUNK, at most L). */
+static inline int32_t tile_chunk(const gen_state *g, int32_t L, int32_t t) {
+    if (t <= 1 || L <= 0) return L;
+    const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
+    int64_t c = (int64_t)ceil((double)L / key_weight(g, t));
+    c = (c + al - 1) / al * al;
+    if (c < FI_SCHEDULE_MIN_CHUNK) c = FI_SCHEDULE_MIN_CHUNK;
+    return (int32_t)(c < L ? c : L);
+}
+
 /* Per-batch facts gathered in one pass over the tiles. */
 typedef struct survey {
     int64_t tiles, span_sum;
     int32_t max_span;
+    double wspan_sum, max_wspan;     /* spans x key_weight (automatic split) */
     int64_t fixed_items, fixed_rows; /* fixed split only */
 } survey;
 
@@ -337,6 +361,8 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
     int32_t n = g->n, max_span = 0, B = in->batch_size, window = in->window_left;
     const bool causal = in->causal;
     int64_t tiles = 0, span_sum = 0;
+    double wspan_sum = 0, max_wspan = 0;
+    const double wk = g->key_cost, wp = g->pair_cost, wone = wk + wp;
     uint64_t last = g->last, nz_min1 = g->nz_min1, max = g->max;
     bool desc = g->desc;
 #define SURVEY_TILE(Q0, Q1)                                                                  \
@@ -346,6 +372,11 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
         tiles++;                                                                             \
         span_sum += b - a;                                                                   \
         max_span = b - a > max_span ? b - a : max_span;                                      \
+        double ws_ = q1_ - q0_ > 1 && wone > 0                                               \
+                         ? (double)(b - a) * (wk + wp * (q1_ - q0_)) / wone                  \
+                         : (double)(b - a); /* (b - a) x key_weight */                        \
+        wspan_sum += ws_;                                                                    \
+        max_wspan = ws_ > max_wspan ? ws_ : max_wspan;                                       \
         if (n >= cap) break;                                                                 \
         fi_work_item *it = &gen[n];                                                          \
         it->request = r;                                                                     \
@@ -375,6 +406,8 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
     sv->tiles = tiles;
     sv->span_sum = span_sum;
     sv->max_span = max_span;
+    sv->wspan_sum = wspan_sum;
+    sv->max_wspan = max_wspan;
     g->n = n;
     g->last = last;
     g->nz_min1 = nz_min1;
@@ -382,18 +415,20 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
     g->desc = desc;
 }
 
-/* The tiles whose span exceeds L0, as (span, tokens); fewer than N exist
- * because L0 >= sum of spans / N. Returns how many (capped at cap). */
+/* The tiles whose span exceeds their chunk bound under L0, as (span,
+ * tokens); fewer than N exist because L0 >= sum of weighted spans / N.
+ * Returns how many (capped at cap). */
 static int32_t collect_long(const fi_schedule_input *in, int32_t T, int32_t L0,
-                            scratch *sc, int32_t cap) {
+                            const gen_state *g, int32_t cap) {
+    scratch *sc = g->sc;
     int32_t n = 0;
     for (int32_t r = 0; r < in->batch_size; r++) {
         int32_t qo = in->qo_indptr[r + 1] - in->qo_indptr[r], kv = in->kv_len[r];
-        if (kv <= L0) continue;
+        if (kv <= tile_chunk(g, L0, qo < T ? qo : T)) continue; /* its tiles' least bound */
         for (int32_t q0 = 0; q0 < qo; q0 += T) {
             int32_t q1 = qo - q0 > T ? q0 + T : qo, a, b;
             tile_span(in, qo, kv, q0, q1, &a, &b);
-            if (b - a > L0 && n < cap) {
+            if (b - a > tile_chunk(g, L0, q1 - q0) && n < cap) {
                 sc->cand_len[n] = b - a;
                 sc->cand_tok[n++] = q1 - q0;
             }
@@ -403,11 +438,13 @@ static int32_t collect_long(const fi_schedule_input *in, int32_t T, int32_t L0,
 }
 
 /* Partial rows and extra items the long tiles need with chunk bound L. */
-static int64_t split_rows(const scratch *sc, int32_t n, int32_t L, int64_t *extra) {
+static int64_t split_rows(const gen_state *g, int32_t n, int32_t L, int64_t *extra) {
+    const scratch *sc = g->sc;
     int64_t rows = 0, more = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (sc->cand_len[i] <= L) continue;
-        int32_t piece, k = auto_chunks(sc->cand_len[i], L, &piece);
+        int32_t Lt = tile_chunk(g, L, sc->cand_tok[i]);
+        if (sc->cand_len[i] <= Lt) continue;
+        int32_t piece, k = auto_chunks(sc->cand_len[i], Lt, &piece);
         rows += (int64_t)k * sc->cand_tok[i];
         more += k - 1;
     }
@@ -415,30 +452,35 @@ static int64_t split_rows(const scratch *sc, int32_t n, int32_t L, int64_t *extr
     return rows;
 }
 
-/* The chunk bound of automatic split-KV: ceil(S / N) keys (at least
- * FI_SCHEDULE_MIN_CHUNK, aligned), lengthened until the partial rows fit the
- * budget. Returns 0 when nothing is split; *extra = items added by splits. */
+/* The chunk bound of automatic split-KV: ceil(S / N) one-token keys, S the
+ * spans weighted by key_weight (at least FI_SCHEDULE_MIN_CHUNK, aligned),
+ * lengthened until the partial rows fit the budget. Returns 0 when nothing
+ * is split; *extra = items added by splits. */
 static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey *sv,
-                            scratch *sc, int32_t budget, int32_t cap, int64_t *extra) {
+                            const gen_state *g, int32_t budget, int32_t cap, int64_t *extra) {
     const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
     int64_t N = in->split_workers > 0 && in->split_workers < in->num_workers ? in->split_workers
                                                                               : in->num_workers;
-    int64_t L0 = (sv->span_sum + N - 1) / N;
+    int64_t L0 = sv->wspan_sum == (double)sv->span_sum /* exact for alike tiles */
+                     ? (sv->span_sum + N - 1) / N
+                     : (int64_t)ceil(sv->wspan_sum / (double)N);
     if (L0 < FI_SCHEDULE_MIN_CHUNK) L0 = FI_SCHEDULE_MIN_CHUNK;
     L0 = (L0 + al - 1) / al * al;
     *extra = 0;
-    if (sv->max_span <= L0) return 0;
-    int32_t n = collect_long(in, T, (int32_t)L0, sc, cap);
-    if (split_rows(sc, n, (int32_t)L0, extra) <= budget) return (int32_t)L0;
-    /* rows(L) is non-increasing and 0 at the longest span: bisect on L / al */
-    int64_t lo = L0 / al, hi = ((int64_t)sv->max_span + al - 1) / al;
+    if (sv->max_wspan <= (double)L0 || L0 > INT32_MAX / 2) return 0;
+    int32_t n = collect_long(in, T, (int32_t)L0, g, cap);
+    if (split_rows(g, n, (int32_t)L0, extra) <= budget) return *extra > 0 ? (int32_t)L0 : 0;
+    /* rows(L) is non-increasing and 0 once every tile's bound reaches its
+     * span (L >= the largest weighted span): bisect on L / al */
+    int64_t lo = L0 / al, hi = ((int64_t)ceil(sv->max_wspan) + al - 1) / al;
+    if (hi > INT32_MAX / 2 / al) hi = INT32_MAX / 2 / al;
     while (lo + 1 < hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (split_rows(sc, n, (int32_t)(mid * al), NULL) <= budget) hi = mid;
+        if (split_rows(g, n, (int32_t)(mid * al), NULL) <= budget) hi = mid;
         else lo = mid;
     }
     int32_t L = (int32_t)(hi * al);
-    split_rows(sc, n, L, extra);
+    split_rows(g, n, L, extra);
     return *extra > 0 ? L : 0;
 }
 
@@ -485,7 +527,7 @@ static void generate(gen_state *g, const fi_schedule_input *in, int32_t T, int32
         for (int32_t q0 = 0; q0 < qo; q0 += T) {
             int32_t q1 = qo - q0 > T ? q0 + T : qo, a, b;
             tile_span(in, qo, kv, q0, q1, &a, &b);
-            emit_tile(g, in, r, q0, q1, a, b, L, F);
+            emit_tile(g, in, r, q0, q1, a, b, F > 0 ? L : tile_chunk(g, L, q1 - q0), F);
         }
     }
 }
@@ -977,7 +1019,7 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
         items = sv.fixed_items;
         rows = sv.fixed_rows;
     } else if (!in->disable_split_kv && sv.span_sum > 0) {
-        L = choose_chunk(in, T, &sv, sc, l->max_partial_rows, l->max_workers, &extra);
+        L = choose_chunk(in, T, &sv, &g, l->max_partial_rows, l->max_workers, &extra);
         items += extra;
     }
     if (items > l->max_items) return over("work items", items, "max_items", l->max_items, F);

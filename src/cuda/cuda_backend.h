@@ -79,6 +79,13 @@ int fi_cuda_attn_tc_smem(const fi_attn_config *c);
  * m16 tile of packed rows take that path (a 16-row item, e.g. 16 queries on
  * a cascade's shared prefix, would fill an eighth of a 128-row block). */
 #define FI_CUDA_DTC_MAX_ROWS 16
+/* A mixed batch runs the 64-row-block full form (persist_mix) when its wide
+ * items' row x key products are below this many times its small items'
+ * keys: per KV head that is their FLOPs over the small items' K/V bytes
+ * (16-bit KV). H200 (docs/CUDA_KERNELS.md): the 64-row form reads decode K/V
+ * at 4.5 TB/s instead of 3.65 but runs prefill at ~240 TFLOP/s instead of
+ * ~300, so it pays below ~62 FLOP per byte. */
+#define FI_CUDA_MIX_FLOP_PER_BYTE 62
 /* The persistent kernel (kernels/persistent.cuh): both paths (the
  * tensor-core one when supported) and the fused merge in one launch; its
  * dynamic shared memory. */
@@ -209,6 +216,9 @@ typedef struct fi_cuda_plan {
     CUstream upload_stream;  /* where the last copy was queued */
     CUstream ordered_stream; /* a stream known to be ordered after that copy */
     CUstream last_stream;    /* the stream of the last run */
+    CUfunction last_form;    /* the persistent kernel's form the last run
+                                launched (NULL: the separate kernels); tests
+                                compare an eager run's with a graph's */
     CUfunction attn, merge;
     CUfunction attn_tc;      /* tensor-core kernel, NULL when unsupported */
     CUfunction persist;      /* one launch for everything (NULL: the three) */
@@ -216,6 +226,10 @@ typedef struct fi_cuda_plan {
     int persist_dtc;         /* it has no CUDA-core path (decode_tc.cuh) */
     CUfunction persist_dec;  /* its decode form (NULL: none) */
     int persist_b64;         /* its tensor-core blocks are 64 rows */
+    CUfunction persist_mix;  /* the full form with 64-row blocks for mixed
+                                batches (NULL: none) */
+    int persist_mix_smem;
+    int mix_b64;             /* this schedule runs persist_mix */
     int persist_dec_smem;
     int heads_x;             /* its grid: x = KV heads, y = workers */
     int prefill_separate;    /* uncaptured tensor-core-only runs: attn_tc */

@@ -99,6 +99,56 @@ fi_status fi_cuda_plan_resolve_separate(fi_plan *plan) {
     return FI_OK;
 }
 
+/* One form of the persistent kernel: its function, allowed `smem` bytes of
+ * dynamic shared memory. */
+static fi_status load_form(fi_cuda_plan *ps, const fi_kernel_spec *spec, int smem,
+                           CUfunction *fn) {
+    fi_status st = fi_cuda_jit_function(ps->cc, spec, fn);
+    if (st) return st;
+    FI_CU(ps->cc->cu, FuncSetAttribute, *fn, FI_CU_FUNC_MAX_DYN_SMEM, smem);
+    return FI_OK;
+}
+
+/* The persistent kernel's forms, compiled side by side when cold: the full
+ * form (64-row tensor-core blocks for plans of 17-64 packed rows: a
+ * cascade's shared level; at most 16 never reach it), its decode form where
+ * supported, and the full form with 64-row blocks (the mixed form) for
+ * mixed batches whose wide items are a small part of the work
+ * (fi_cuda_plan_upload decides; FLASHINFER_CUDA_MIXED_B64=0 turns it off;
+ * docs/CUDA_KERNELS.md). */
+static fi_status resolve_persistent(fi_plan *plan, fi_cuda_plan *ps, fi_attn_config *cfg) {
+    int64_t rows = (int64_t)plan->config.max_total_qo * plan->group_size;
+    if (rows > FI_CUDA_DTC_MAX_ROWS && rows <= 64) cfg->tc_block = 64;
+    ps->persist_b64 = cfg->tc_block == 64;
+    fi_attn_config mixed = *cfg;
+    mixed.tc_block = 64;
+    const char *env = getenv("FLASHINFER_CUDA_MIXED_B64");
+    bool dec = fi_cuda_persist_decode_supported(cfg) != 0;
+    bool mix = !(env && env[0] == '0') && dec && !ps->persist_b64 &&
+               fi_cuda_attn_tc_supported(cfg);
+    fi_kernel_spec specs[3];
+    const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
+    int n = 0;
+    fi_cuda_persist_spec(cfg, &specs[n++]);
+    if (dec) fi_cuda_persist_decode_spec(cfg, &specs[n++]);
+    if (mix) fi_cuda_persist_spec(&mixed, &specs[n++]);
+    fi_status st = fi_cuda_jit_prepare(ps->cc, list, n);
+    if (st) return st;
+    memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
+    ps->persist_smem = fi_cuda_persist_smem(cfg);
+    ps->persist_dtc = fi_cuda_decode_tc_supported(cfg);
+    if ((st = load_form(ps, &specs[0], ps->persist_smem, &ps->persist))) return st;
+    if (dec) {
+        ps->persist_dec_smem = fi_cuda_persist_decode_smem(cfg);
+        if ((st = load_form(ps, &specs[1], ps->persist_dec_smem, &ps->persist_dec))) return st;
+    }
+    if (mix) {
+        ps->persist_mix_smem = fi_cuda_persist_smem(&mixed);
+        if ((st = load_form(ps, &specs[2], ps->persist_mix_smem, &ps->persist_mix))) return st;
+    }
+    return FI_OK;
+}
+
 static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const fi_attention_params *p = &plan->params;
     const fi_cu_api *cu = ps->cc->cu;
@@ -117,34 +167,11 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
      * output hook; the persistent kernel's fused merge is the built-in one) */
     size_t occ_smem = 0;
     if (fi_cuda_persist_enabled() && !p->variant) {
-        /* the persistent kernel and, where supported, its decode form
-         * (compiled side by side when cold) */
-        fi_kernel_spec specs[2];
-        const fi_kernel_spec *list[2] = {&specs[0], &specs[1]};
-        /* at most 64 packed rows (a cascade's shared level): 64-row
-         * tensor-core blocks; at most 16 never reach the full form */
-        int64_t rows = (int64_t)plan->config.max_total_qo * plan->group_size;
-        if (rows > FI_CUDA_DTC_MAX_ROWS && rows <= 64) cfg.tc_block = 64;
-        ps->persist_b64 = cfg.tc_block == 64;
-        fi_cuda_persist_spec(&cfg, &specs[0]);
-        int n = 1;
-        if (fi_cuda_persist_decode_supported(&cfg)) fi_cuda_persist_decode_spec(&cfg, &specs[n++]);
-        if ((st = fi_cuda_jit_prepare(ps->cc, list, n))) return st;
-        memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
-        if ((st = fi_cuda_jit_function(ps->cc, &specs[0], &ps->persist))) return st;
-        ps->persist_smem = fi_cuda_persist_smem(&cfg);
-        ps->persist_dtc = fi_cuda_decode_tc_supported(&cfg);
-        FI_CU(cu, FuncSetAttribute, ps->persist, FI_CU_FUNC_MAX_DYN_SMEM, ps->persist_smem);
-        occ = ps->persist, occ_smem = (size_t)ps->persist_smem;
-        if (n == 2) {
-            if ((st = fi_cuda_jit_function(ps->cc, &specs[1], &ps->persist_dec))) return st;
-            ps->persist_dec_smem = fi_cuda_persist_decode_smem(&cfg);
-            FI_CU(cu, FuncSetAttribute, ps->persist_dec, FI_CU_FUNC_MAX_DYN_SMEM,
-                  ps->persist_dec_smem);
-            /* long spans are split for the decode form's resident CTAs:
-             * splits matter for few long decodes, which it runs */
-            occ = ps->persist_dec, occ_smem = (size_t)ps->persist_dec_smem;
-        }
+        if ((st = resolve_persistent(plan, ps, &cfg))) return st;
+        /* long spans are split for the decode form's resident CTAs where
+         * there is one: splits matter for few long decodes, which it runs */
+        occ = ps->persist_dec ? ps->persist_dec : ps->persist;
+        occ_smem = (size_t)(ps->persist_dec ? ps->persist_dec_smem : ps->persist_smem);
     } else {
         if ((st = fi_cuda_plan_resolve_separate(plan))) return st;
         occ = ps->attn;
@@ -177,19 +204,21 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     ps->prefill_separate =
         ps->persist && ps->has_tc_path && !ps->persist_b64 && !(pf && pf[0] == '0');
     ps->merge_grid = (unsigned)(ps->cc->sm_count * 4);
-    /* With a tensor-core path, a key of a 128-row block costs about what a
-     * decode key does (H200: 305 TFLOP/s x 4.65e9 block-keys/s against
-     * 2.9 TB/s / 512 B = 5.7e9 decode keys/s per KV head, 1.22x), not 32x
-     * as on CUDA cores: cost = rows + keys + 0.0018 rows x keys, and every
-     * request in tiles of 128 rows (a decode request still makes 1-token
-     * items; a prefill chunk beside decodes no longer gets tiles of 8 or 32
-     * rows, which the tensor cores would pad to 128). */
+    /* With a tensor-core path, a key of a 128-row block costs ~1.9 decode
+     * keys (H200: 303 TFLOP/s = 4.6e9 block-keys/s against the decode
+     * form's 4.5 TB/s / 512 B = 8.8e9 keys/s per KV head; 1.55 beside the
+     * full form's decode items at 3.65 TB/s), not 32x as on CUDA cores: cost
+     * = rows + keys + 0.007 rows x keys, and every request in tiles of 128
+     * rows (a decode request still makes 1-token items; a prefill chunk
+     * beside decodes no longer gets tiles of 8 or 32 rows, which the tensor
+     * cores would pad to 128). The scheduler shortens a wide tile's split
+     * chunks by the same ratio (schedule.c, key_weight). */
     if (ps->has_tc_path) {
         plan->q_tiles[0] = 128;
         plan->num_q_tiles = 1;
         plan->cost_per_q_row = 1.0;
         plan->cost_per_key = 1.0;
-        plan->cost_per_row_key = 0.0018;
+        plan->cost_per_row_key = 0.007;
     }
     return FI_OK;
 }
@@ -299,12 +328,21 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
     if (!call) {
         const fi_schedule *s = &plan->schedule;
         ps->has_tc_items = ps->has_cc_items = ps->has_wide_items = 0;
+        double small_keys = 0.0, wide_row_keys = 0.0; /* per KV head */
         for (int32_t i = 0; i < s->num_items; i++) {
-            int64_t rows = (int64_t)(s->items[i].q_end - s->items[i].q_start) * plan->group_size;
+            const fi_work_item *it = &s->items[i];
+            int64_t rows = (int64_t)(it->q_end - it->q_start) * plan->group_size;
             if (ps->has_tc_path && rows >= FI_CUDA_TC_MIN_ROWS) ps->has_tc_items = 1;
             else ps->has_cc_items = 1;
-            if (rows > FI_CUDA_DTC_MAX_ROWS) ps->has_wide_items = 1;
+            if (rows > FI_CUDA_DTC_MAX_ROWS) {
+                ps->has_wide_items = 1;
+                wide_row_keys += (double)rows * (it->kv_end - it->kv_start);
+            } else {
+                small_keys += it->kv_end - it->kv_start;
+            }
         }
+        ps->mix_b64 = ps->persist_mix && ps->has_wide_items &&
+                      wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * small_keys;
         size_t bytes = pack(plan, ps->staging);
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
             call = "cuMemcpyHtoDAsync";

@@ -166,13 +166,19 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
         /* no item wider than one m16 tile: the decode form (decode
          * version 3 without spills); a graph captured here replays any
          * later plan, its wide items in 16-row slices (then not bitwise
-         * the eager run, which takes the full form) */
-        bool dec = ps->persist_dec && !ps->has_wide_items;
-        FI_CU(cu, LaunchKernel, dec ? ps->persist_dec : ps->persist,
-              ps->heads_x ? ps->grid_y : ps->grid_x, ps->heads_x ? ps->grid_x : ps->grid_y, 1, 128,
-              1, 1, (unsigned)(dec ? ps->persist_dec_smem : ps->persist_smem), stream, params,
+         * the eager run, which takes the full form). A mixed batch of
+         * mostly decode work takes the 64-row-block full form (plan.c). */
+        CUfunction fn = ps->persist;
+        int smem = ps->persist_smem;
+        if (ps->persist_dec && !ps->has_wide_items)
+            fn = ps->persist_dec, smem = ps->persist_dec_smem;
+        else if (ps->mix_b64)
+            fn = ps->persist_mix, smem = ps->persist_mix_smem;
+        FI_CU(cu, LaunchKernel, fn, ps->heads_x ? ps->grid_y : ps->grid_x,
+              ps->heads_x ? ps->grid_x : ps->grid_y, 1, 128, 1, 1, (unsigned)smem, stream, params,
               NULL);
         ps->last_stream = stream;
+        ps->last_form = fn;
         return FI_OK;
     }
     /* Two attention kernels on one grid, each skipping the other's items
@@ -190,6 +196,7 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
         FI_CU(cu, LaunchKernel, ps->merge, ps->merge_grid, 1, 1, 128, 1, 1, 0, stream, params,
               NULL);
     ps->last_stream = stream;
+    ps->last_form = NULL;
     return FI_OK;
 }
 

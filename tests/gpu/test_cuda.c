@@ -12,10 +12,11 @@
  *           twice: every replay matches the fp64 oracle, and bitwise the
  *           eager run of the same batch where both take the same kernel;
  *           with the persistent kernel (one launch, fused merge: its decode
- *           form captured on the decode batch, replaying the mixed batch's
- *           wide item in 16-row slices), its full form alone
- *           (FLASHINFER_CUDA_DECODE_FORM=0), and the separate kernels
- *           (FLASHINFER_CUDA_PERSIST=0)
+ *           form captured on the decode batch, replaying the wide items of
+ *           the mixed batches in 16-row slices; eager, the mixed batch takes
+ *           the 64-row-block full form, the prefill-heavy one the 128-row),
+ *           without the decode form (FLASHINFER_CUDA_DECODE_FORM=0), and
+ *           the separate kernels (FLASHINFER_CUDA_PERSIST=0)
  *   device  device_id out of range gives FI_STATUS_NO_DEVICE
  */
 #include "flashinfer.h"
@@ -196,18 +197,17 @@ static void check_oracle(const char *what, bufs *B, const batch *b, uint16_t *o_
     free(lse), free(ref), free(got), free(lref), free(lgot);
 }
 
-/* Whether a batch has an item wider than decode version 3's m16 tile: the
- * persistent kernel's full form runs such a batch, its decode form the
- * others. A graph replays the form it captured, bitwise the eager run of a
- * batch that takes the same form (the other form's arithmetic differs: a
- * decode-form graph runs wide items in 16-row slices). */
-static int wide(const batch *b) {
-    for (int i = 0; i < b->n; i++)
-        if (b->qo[i] * (HQ / HKV) > 16) return 1;
-    return 0;
+/* The kernel the plan's last run launched: a form of the persistent kernel
+ * (decode, full, or full with 64-row blocks for mostly-decode mixes), or
+ * NULL for the separate kernels. A graph replays the form it captured,
+ * bitwise the eager run of a batch that takes the same form (another form's
+ * arithmetic differs: e.g. a decode-form graph runs wide items in 16-row
+ * slices). */
+static CUfunction last_form(const fi_plan *plan) {
+    return ((const fi_cuda_plan *)plan->backend_state)->last_form;
 }
 
-static void test_graph(const char *mode, int forms) {
+static void test_graph(const char *mode) {
     tu_rng rng;
     tu_rng_seed(&rng, 1234);
     fi_context_options opt;
@@ -233,14 +233,20 @@ static void test_graph(const char *mode, int forms) {
     CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan");
     if (!plan) return;
 
-    batch bs[3];
+    /* the mixed batch's wide item is a small part of its work (the 64-row
+     * block full form), the prefill-heavy one's most of it (128-row blocks) */
+    enum { NB = 4 };
+    batch bs[NB];
     int32_t qa[] = {1, 1, 1}, ka[] = {700, 35, 1500};
     int32_t qb[] = {1, 4, 1, 1, 9}, kb[] = {2000, 40, 300, 17, 640}; /* the last: 10 key tiles on tensor cores */
     int32_t qc[] = {1}, kc[] = {7000};
+    int32_t qd[] = {1, 15}, kd[] = {100, 1000};
     make_batch(&bs[0], 3, qa, ka, &rng);
     make_batch(&bs[1], 5, qb, kb, &rng);
     make_batch(&bs[2], 1, qc, kc, &rng);
-    const char *names[3] = {"decode 3 requests", "mixed 5 requests", "one long request (split)"};
+    make_batch(&bs[3], 2, qd, kd, &rng);
+    const char *names[NB] = {"decode 3 requests", "mixed 5 requests", "one long request (split)",
+                             "prefill-heavy 2 requests"};
     size_t obytes = (size_t)MAXQ * HQ * D * 2;
     uint16_t *eager = malloc(obytes), *replay = malloc(obytes);
 
@@ -248,12 +254,12 @@ static void test_graph(const char *mode, int forms) {
     GU(gu.StreamCreate(&s, 1 /* non-blocking */));
     fi_run_args a = run_args(&B, s);
     gu_exec exec = NULL;
-    int captured_wide = 0;
+    CUfunction captured = NULL;
     /* The plan's first update goes on the default stream; the graph is
      * captured on `s` after the first batch's eager run. Every batch twice:
      * the fused merge's counts must be back to zero after each replay. */
-    for (int round = 0; round < 6; round++) {
-        int i = round % 3;
+    for (int round = 0; round < 2 * NB; round++) {
+        int i = round % NB;
         batch *b = &bs[i];
         CHECK(fi_plan_update(plan, &b->view) == FI_OK, "update %d", i);
         fi_plan_info info = {.struct_size = sizeof info};
@@ -264,13 +270,14 @@ static void test_graph(const char *mode, int forms) {
         snprintf(what, sizeof what, "eager %s (%d items, %d split)", names[i], info.num_items,
                  info.num_split_items);
         check_oracle(what, &B, b, eager);
+        CUfunction form = last_form(plan);
         if (!exec) {
             gu_graph g = NULL;
             int r1 = GU(gu.BeginCapture(s, 0));
             CHECK(fi_plan_run(plan, &a) == FI_OK, "captured run");
             int r2 = GU(gu.EndCapture(s, &g));
             CHECK(!r1 && !r2 && g && !GU(gu.GraphInstantiate(&exec, g, 0)), "capture");
-            captured_wide = wide(b);
+            captured = last_form(plan);
             if (g) gu.GraphDestroy(g);
             if (!exec) break;
         }
@@ -281,7 +288,7 @@ static void test_graph(const char *mode, int forms) {
         snprintf(what, sizeof what, "replay %s", names[i]);
         check_oracle(what, &B, b, replay);
         int nq = b->qo_indptr[b->n];
-        if (forms && wide(b) != captured_wide) {
+        if (form != captured) {
             printf("graph: replay %s: the other form than its eager run (oracle only)\n", names[i]);
             continue;
         }
@@ -323,12 +330,12 @@ int main(void) {
     }
     test_jit();
     test_device();
-    test_graph("persistent kernel", 1);
+    test_graph("persistent kernel");
     setenv("FLASHINFER_CUDA_DECODE_FORM", "0", 1);
-    test_graph("persistent kernel, full form only", 0);
+    test_graph("persistent kernel, no decode form");
     unsetenv("FLASHINFER_CUDA_DECODE_FORM");
     setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
-    test_graph("separate kernels", 0);
+    test_graph("separate kernels");
     unsetenv("FLASHINFER_CUDA_PERSIST");
     return gu_summary("test_cuda");
 }

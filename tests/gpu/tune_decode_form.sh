@@ -79,6 +79,9 @@ dec form_s3 FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=3
 dec full FLASHINFER_CUDA_DECODE_FORM=0
 stamp "mixes"
 timeout 100 ./build/bench_mixed --json "$LOGS/mixed.json" > "$LOGS/mixed.log" 2>&1 || status=1
+stamp "mixes without the 64-row-block full form for mostly-decode batches (FLASHINFER_CUDA_MIXED_B64=0)"
+FLASHINFER_CUDA_MIXED_B64=0 timeout 100 ./build/bench_mixed --json "$LOGS/mixed_no_b64.json" \
+    > "$LOGS/mixed_no_b64.log" 2>&1 || status=1
 if [ "$CASCADE" = 1 ]; then
     stamp "cascade / block-sparse tests (--quick) and cells, FlashInfer's cascade beside"
     OUT=$LOGS timeout 240 tests/gpu/run_cascade.sh --quick --no-build > "$LOGS/cascade.log" 2>&1 ||
@@ -106,7 +109,7 @@ fi
 stamp "done (status $status)"
 [ -f "$LOGS/harness_summary.txt" ] && cat "$LOGS/harness_summary.txt"
 [ -f "$LOGS/ncu_table.md" ] && grep -E "^\| (metric|gpu__|dram__bytes_read|dram__throughput|launch__(grid|reg|shared|occupancy)|sm__warps|smsp__i|stall)" "$LOGS/ncu_table.md"
-for f in "$LOGS"/decode_*.log "$LOGS"/mixed.log "$LOGS"/bench_cascade.log "$LOGS"/bench_cascade_flashinfer.log; do
+for f in "$LOGS"/decode_*.log "$LOGS"/mixed.log "$LOGS"/mixed_no_b64.log "$LOGS"/bench_cascade.log "$LOGS"/bench_cascade_flashinfer.log; do
     [ -f "$f" ] && { echo "-- $(basename "$f" .log)"; grep "^| [0-9a-z]" "$f" | grep -v "^| batch\|^| mix \|^| prefix\|^| density\|^| [0-9]*% "; }
 done
 exit $status
