@@ -97,6 +97,11 @@ int fi_cuda_persist_smem(const fi_attn_config *c);
 int fi_cuda_persist_decode_supported(const fi_attn_config *c);
 void fi_cuda_persist_decode_spec(const fi_attn_config *c, fi_kernel_spec *spec);
 int fi_cuda_persist_decode_smem(const fi_attn_config *c);
+/* The mixed form (the full form with 64-row blocks) where a plan with
+ * config `c` also compiles it; its spec (and config, in `mixed`). */
+int fi_cuda_persist_mix_supported(const fi_attn_config *c);
+void fi_cuda_persist_mix_spec(const fi_attn_config *c, fi_attn_config *mixed,
+                              fi_kernel_spec *spec);
 /* Whether the persistent kernel takes the small items on tensor cores
  * (decode version 3, kernels/decode_tc.cuh). That kernel has no CUDA-core
  * path: a run whose K/V rows are not 16-byte copyable, or whose page size is
@@ -106,8 +111,9 @@ int fi_cuda_decode_tc_supported(const fi_attn_config *c);
  * CUDA-core, tensor-core and merge kernels (FLASHINFER_CUDA_PERSIST=0). */
 int fi_cuda_persist_enabled(void);
 /* The kernels a plan with params `p` resolves, in order; returns how many
- * (at most 3): the persistent kernel and its decode form where supported
- * (when enabled, without a variant), else fi_cuda_separate_specs. What `jit_compile --warm` and `fi warmup` compile
+ * (at most 3): the persistent kernel, its decode form and its mixed form
+ * where supported (when enabled, without a variant), else
+ * fi_cuda_separate_specs. What `jit_compile --warm` and `fi warmup` compile
  * ahead. */
 int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel_spec specs[3],
                        int *vhooks);

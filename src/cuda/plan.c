@@ -120,18 +120,15 @@ static fi_status resolve_persistent(fi_plan *plan, fi_cuda_plan *ps, fi_attn_con
     int64_t rows = (int64_t)plan->config.max_total_qo * plan->group_size;
     if (rows > FI_CUDA_DTC_MAX_ROWS && rows <= 64) cfg->tc_block = 64;
     ps->persist_b64 = cfg->tc_block == 64;
-    fi_attn_config mixed = *cfg;
-    mixed.tc_block = 64;
-    const char *env = getenv("FLASHINFER_CUDA_MIXED_B64");
+    fi_attn_config mixed;
     bool dec = fi_cuda_persist_decode_supported(cfg) != 0;
-    bool mix = !(env && env[0] == '0') && dec && !ps->persist_b64 &&
-               fi_cuda_attn_tc_supported(cfg);
+    bool mix = fi_cuda_persist_mix_supported(cfg) != 0;
     fi_kernel_spec specs[3];
     const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
     int n = 0;
     fi_cuda_persist_spec(cfg, &specs[n++]);
     if (dec) fi_cuda_persist_decode_spec(cfg, &specs[n++]);
-    if (mix) fi_cuda_persist_spec(&mixed, &specs[n++]);
+    if (mix) fi_cuda_persist_mix_spec(cfg, &mixed, &specs[n++]);
     fi_status st = fi_cuda_jit_prepare(ps->cc, list, n);
     if (st) return st;
     memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);

@@ -230,6 +230,25 @@ void fi_cuda_persist_decode_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     persist_spec(c, 0, 1, s);
 }
 
+/* The mixed form: the full form with 64-row tensor-core blocks, for mixed
+ * batches whose wide items are a small part of the work (its decode items
+ * run without the 128-row form's spills); beside a decode form, for a plan
+ * whose full form has 128-row blocks. FLASHINFER_CUDA_MIXED_B64=0: not
+ * used. */
+int fi_cuda_persist_mix_supported(const fi_attn_config *c) {
+    const char *env = getenv("FLASHINFER_CUDA_MIXED_B64");
+    return !(env && env[0] == '0') && c->tc_block != 64 && fi_cuda_attn_tc_supported(c) &&
+           fi_cuda_persist_decode_supported(c);
+}
+
+/* fi_pers_..._t1d1_b64 */
+void fi_cuda_persist_mix_spec(const fi_attn_config *c, fi_attn_config *mixed,
+                              fi_kernel_spec *s) {
+    *mixed = *c;
+    mixed->tc_block = 64;
+    fi_cuda_persist_spec(mixed, s);
+}
+
 /* 16-row Q tile + 2 stages of 64 keys of K and V, 16-bit (decode_tc.cuh),
  * with room for a third stage (FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=3:
  * two CTAs per SM either way). */
@@ -253,7 +272,10 @@ int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel
         if (vhooks) *vhooks = 0;
         if (!fi_cuda_persist_decode_supported(&cfg)) return 1;
         fi_cuda_persist_decode_spec(&cfg, &specs[1]);
-        return 2;
+        if (!fi_cuda_persist_mix_supported(&cfg)) return 2;
+        fi_attn_config mixed;
+        fi_cuda_persist_mix_spec(&cfg, &mixed, &specs[2]);
+        return 3;
     }
     return fi_cuda_separate_specs(p, vsrc, specs, vhooks);
 }
