@@ -116,10 +116,17 @@ static void visible(const fi_schedule_input *in, int32_t qo, int32_t kv, int32_t
     *hi = (int32_t)h;
 }
 
+/* The cost model: rows above cost_rows_exact count as whole blocks of
+ * cost_rows_block in the row x key term. */
+static double pair_rows(const fi_schedule_input *in, int32_t t) {
+    int64_t rows = (int64_t)t * in->group_size, b = in->cost_rows_block;
+    return (double)(b > 0 && rows > in->cost_rows_exact ? (rows + b - 1) / b * b : rows);
+}
+
 static double item_cost(const fi_schedule_input *in, const fi_work_item *it) {
     double heads = in->num_kv_heads, t = it->q_end - it->q_start, keys = it->kv_end - it->kv_start;
     return heads * in->cost_per_q_row * in->group_size * t + heads * in->cost_per_key * keys +
-           heads * in->cost_per_row_key * in->group_size * t * keys;
+           heads * in->cost_per_row_key * pair_rows(in, it->q_end - it->q_start) * keys;
 }
 
 /* Items alone: shapes, ranges, tiles, chunk sizes. */
@@ -614,7 +621,8 @@ static void case_decode_budget(int32_t count) {
 /* A wide tile's chunks are shorter than a decode's by its key weight (the
  * cost of one of its keys over a one-token tile's), so that its chunks cost
  * about what a decode's full chunk does: decodes beside a few wide tiles,
- * tensor-core-like costs (key 1, row x key 0.007, group 4). Every split
+ * tensor-core-like costs (key 1, row x key 0.007, group 4; half the cases
+ * count rows above 16 as whole 128-row blocks). Every split
  * chunk of a t-token tile holds at most ceil(kv_chunk / w(t)) keys (aligned,
  * at least FI_SCHEDULE_MIN_CHUNK); so does a tile left whole. */
 static void case_weighted_chunks(int32_t count) {
@@ -636,7 +644,8 @@ static void case_weighted_chunks(int32_t count) {
                                 .group_size = 4, .num_kv_heads = 8, .causal = true,
                                 .window_left = -1, .num_workers = N, .q_tiles = tiles,
                                 .num_q_tiles = 1, .cost_per_q_row = 1, .cost_per_key = 1,
-                                .cost_per_row_key = 0.007};
+                                .cost_per_row_key = 0.007, .cost_rows_exact = 16,
+                                .cost_rows_block = k % 2 ? 128 : 0};
         fi_schedule_limits lim;
         fi_schedule_limits_for(&lim, B, qo[B], N);
         lim.max_partial_rows = qo[B] * N; /* no budget: the bound alone decides */
@@ -649,7 +658,7 @@ static void case_weighted_chunks(int32_t count) {
         for (int32_t i = 0; !bad && s.kv_chunk > 0 && i < s.num_items; i++) {
             const fi_work_item *it = &s.items[i];
             int32_t t = it->q_end - it->q_start, keys = it->kv_end - it->kv_start;
-            double w = (1.0 + 0.007 * 4 * t) / (1.0 + 0.007 * 4);
+            double w = (1.0 + 0.007 * pair_rows(&in, t)) / (1.0 + 0.007 * pair_rows(&in, 1));
             int64_t bound = t > 1 ? (int64_t)ceil(s.kv_chunk / w) : s.kv_chunk;
             bound = bound < FI_SCHEDULE_MIN_CHUNK ? FI_SCHEDULE_MIN_CHUNK : (bound + 15) / 16 * 16;
             if (keys > bound) {
@@ -688,14 +697,14 @@ static int by_cost_then_gen(const void *x, const void *y) {
 static int check_reference_lpt(const fi_schedule *s, const fi_schedule_input *in) {
     int32_t n = s->num_items, N = in->num_workers;
     double heads = in->num_kv_heads, rc = heads * in->cost_per_q_row * in->group_size;
-    double kc = heads * in->cost_per_key, pc = heads * in->cost_per_row_key * in->group_size;
+    double kc = heads * in->cost_per_key, pc = heads * in->cost_per_row_key;
     double *cost = malloc(sizeof(double) * ((size_t)n + 1)), *load = calloc((size_t)N, sizeof(double));
     int32_t *ids = malloc(sizeof(int32_t) * ((size_t)n + 1)), *at = calloc((size_t)N, sizeof(int32_t));
     int bad = !cost || !load || !ids || !at;
     for (int32_t i = 0; i < n && !bad; i++) {
         const fi_work_item *it = &s->items[i];
         int32_t t = it->q_end - it->q_start, k = it->kv_end - it->kv_start;
-        cost[i] = rc * t + kc * k + pc * (double)t * (double)k;
+        cost[i] = rc * t + kc * k + pc * pair_rows(in, t) * (double)k;
         ids[i] = i;
     }
     ref_in = in;

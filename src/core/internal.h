@@ -165,7 +165,9 @@ typedef struct fi_schedule_input {
     int32_t num_q_tiles;
     double cost_per_q_row;    /* cost model: a * packed query rows + b * keys */
     double cost_per_key;
-    double cost_per_row_key;  /*   + c * packed query rows * keys */
+    double cost_per_row_key;  /*   + c * packed query rows * keys, where */
+    int32_t cost_rows_exact;  /*   rows above this count as whole blocks */
+    int32_t cost_rows_block;  /*   of this many (0: rows as they are) */
     bool disable_split_kv;
     int32_t fixed_split_size; /* > 0: chunks of exactly this many keys */
 } fi_schedule_input;
@@ -190,6 +192,7 @@ struct fi_plan {
     int32_t q_tiles[4];
     int32_t num_q_tiles;
     double cost_per_q_row, cost_per_key, cost_per_row_key;
+    int32_t cost_rows_exact, cost_rows_block; /* fi_schedule_input's */
     int32_t split_workers;        /* 0: num_workers (fi_schedule_input) */
 
     /* The batch of the last fi_plan_update, copied (capacity from config). */

@@ -126,6 +126,8 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
         .cost_per_q_row = plan->cost_per_q_row,
         .cost_per_key = plan->cost_per_key,
         .cost_per_row_key = plan->cost_per_row_key,
+        .cost_rows_exact = plan->cost_rows_exact,
+        .cost_rows_block = plan->cost_rows_block,
         .disable_split_kv = plan->config.disable_split_kv != 0,
         .fixed_split_size = plan->config.fixed_split_size,
     };

@@ -264,13 +264,28 @@ typedef struct gen_state {
     int32_t n;        /* items so far */
     double row_cost;  /* cost of one token's packed rows, all KV heads */
     double key_cost;  /* cost of one key, all KV heads */
-    double pair_cost; /* cost of one (token's packed rows, key) pair, all KV heads */
+    double pair_cost; /* cost of one (packed row, key) pair, all KV heads */
+    int32_t group, rows_exact, rows_block; /* pair_rows' */
     /* Facts for the sort, as bits of the costs (doubles >= 0 order as their
      * bits): the last cost, whether no cost so far exceeded its
      * predecessor, the smallest nonzero cost minus 1 and the largest. */
     uint64_t last, nz_min1, max;
     bool desc;
 } gen_state;
+
+/* Packed rows of a t-token item as the cost model's pair term counts them:
+ * above rows_exact, whole blocks of rows_block (a tensor-core block
+ * computes all its rows). */
+static inline double pair_rows(int32_t t, int32_t group, int32_t exact, int32_t block) {
+    int64_t rows = (int64_t)t * group;
+    if (block > 0 && rows > exact) rows = (rows + block - 1) / block * block;
+    return (double)rows;
+}
+
+static inline double item_cost(const gen_state *g, int32_t t, int32_t keys) {
+    return g->row_cost * t + g->key_cost * keys +
+           g->pair_cost * pair_rows(t, g->group, g->rows_exact, g->rows_block) * (double)keys;
+}
 
 static inline void gen_reset(gen_state *g) {
     g->n = 0;
@@ -289,8 +304,7 @@ static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t
     it->kv_start = a;
     it->kv_end = b;
     it->partial_row = partial_row;
-    double c = g->row_cost * (q1 - q0) + g->key_cost * (b - a) +
-               g->pair_cost * (double)(q1 - q0) * (double)(b - a);
+    double c = item_cost(g, q1 - q0, b - a);
     g->sc->cost[g->n++] = c;
     uint64_t k = dbits(c);
     g->desc &= k <= g->last;
@@ -307,8 +321,8 @@ static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t
  * key costs ~1.5-2.4 decode keys). Batches whose tiles are all alike get
  * the plain bound. */
 static inline double key_weight(const gen_state *g, int32_t t) {
-    double one = g->key_cost + g->pair_cost;
-    return t > 1 && one > 0 ? (g->key_cost + g->pair_cost * t) / one : 1.0;
+    double one = item_cost(g, 1, 1) - g->row_cost;
+    return t > 1 && one > 0 ? (item_cost(g, t, 1) - g->row_cost * t) / one : 1.0;
 }
 
 /* The chunk bound of a t-token tile under the one-token bound L (aligned,
@@ -357,12 +371,13 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
     fi_work_item *gen = g->sc->gen;
     double *cost = g->sc->cost;
     const double rc = g->row_cost, kc = g->key_cost, pc = g->pair_cost;
+    const int32_t grp = g->group, rexact = g->rows_exact, rblock = g->rows_block;
+    const double wone = kc + pc * pair_rows(1, grp, rexact, rblock); /* a key of one token */
     const int32_t *qo_indptr = in->qo_indptr, *kv_len = in->kv_len;
     int32_t n = g->n, max_span = 0, B = in->batch_size, window = in->window_left;
     const bool causal = in->causal;
     int64_t tiles = 0, span_sum = 0;
     double wspan_sum = 0, max_wspan = 0;
-    const double wk = g->key_cost, wp = g->pair_cost, wone = wk + wp;
     uint64_t last = g->last, nz_min1 = g->nz_min1, max = g->max;
     bool desc = g->desc;
 #define SURVEY_TILE(Q0, Q1)                                                                  \
@@ -372,9 +387,9 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
         tiles++;                                                                             \
         span_sum += b - a;                                                                   \
         max_span = b - a > max_span ? b - a : max_span;                                      \
-        double ws_ = q1_ - q0_ > 1 && wone > 0                                               \
-                         ? (double)(b - a) * (wk + wp * (q1_ - q0_)) / wone                  \
-                         : (double)(b - a); /* (b - a) x key_weight */                        \
+        double pr_ = pair_rows(q1_ - q0_, grp, rexact, rblock);                              \
+        double ws_ = q1_ - q0_ > 1 && wone > 0 ? (double)(b - a) * (kc + pc * pr_) / wone    \
+                                               : (double)(b - a); /* (b - a) x key_weight */ \
         wspan_sum += ws_;                                                                    \
         max_wspan = ws_ > max_wspan ? ws_ : max_wspan;                                       \
         if (n >= cap) break;                                                                 \
@@ -385,7 +400,7 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
         it->kv_start = a;                                                                    \
         it->kv_end = b;                                                                      \
         it->partial_row = -1;                                                                \
-        double c = rc * (q1_ - q0_) + kc * (b - a) + pc * (double)(q1_ - q0_) * (double)(b - a); \
+        double c = rc * (q1_ - q0_) + kc * (b - a) + pc * pr_ * (double)(b - a);               \
         cost[n++] = c;                                                                       \
         uint64_t k = dbits(c);                                                               \
         desc &= k <= last;                                                                   \
@@ -974,6 +989,10 @@ static fi_status check_input(const fi_schedule *s, const fi_schedule_input *in) 
     if (in->fixed_split_size < 0)
         return fi_error(FI_STATUS_INVALID_ARGUMENT, "schedule: fixed_split_size %d < 0",
                         (int)in->fixed_split_size);
+    if (in->cost_rows_exact < 0 || in->cost_rows_block < 0)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "schedule: cost_rows_exact %d, cost_rows_block %d must be >= 0",
+                        (int)in->cost_rows_exact, (int)in->cost_rows_block);
     return FI_OK;
 }
 
@@ -1007,7 +1026,8 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     double heads = in->num_kv_heads;
     gen_state g = {.s = s, .sc = sc, .row_cost = heads * in->cost_per_q_row * in->group_size,
                    .key_cost = heads * in->cost_per_key,
-                   .pair_cost = heads * in->cost_per_row_key * in->group_size};
+                   .pair_cost = heads * in->cost_per_row_key, .group = in->group_size,
+                   .rows_exact = in->cost_rows_exact, .rows_block = in->cost_rows_block};
     gen_reset(&g);
     survey sv;
     if (F > 0) survey_fixed(in, T, F, &sv);

@@ -205,17 +205,21 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
      * keys (H200: 303 TFLOP/s = 4.6e9 block-keys/s against the decode
      * form's 4.5 TB/s / 512 B = 8.8e9 keys/s per KV head; 1.55 beside the
      * full form's decode items at 3.65 TB/s), not 32x as on CUDA cores: cost
-     * = rows + keys + 0.007 rows x keys, and every request in tiles of 128
-     * rows (a decode request still makes 1-token items; a prefill chunk
-     * beside decodes no longer gets tiles of 8 or 32 rows, which the tensor
-     * cores would pad to 128). The scheduler shortens a wide tile's split
-     * chunks by the same ratio (schedule.c, key_weight). */
+     * = rows + keys + 0.007 rows x keys, where an item of more than 16 rows
+     * counts whole blocks (17 tokens x group 4 = 68 rows cost a 128-row
+     * block), and every request in tiles of 128 rows (a decode request
+     * still makes 1-token items; a prefill chunk beside decodes no longer
+     * gets tiles of 8 or 32 rows, which the tensor cores would pad to 128).
+     * The scheduler shortens a wide tile's split chunks by the same ratio
+     * (schedule.c, key_weight). */
     if (ps->has_tc_path) {
         plan->q_tiles[0] = 128;
         plan->num_q_tiles = 1;
         plan->cost_per_q_row = 1.0;
         plan->cost_per_key = 1.0;
         plan->cost_per_row_key = 0.007;
+        plan->cost_rows_exact = FI_CUDA_DTC_MAX_ROWS; /* decode version 3's m16 tile */
+        plan->cost_rows_block = ps->persist_b64 ? 64 : 128;
     }
     return FI_OK;
 }
