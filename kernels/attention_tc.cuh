@@ -194,13 +194,12 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, unsigned char 
     }
 }
 
-/* A key's K and V byte offsets in the caches; k == NO_KEY: past the span
- * (zero-filled). One tile's 64 entries sit in shared memory, filled a tile
- * ahead, so no cp.async waits on the page table. */
+/* A key's K and V byte offsets in the caches (0 past the span: load_kv
+ * zero-fills those keys). One tile's 64 entries sit in shared memory,
+ * filled a tile ahead, so no cp.async waits on the page table. */
 struct alignas(16) KVOff {
     long long k, v;
 };
-constexpr long long NO_KEY = (long long)(-0x7fffffffffffffffLL - 1);
 
 /* Key j's page id (paged KV; 0 past the span): issued a tile before use. */
 FI_DEV int page_of(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j) {
@@ -211,8 +210,7 @@ FI_DEV int page_of(const fi_attn_args &a, const int32_t *kv_indices, const Item 
 FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
     KVOff r;
     if (j >= it.k1) {
-        r.k = NO_KEY;
-        r.v = 0;
+        r.k = r.v = 0;
         return r;
     }
     int64_t slot;
@@ -223,19 +221,22 @@ FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
     return r;
 }
 
-/* One tile's keys into one stage (K then V) from its offset table. A thread
- * keeps one 16-byte chunk column and walks keys NT / CH apart. */
-FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, unsigned char *st) {
-    unsigned char *ks = st, *vs = st + K_BYTES;
+/* One tile's keys into one stage (K then V) from its offset table; keys
+ * from `valid` on (past the span) are zero-filled. A thread keeps one
+ * 16-byte chunk column and walks keys NT / CH apart: per key one table read,
+ * one compare and two 64-bit adds for its two copies. */
+FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int valid) {
+    const uint32_t ks = st, vs = st + K_BYTES; /* shared addresses: 32-bit arithmetic */
     constexpr int CH = KCH > VCH ? KCH : VCH, KPI = NT / CH;
     const int ch = threadIdx.x % CH, key0 = threadIdx.x / CH;
+    const char *kb = a.k + ch * 16, *vb = a.v + ch * 16;
 #pragma unroll
     for (int it = 0; it < BN / KPI; it++) {
         const int key = key0 + it * KPI;
         const KVOff off = tab[key];
-        const bool ok = off.k != NO_KEY;
-        if (ch < KCH) fi_cp_async16(ks + swz<KCH>(key, ch), a.k + (ok ? off.k : 0) + ch * 16, ok ? 16 : 0);
-        if (ch < VCH) fi_cp_async16(vs + swz<VCH>(key, ch), a.v + (ok ? off.v : 0) + ch * 16, ok ? 16 : 0);
+        const int bytes = key < valid ? 16 : 0;
+        if (ch < KCH) fi_cp_async16_to(ks + swz<KCH>(key, ch), kb + off.k, bytes);
+        if (ch < VCH) fi_cp_async16_to(vs + swz<VCH>(key, ch), vb + off.v, bytes);
     }
 }
 
@@ -293,12 +294,13 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             }
         }
         __syncthreads();
-        if (ntiles > 0) load_kv(a, offs, kvs);
+        if (ntiles > 0) load_kv(a, offs, kvs_a, it.k1 - kbeg);
         fi_cp_async_commit();
         for (int t = 0; t < ntiles; t++) {
             const int j0 = kbeg + t * BN;
             if (t + 1 < ntiles)
-                load_kv(a, offs + ((t + 1) & 1) * BN, kvs + ((t + 1) % STAGES) * STAGE_BYTES);
+                load_kv(a, offs + ((t + 1) & 1) * BN, kvs_a + ((t + 1) % STAGES) * STAGE_BYTES,
+                        it.k1 - j0 - BN);
             fi_cp_async_commit();
             /* tile t + 2's page id, in flight while tile t computes;
              * its offsets go to slot t & 1 (tile t's, read above in

@@ -88,8 +88,10 @@ FI_DEV void fetch_pages(const fi_attn_args &a, const fi_view &v, const Item &it,
     }
 }
 
-/* Keys [j0, j0 + BN) into one stage; keys >= k1 zero-filled. */
-FI_DEV void load_tile(const fi_attn_args &a, const Item &it, unsigned char *st, int j0, const Loader &L) {
+/* Keys [j0, j0 + BN) into the stage at shared address `st` (32-bit
+ * arithmetic); keys >= k1 zero-filled (paged: their page id is 0, so the
+ * address stays inside the cache). */
+FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0, const Loader &L) {
     const int mask = a.page_size - 1;
 #pragma unroll
     for (int k = 0; k < PER; k++) {
@@ -99,12 +101,13 @@ FI_DEV void load_tile(const fi_attn_args &a, const Item &it, unsigned char *st, 
         if constexpr (PAGED) { /* slot x stride < the page stride: 32 bits */
             ko = (int64_t)L.id[k] * a.k_page + (int32_t)((j & mask) * (int32_t)a.k_slot);
             vo = (int64_t)L.id[k] * a.v_page + (int32_t)((j & mask) * (int32_t)a.v_slot);
-        } else {
-            ko = (it.kv_base + j) * a.k_slot;
-            vo = (it.kv_base + j) * a.v_slot;
+        } else { /* past the span: key 0 of the item */
+            ko = (it.kv_base + (ok ? j : 0)) * a.k_slot;
+            vo = (it.kv_base + (ok ? j : 0)) * a.v_slot;
         }
-        if (L.ch < KCH) fi_cp_async16(st + L.kdst + k * KSTEP * KCH * 16, L.kb + (ok ? ko : 0), ok ? 16 : 0);
-        if (L.ch < VCH) fi_cp_async16(st + L.vdst + k * KSTEP * VCH * 16, L.vb + (ok ? vo : 0), ok ? 16 : 0);
+        const int bytes = ok ? 16 : 0;
+        if (L.ch < KCH) fi_cp_async16_to(st + L.kdst + k * KSTEP * KCH * 16, L.kb + ko, bytes);
+        if (L.ch < VCH) fi_cp_async16_to(st + L.vdst + k * KSTEP * VCH * 16, L.vb + vo, bytes);
     }
 }
 
@@ -134,7 +137,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
 #pragma unroll
     for (int s = 0; s < STAGES_D - 1; s++) {
         if (s < ntiles) {
-            load_tile(a, it, kvs + s * STAGE_BYTES, it.k0 + s * BN, P);
+            load_tile(a, it, kvs_a + s * STAGE_BYTES, it.k0 + s * BN, P);
             fetch_pages(a, v, it, it.k0 + (s + 1) * BN, P);
         }
         fi_cp_async_commit();
@@ -142,7 +145,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
     for (int t = 0; t < ntiles; t++) {
         const int tn = t + STAGES_D - 1;
         if (tn < ntiles) {
-            load_tile(a, it, kvs + (tn % STAGES_D) * STAGE_BYTES, it.k0 + tn * BN, P);
+            load_tile(a, it, kvs_a + (tn % STAGES_D) * STAGE_BYTES, it.k0 + tn * BN, P);
             fetch_pages(a, v, it, it.k0 + (tn + 1) * BN, P);
         }
         fi_cp_async_commit();

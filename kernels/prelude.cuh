@@ -212,11 +212,15 @@ FI_DEV uint32_t fi_smem_addr(const void *p) {
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
     return a;
 }
-/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros. */
-FI_DEV void fi_cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fi_smem_addr(dst)),
-                 "l"(src), "r"(src_bytes)
+/* 16 bytes global -> shared address `dst`, asynchronously; src_bytes 0
+ * writes zeros. */
+FI_DEV void fi_cp_async16_to(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
                  : "memory");
+}
+FI_DEV void fi_cp_async16(void *dst, const void *src, int src_bytes) {
+    fi_cp_async16_to(fi_smem_addr(dst), src, src_bytes);
 }
 FI_DEV void fi_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

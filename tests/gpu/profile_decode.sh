@@ -3,18 +3,24 @@
 # ours beside FlashInfer's tensor-core decode, to see where the decode kernel
 # loses to the copy ceiling: DRAM bytes and throughput, occupancy, warp stall
 # reasons per issued instruction. Needs ncu (the Firecracker device image)
-# and, for the peer, FlashInfer's wheels on PYTHONPATH (BENCH.md).
+# and, for the peer, FlashInfer's wheels on PYTHONPATH (BENCH.md). With
+# --mix NAME / --prefill CELL (repeatable), ours on those mixes (bench_mixed)
+# and prefill cells (bench_prefill) beside the decode cell: the tensor-core
+# path's counters.
 #   tests/gpu/profile_decode.sh [--cell 64x16384] [--no-build] [--no-flashinfer]
+#                               [--mix prefill] [--prefill 1x16384]
 # Env: FLASHINFER_CUDA_* tuning switches pass through to ours; TAG names its
 # column. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
 mkdir -p "$OUT"
-CELL=64x16384 BUILD=1 FI=1
+CELL=64x16384 BUILD=1 FI=1 MIXES="" PREFILLS=""
 while [ $# -gt 0 ]; do
     case $1 in
         --cell) CELL=$2; shift ;;
+        --mix) MIXES="$MIXES $2"; shift ;;
+        --prefill) PREFILLS="$PREFILLS $2"; shift ;;
         --no-build) BUILD=0 ;;
         --no-flashinfer) FI=0 ;;
     esac
@@ -33,10 +39,14 @@ METRICS=$METRICS,launch__shared_mem_per_block_dynamic,launch__occupancy_limit_re
 METRICS=$METRICS,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active
 METRICS=$METRICS,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
 METRICS=$METRICS,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+METRICS=$METRICS,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+METRICS=$METRICS,sm__cycles_active.avg.pct_of_peak_sustained_elapsed
+METRICS=$METRICS,l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum
 METRICS="$METRICS,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 
 if [ "$BUILD" = 1 ]; then
-    make -j"$(nproc)" -s lib build/bench_decode > "$OUT/profile_build.log" 2>&1 ||
+    make -j"$(nproc)" -s lib build/bench_decode build/bench_mixed build/bench_prefill \
+        > "$OUT/profile_build.log" 2>&1 ||
         { tail -30 "$OUT/profile_build.log"; exit 1; }
 fi
 B=${CELL%x*} L=${CELL#*x}
@@ -50,6 +60,14 @@ profile() { # name kernel-regex command...
     echo "ncu $name: exit $?, $(grep -c . "$OUT/ncu_$name.csv") lines"
 }
 profile ours${TAG:-} fi_pers ./build/bench_decode --cells "$CELL" --reps 3
+for m in $MIXES; do
+    ./build/bench_mixed --mix "$m" --reps 3 > /dev/null 2>&1
+    profile "mix_$m${TAG:-}" fi_pers ./build/bench_mixed --mix "$m" --reps 3
+done
+for c in $PREFILLS; do
+    ./build/bench_prefill --cells "$c" --reps 3 > /dev/null 2>&1
+    profile "prefill_$c${TAG:-}" "fi_(pers|attn)" ./build/bench_prefill --cells "$c" --reps 3
+done
 if [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/null; then
     # its tensor-core decode (use_tensor_cores=True runs the batch prefill
     # kernel), the faster of its two on the H200
@@ -70,6 +88,7 @@ for f in sorted(glob.glob(os.path.join(out, "ncu_*.csv"))):
         key = os.path.basename(f)[4:-4] + ":" + d[names.index("Kernel Name")][:24]
         cols[key] = dict(zip(names, d))
 want = ("gpu__time_duration.sum", "dram__", "lts__", "launch__", "sm__warps_active.avg",
+        "sm__pipe_tensor", "sm__cycles_active",
         "smsp__inst_executed.sum", "smsp__issue_active.avg", "l1tex__",
         "smsp__average_warps_issue_stalled")
 keys = sorted({k for c in cols.values() for k in c if k.startswith(want)})
