@@ -111,6 +111,16 @@ FI_DEV uint32_t swz(int r, int ch) {
     return (uint32_t)(r * NCH * 16 + ((ch ^ (r & 7)) << 4));
 }
 
+/* A lane's ldmatrix offset in a swizzled tile for row r (whose r & 7 the
+ * lane's row keeps for every step) and chunk half hi: chunk 2 k + hi of the
+ * row sits at swz_lane(r, hi) ^ (k << 5) (the XOR touches bits 5..8 only,
+ * below the row's bytes), so a step costs one XOR, not the swizzle. */
+template <int NCH>
+FI_DEV uint32_t swz_lane(int r, int hi) {
+    const int r7 = r & 7;
+    return (uint32_t)(r * NCH * 16 + ((hi ^ (r7 & 1)) << 4) + ((r7 >> 1) << 5));
+}
+
 FI_DEV void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -251,6 +261,10 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
     unsigned char *kvs = smem + Q_BYTES;
     KVOff *offs = reinterpret_cast<KVOff *>(smem + Q_BYTES + STAGES * STAGE_BYTES); /* [2][BN] */
     const uint32_t qs_a = fi_smem_addr(qs), kvs_a = fi_smem_addr(kvs);
+    /* ldmatrix offsets of this lane: Q (A operand), K (B), V (B, transposed) */
+    const uint32_t q_off = swz_lane<KCH>(warp * (MT * 16) + (lane & 15), lane >> 4);
+    const uint32_t k_off = swz_lane<KCH>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const uint32_t v_off = swz_lane<VCH>((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
     Item it = item;
     it.mask_bit0 = fi_v::mask_bit0(VP, v.mask_offset, it.req);
     const int diag0 = it.kv_len - it.qo_len + it.q0;
@@ -354,14 +368,12 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                 uint32_t qa[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
-                    ldsm_x4(qs_a + swz<KCH>(warp * (MT * 16) + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)),
+                    ldsm_x4(qs_a + (q_off ^ (kk << 5)) + mt * 16 * KCH * 16,
                             qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3]);
 #pragma unroll
                 for (int np = 0; np < NTILE / 2; np++) {
                     uint32_t b0, b1, b2, b3;
-                    ldsm_x4(ks_a + swz<KCH>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                            kk * 2 + ((lane >> 3) & 1)),
-                            b0, b1, b2, b3);
+                    ldsm_x4(ks_a + (k_off ^ (kk << 5)) + np * 16 * KCH * 16, b0, b1, b2, b3);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         mma(s[mt][2 * np], qa[mt], b0, b1);
@@ -466,9 +478,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
 #pragma unroll
                 for (int dp = 0; dp < DT / 2; dp++) {
                     uint32_t b0, b1, b2, b3;
-                    ldsm_x4_t(vs_a + swz<VCH>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                              dp * 2 + (lane >> 4)),
-                              b0, b1, b2, b3);
+                    ldsm_x4_t(vs_a + (v_off ^ (dp << 5)) + kk * 16 * VCH * 16, b0, b1, b2, b3);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         mma(o[mt][2 * dp], pa[mt], b0, b1);
