@@ -19,10 +19,12 @@
  *
  * Bounds (why fi_schedule_limits_for's figures always suffice):
  *  - tiles: a tile holds >= 1 token of one request, so tiles <= total_qo.
- *  - auto split: with S the sum of the tiles' spans and L >= S / N the chunk
- *    bound, a tile of span s becomes k = ceil(s / L) chunks, and
- *    k - 1 < s / L; summed, extra chunks < S / L <= N. So
- *    items <= total_qo + N - 1. Tiles with s > L number fewer than N too.
+ *  - auto split: with S the sum of the tiles' spans weighted by key_weight
+ *    (1 for one-token tiles) and L >= S / N the chunk bound, a tile of span
+ *    s and weight w has chunks of L_t >= L / w keys, so it becomes
+ *    k = ceil(s / L_t) chunks and k - 1 < s w / L; summed, extra chunks
+ *    < S / L <= N. So items <= total_qo + N - 1. Tiles with s > L_t (so
+ *    s w > L) number fewer than N too.
  *  - partial rows (auto): a split tile of t tokens in k chunks uses k * t
  *    rows. With t = 1 (decode) a split tile has k <= 2 (k - 1), so rows
  *    < 2 N, and rows <= (split tiles) + N - 1 <= total_qo + N - 1. Wider

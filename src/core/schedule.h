@@ -22,7 +22,9 @@
  * Every batch within the first two bounds fits (proof in schedule.c): the
  * item count is exact worst case, and the partial-row figure is a budget the
  * scheduler honours by choosing a longer chunk when a batch would need more.
- * A decode batch (one token per request) never needs more than it. */
+ * A decode batch (one token per request) never needs more than it. Plans
+ * raise the budget to fi_plan_split_rows (core/internal.h), so that a few
+ * wide tiles can split as finely as decodes. */
 void fi_schedule_limits_for(fi_schedule_limits *lim, int32_t max_batch_size,
                             int32_t max_total_qo, int32_t num_workers);
 
