@@ -986,6 +986,59 @@ static void case_api_invariance(fi_context *ctx) {
     abatch_free(&b);
 }
 
+/* The plan's split budget (fi_plan_split_rows): BENCH.md's prefill mix,
+ * 4 requests of 128 causal queries over 4096 keys, 32/8 heads, planned for
+ * 132 workers: its 16 wide tiles split, every tile in at least two chunks,
+ * where the schedule limits alone (min(3 N, max_total_qo + N) rows) let 4
+ * of them split; the budget is 2 N / H_kv tiles of the widest tile's
+ * tokens. */
+static void case_api_budget(fi_context *ctx) {
+    const char *name = "api/split-budget";
+    if (!tu_selected(name)) return;
+    fi_attention_params p;
+    fi_attention_params_init(&p);
+    p.num_qo_heads = 32, p.num_kv_heads = 8, p.head_dim_qk = p.head_dim_vo = 128;
+    p.kv_format = FI_KV_FORMAT_PAGED, p.page_size = 16;
+    p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
+    p.mask_mode = FI_MASK_CAUSAL;
+    enum { B = 4, Q = 128, KV = 4096 };
+    int32_t qo[B + 1], kv[B + 1], last[B], *idx = malloc(sizeof(int32_t) * B * KV / 16);
+    for (int32_t r = 0; r <= B; r++) qo[r] = r * Q, kv[r] = r * KV / 16;
+    for (int32_t r = 0; r < B; r++) last[r] = 16;
+    for (int32_t i = 0; idx && i < B * KV / 16; i++) idx[i] = i;
+    fi_plan_config cfg;
+    fi_plan_config_init(&cfg);
+    cfg.max_batch_size = B, cfg.max_total_qo = B * Q, cfg.max_total_kv = B * KV / 16;
+    cfg.num_workers = 132;
+    fi_plan *plan = NULL;
+    fi_batch fb = {B, qo, kv, idx, last, NULL};
+    fi_status st = idx ? fi_plan_create(ctx, &p, &cfg, &plan) : FI_STATUS_OUT_OF_MEMORY;
+    if (!st) st = fi_plan_update(plan, &fb);
+    tu_result res = api_outcome(st, "plan");
+    if (res == TU_PASS) {
+        const fi_schedule *s = &plan->schedule;
+        int32_t T = 128 / 4, tiles = B * Q / T, k = 2 * 132 / 8;
+        int32_t want = k * (plan->ctx->backend->q_tiles[plan->ctx->backend->num_q_tiles - 1] / 4);
+        int32_t *chunks = calloc((size_t)tiles, sizeof(int32_t));
+        for (int32_t i = 0; chunks && i < s->num_items; i++) {
+            const fi_work_item *it = &s->items[i];
+            chunks[it->request * (Q / T) + it->q_start / T]++;
+        }
+        int32_t unsplit = 0;
+        for (int32_t t = 0; chunks && t < tiles; t++) unsplit += chunks[t] < 2;
+        if (!chunks || s->limits.max_partial_rows < want || unsplit > 0) {
+            tu_note("max_partial_rows %d (want >= %d), %d of %d tiles not split (tile %d rows)",
+                    (int)s->limits.max_partial_rows, (int)want, (int)unsplit, (int)tiles,
+                    (int)s->q_tile_rows);
+            res = TU_FAIL;
+        }
+        free(chunks);
+    }
+    tu_record("api: split budget", name, res);
+    fi_plan_destroy(plan);
+    free(idx);
+}
+
 static void api_cases(void) {
     fi_context_options opt;
     fi_context_options_init(&opt);
@@ -1000,6 +1053,7 @@ static void api_cases(void) {
     case_api_split(ctx, false, -1);
     case_api_split(ctx, true, 700);
     case_api_invariance(ctx);
+    case_api_budget(ctx);
     fi_context_destroy(ctx);
 }
 
