@@ -289,6 +289,11 @@ static inline double item_cost(const gen_state *g, int32_t t, int32_t keys) {
            g->pair_cost * pair_rows(t, g->group, g->rows_exact, g->rows_block) * (double)keys;
 }
 
+/* A key's cost in an item of `rows` pair rows (key and pair terms). */
+static inline double key_cost_at(double key_cost, double pair_cost, double rows) {
+    return key_cost + pair_cost * rows;
+}
+
 static inline void gen_reset(gen_state *g) {
     g->n = 0;
     g->last = UINT64_MAX;
@@ -323,8 +328,11 @@ static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t
  * key costs ~1.5-2.4 decode keys). Batches whose tiles are all alike get
  * the plain bound. */
 static inline double key_weight(const gen_state *g, int32_t t) {
-    double one = item_cost(g, 1, 1) - g->row_cost;
-    return t > 1 && one > 0 ? (item_cost(g, t, 1) - g->row_cost * t) / one : 1.0;
+    double one = key_cost_at(g->key_cost, g->pair_cost,
+                             pair_rows(1, g->group, g->rows_exact, g->rows_block));
+    if (t <= 1 || one <= 0) return 1.0;
+    return key_cost_at(g->key_cost, g->pair_cost,
+                       pair_rows(t, g->group, g->rows_exact, g->rows_block)) / one;
 }
 
 /* The chunk bound of a t-token tile under the one-token bound L (aligned,
@@ -374,7 +382,7 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
     double *cost = g->sc->cost;
     const double rc = g->row_cost, kc = g->key_cost, pc = g->pair_cost;
     const int32_t grp = g->group, rexact = g->rows_exact, rblock = g->rows_block;
-    const double wone = kc + pc * pair_rows(1, grp, rexact, rblock); /* a key of one token */
+    const double pr1 = pair_rows(1, grp, rexact, rblock), wone = key_cost_at(kc, pc, pr1);
     const int32_t *qo_indptr = in->qo_indptr, *kv_len = in->kv_len;
     int32_t n = g->n, max_span = 0, B = in->batch_size, window = in->window_left;
     const bool causal = in->causal;
@@ -389,9 +397,10 @@ static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen
         tiles++;                                                                             \
         span_sum += b - a;                                                                   \
         max_span = b - a > max_span ? b - a : max_span;                                      \
-        double pr_ = pair_rows(q1_ - q0_, grp, rexact, rblock);                              \
-        double ws_ = q1_ - q0_ > 1 && wone > 0 ? (double)(b - a) * (kc + pc * pr_) / wone    \
-                                               : (double)(b - a); /* (b - a) x key_weight */ \
+        const bool one_ = q1_ - q0_ == 1;                                                    \
+        double pr_ = one_ ? pr1 : pair_rows(q1_ - q0_, grp, rexact, rblock);                 \
+        double ws_ = !one_ && wone > 0 ? (double)(b - a) * key_cost_at(kc, pc, pr_) / wone   \
+                                       : (double)(b - a); /* (b - a) x key_weight */         \
         wspan_sum += ws_;                                                                    \
         max_wspan = ws_ > max_wspan ? ws_ : max_wspan;                                       \
         if (n >= cap) break;                                                                 \

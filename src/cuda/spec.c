@@ -193,8 +193,10 @@ int fi_cuda_decode_tc_supported(const fi_attn_config *c) {
  * options, FI_TC, FI_DTC, and the entry point's name. */
 static void persist_spec(const fi_attn_config *c, int tc, int dtc, fi_kernel_spec *s) {
     fi_cuda_attn_spec(c, s);
+    const bool b64 = tc && c->tc_block == 64; /* fi_pers_..._t1d1_b64 */
     char name[sizeof s->name];
-    snprintf(name, sizeof name, "fi_pers_%.70s_t%dd%d", s->name + strlen("fi_attn_"), tc, dtc);
+    snprintf(name, sizeof name, "fi_pers_%.70s_t%dd%d%s", s->name + strlen("fi_attn_"), tc, dtc,
+             b64 ? "_b64" : "");
     memcpy(s->name, name, sizeof s->name);
     s->entry_file = "persistent.cuh";
     for (int i = 0; i < s->num_defines; i++)
@@ -202,14 +204,7 @@ static void persist_spec(const fi_attn_config *c, int tc, int dtc, fi_kernel_spe
             snprintf(s->defines[i], sizeof s->defines[i], "-DFI_PERSIST_NAME=%.96s", s->name);
     add_define(s, "-DFI_TC=%d", tc);
     add_define(s, "-DFI_DTC=%d", dtc);
-    if (tc && c->tc_block == 64) { /* fi_pers_..._t1d1_b64 */
-        size_t n = strlen(s->name);
-        snprintf(s->name + n, sizeof s->name - n, "_b64");
-        for (int i = 0; i < s->num_defines; i++)
-            if (!strncmp(s->defines[i], "-DFI_PERSIST_NAME=", 18))
-                snprintf(s->defines[i], sizeof s->defines[i], "-DFI_PERSIST_NAME=%.96s", s->name);
-        add_define(s, "-DFI_TC_MT=1");
-    }
+    if (b64) add_define(s, "-DFI_TC_MT=1");
 }
 
 void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *s) {
