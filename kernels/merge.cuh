@@ -2,8 +2,8 @@
  * merge.cuh — the plan's reduction map: output token merge_out_row[r] is the
  * merge, in order, of partial rows merge_src[merge_indptr[r] ..
  * merge_indptr[r+1]) (every query head). One warp per (row, head), a fixed
- * grid striding over them; the order of the sums is fixed, so the result is
- * bitwise the same run after run.
+ * grid striding over them (merge_pair); the order of the sums is fixed, so
+ * the result is bitwise the same run after run.
  *
  *   M = max_s lse_s;  w_s = 2^(lse_s - M);  O = sum_s w_s o_s / sum_s w_s
  *   LSE = M + log2(sum_s w_s);  states with lse = -inf contribute nothing.
@@ -13,7 +13,7 @@
  * merged row (a warp's row staged in shared memory, lane 0 calls it).
  *
  * Configuration: FI_DVO, FI_OT (output dtype code), FI_MERGE_NAME; FI_VARIANT,
- * FI_VHOOKS. persistent.cuh calls merge_row() in its fused merge (no
+ * FI_VHOOKS. persistent.cuh calls merge_pair() in its fused merge (no
  * FI_MERGE_NAME, no entry point).
  */
 #include "prelude.cuh"
@@ -40,51 +40,114 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
     return lo;
 }
 
-/* Merge row r, query head h, by one warp; `rows`: this warp's [DVO + 1]
- * floats of shared memory (the output hook's row). Partial states are read
- * through L2 (ld.global.cg): in persistent.cuh's fused merge other CTAs
- * wrote them. */
-FI_DEV void merge_row(const fi_attn_args &a, const fi_meta *meta, int r, int h, int lane,
-                      const fi_variant_params &VP, float *rows) {
+/* Merge row r, query head h, by a group of LPP lanes (lanes [base, base +
+ * LPP) of a warp, LPP a power of two, every lane of the group calling with
+ * the same r and h); `rows`: the group's [DVO + 1] floats of shared memory
+ * (the output hook's row; LPP = 32 only). Lane `sub` of the group owns the
+ * float4 columns sub, sub + LPP, ... of the row.
+ *
+ * The sources' states are loaded LPP at a time, one per lane (source
+ * index, then LSE), and handed round by shuffles, so a row of n sources
+ * waits on about 2 n / LPP loads in a row rather than 3 n; the partial rows'
+ * columns of several sources are in flight at once. Per element the
+ * arithmetic is fixed whatever LPP (max, then weights and fmaf in source
+ * order), so the result is bitwise the same whichever CTA or kernel merges.
+ * Partial states are read through L2 (ld.global.cg): in persistent.cuh's
+ * fused merge other CTAs wrote them; the plan's arrays do not change during
+ * a launch (ld.global.nc). */
+template <int LPP>
+FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int h,
+                       const fi_variant_params &VP, float *rows) {
+    static_assert(LPP >= 1 && LPP <= 32 && (LPP & (LPP - 1)) == 0, "lanes per row");
+    static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
+    static_assert(DVO % 4 == 0, "float4 columns");
+    constexpr int C4 = DVO / 4, PERL = (C4 + LPP - 1) / LPP; /* float4 columns per lane */
+    constexpr int UNROLL = PERL <= 2 ? 8 : 1;                /* sources in flight */
     const int32_t *out_row = (const int32_t *)(a.meta + meta->off_merge_out_row);
     const int32_t *indptr = (const int32_t *)(a.meta + meta->off_merge_indptr);
     const int32_t *src = (const int32_t *)(a.meta + meta->off_merge_src);
+    const int lane = threadIdx.x & 31, sub = lane & (LPP - 1);
+    const unsigned gmask = LPP == 32 ? 0xffffffffu : ((1u << LPP) - 1u) << (lane - sub);
     const int H = a.num_qo_heads;
-    const int s0 = indptr[r], s1 = indptr[r + 1];
-    float M = FI_NEG_INF;
-    if (SOFTMAX)
-        for (int s = s0; s < s1; s++) M = fmaxf(M, __ldcg(a.partial_lse + (int64_t)src[s] * H + h));
-    else
-        M = 0.0f; /* weights 1: the partial sums add */
-    float acc[PER], L = 0.0f;
+    const int s0 = __ldg(indptr + r), s1 = __ldg(indptr + r + 1);
+    const int64_t tok = __ldg(out_row + r);
+
+    /* this lane's source of the first LPP, kept for the sums below */
+    int64_t row = 0;
+    float l = FI_NEG_INF;
+    if (s0 + sub < s1) {
+        row = (int64_t)__ldg(src + s0 + sub) * H + h;
+        l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
+    }
+    float M = 0.0f; /* no softmax: weights 1, the partial sums add */
+    if (SOFTMAX) {
+        M = l;
+        for (int s = s0 + sub + LPP; s < s1; s += LPP)
+            M = fmaxf(M, __ldcg(a.partial_lse + (int64_t)__ldg(src + s) * H + h));
 #pragma unroll
-    for (int e = 0; e < PER; e++) acc[e] = 0.0f;
+        for (int off = LPP / 2; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(gmask, M, off));
+    }
+    float4 acc[PERL];
+#pragma unroll
+    for (int j = 0; j < PERL; j++) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float L = 0.0f;
     if (M != FI_NEG_INF) {
-        for (int s = s0; s < s1; s++) {
-            const int64_t row = (int64_t)src[s] * H + h;
-            const float l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
-            if (l == FI_NEG_INF) continue;
-            const float wgt = SOFTMAX ? exp2f(l - M) : 1.0f;
-            L += wgt;
-            const float *po = a.partial_o + row * DVO;
+        for (int b = s0; b < s1; b += LPP) {
+            if (b != s0 && b + sub < s1) {
+                row = (int64_t)__ldg(src + b + sub) * H + h;
+                l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
+            }
+            /* states with lse = -inf contribute nothing */
+            const int ok = b + sub < s1 && l != FI_NEG_INF;
+            const float w = !SOFTMAX ? 1.0f : ok ? exp2f(l - M) : 0.0f;
+            const int nb = s1 - b < LPP ? s1 - b : LPP;
+#pragma unroll UNROLL
+            for (int k = 0; k < nb; k++) {
+                const int okk = __shfl_sync(gmask, ok, k, LPP);
+                const float wk = __shfl_sync(gmask, w, k, LPP);
+                const int64_t rk = __shfl_sync(gmask, row, k, LPP);
+                /* loaded whether or not the state counts: a source's row
+                 * always exists, and the loads need not wait on the test */
+                const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
+                float4 x[PERL];
 #pragma unroll
-            for (int e = 0; e < PER; e++) {
-                int d = lane + 32 * e;
-                if (d < DVO) acc[e] = fmaf(wgt, __ldcg(po + d), acc[e]);
+                for (int j = 0; j < PERL; j++)
+                    x[j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
+                                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (okk) {
+                    L += wk;
+#pragma unroll
+                    for (int j = 0; j < PERL; j++) {
+                        acc[j].x = fmaf(wk, x[j].x, acc[j].x);
+                        acc[j].y = fmaf(wk, x[j].y, acc[j].y);
+                        acc[j].z = fmaf(wk, x[j].z, acc[j].z);
+                        acc[j].w = fmaf(wk, x[j].w, acc[j].w);
+                    }
+                }
             }
         }
     }
     const float inv = !SOFTMAX ? 1.0f : L > 0.0f ? 1.0f / L : 0.0f;
     const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? M + log2f(L) : FI_NEG_INF;
-    const int64_t tok = out_row[r];
     char *o = a.o + tok * a.o_tok + (int64_t)h * a.o_head;
 #pragma unroll
-    for (int e = 0; e < PER; e++) acc[e] *= inv;
+    for (int j = 0; j < PERL; j++) {
+        acc[j].x *= inv;
+        acc[j].y *= inv;
+        acc[j].z *= inv;
+        acc[j].w *= inv;
+    }
     if constexpr (fi_v::OUTPUT) {
-        float *row = rows;
 #pragma unroll
-        for (int e = 0; e < PER; e++)
-            if (lane + 32 * e < DVO) row[lane + 32 * e] = acc[e];
+        for (int j = 0; j < PERL; j++) {
+            float *x = rows + 4 * (sub + j * LPP);
+            if (sub + j * LPP < C4) {
+                x[0] = acc[j].x;
+                x[1] = acc[j].y;
+                x[2] = acc[j].z;
+                x[3] = acc[j].w;
+            }
+        }
         __syncwarp();
         if (lane == 0) {
             const int32_t *qo_indptr = (const int32_t *)(a.meta + meta->off_qo_indptr);
@@ -92,38 +155,49 @@ FI_DEV void merge_row(const fi_attn_args &a, const fi_meta *meta, int r, int h, 
             const int req = fi_merge::request_of(qo_indptr, meta->batch_size, tok);
             const int qo_len = qo_indptr[req + 1] - qo_indptr[req], kl = kv_len[req];
             const int q_pos = kl - qo_len + (int)(tok - qo_indptr[req]);
-            fi_v::output(row, lse,
+            fi_v::output(rows, lse,
                          fi_v::ctx(req, h, h / (H / a.num_kv_heads), q_pos, -1, qo_len, kl, DVO,
                                    a.sm_scale),
                          VP);
         }
         __syncwarp();
 #pragma unroll
-        for (int e = 0; e < PER; e++)
-            if (lane + 32 * e < DVO) acc[e] = row[lane + 32 * e];
+        for (int j = 0; j < PERL; j++) {
+            const float *x = rows + 4 * (sub + j * LPP);
+            if (sub + j * LPP < C4) acc[j] = make_float4(x[0], x[1], x[2], x[3]);
+        }
         __syncwarp(); /* the row is rewritten by the warp's next pair */
     }
 #pragma unroll
-    for (int e = 0; e < PER; e++) {
-        int d = lane + 32 * e;
-        if (d < DVO) fi_store_elem<OT>(o + d * a.o_dim, acc[e]);
+    for (int j = 0; j < PERL; j++) {
+        const int c = sub + j * LPP;
+        if (C4 % LPP == 0 || c < C4) {
+            fi_store_elem<OT>(o + (4 * c + 0) * a.o_dim, acc[j].x);
+            fi_store_elem<OT>(o + (4 * c + 1) * a.o_dim, acc[j].y);
+            fi_store_elem<OT>(o + (4 * c + 2) * a.o_dim, acc[j].z);
+            fi_store_elem<OT>(o + (4 * c + 3) * a.o_dim, acc[j].w);
+        }
     }
-    if (lane == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)h * a.lse_head] = lse;
+    if (sub == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)h * a.lse_head] = lse;
 }
+
+/* Lanes per row for a CTA that merges many rows at once (persistent.cuh's
+ * fused merge of a prefill tile): 8 float4 columns per lane. */
+constexpr int LPP_WIDE = DVO / 32;
 } /* namespace fi_merge */
 
 #ifdef FI_MERGE_NAME
 extern "C" __global__ void __launch_bounds__(fi_merge::NT) FI_MERGE_NAME(const fi_attn_args a) {
     using namespace fi_merge;
     const fi_meta *meta = (const fi_meta *)a.meta;
-    const int H = a.num_qo_heads, lane = threadIdx.x & 31;
+    const int H = a.num_qo_heads;
     __shared__ float rows[fi_v::OUTPUT ? NT / 32 : 1][fi_v::OUTPUT ? DVO + 1 : 1];
     const fi_variant_params VP = fi_v::params(a, (const float *)(a.meta + meta->off_alibi));
     const int64_t total = (int64_t)meta->num_merge_rows * H;
     const int64_t step = (int64_t)gridDim.x * (NT / 32);
     for (int64_t pair = blockIdx.x * (int64_t)(NT / 32) + (threadIdx.x >> 5); pair < total;
          pair += step)
-        merge_row(a, meta, (int)(pair / H), (int)(pair % H), lane, VP,
-                  rows[fi_v::OUTPUT ? threadIdx.x >> 5 : 0]);
+        merge_pair<32>(a, meta, (int)(pair / H), (int)(pair % H), VP,
+                       rows[fi_v::OUTPUT ? threadIdx.x >> 5 : 0]);
 }
 #endif

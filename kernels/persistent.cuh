@@ -18,7 +18,7 @@
  * partial rows, the CTA counts each of its tokens in (a.merge_count
  * [merge row][KV head], atomically); the CTA whose count completes a merge
  * row (all its sources written, by whichever CTAs) merges it for its KV
- * head's query heads (merge.cuh's merge_row: fixed order, so bitwise the
+ * head's query heads (merge.cuh's merge_pair: fixed order, so bitwise the
  * same whichever CTA does it) and sets the count back to 0. No CTA waits on
  * another, so the grid need not be resident; every count is 0 again when
  * the launch ends, so a captured graph replays after any re-plan.
@@ -91,7 +91,7 @@ static_assert(!fi_v::USER, "user variants run the separate kernels");
  * merge the rows this CTA completed. mrow: shared [NT]. Every thread calls. */
 FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it, int *mrow) {
     const fi_variant_params VP = fi_v::params(a, v.alibi);
-    const int T = it.rows / GROUP, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int T = it.rows / GROUP, warp = threadIdx.x >> 5;
     __threadfence(); /* this thread's partial rows, device-wide, before the count */
     __syncthreads();
     for (int t0 = 0; t0 < T; t0 += NT) {
@@ -107,11 +107,27 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         mrow[threadIdx.x] = r;
         __threadfence(); /* the other CTAs' rows, before reading them */
         __syncthreads();
-        const int nt = T - t0 < NT ? T - t0 : NT;
-        for (int pair = warp; pair < nt * GROUP; pair += NWARP) {
-            const int rr = mrow[pair / GROUP];
-            if (rr >= 0) /* built-in merge: no output hook, no row buffer */
-                fi_merge::merge_row(a, v.meta, rr, it.hkv * GROUP + pair % GROUP, lane, VP, nullptr);
+        /* (row, query head) pairs: a warp each (a decode's rows: their many
+         * sources are loaded 32 at a time), or with a 128-row path and more
+         * pairs than warps, LPP_WIDE lanes each, NT / LPP_WIDE pairs at once
+         * (a prefill tile's 128 pairs in 4 rounds, not 32 rounds of one pair
+         * per warp; the decode form keeps to warps: the wide path's
+         * registers would cost it a CTA per SM at d 64). The built-in
+         * merge: no output hook, no row buffer. */
+        const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
+        if (!TC || pairs <= NWARP) {
+            for (int pair = warp; pair < pairs; pair += NWARP) {
+                const int rr = mrow[pair / GROUP];
+                if (rr >= 0)
+                    fi_merge::merge_pair<32>(a, v.meta, rr, it.hkv * GROUP + pair % GROUP, VP, nullptr);
+            }
+        } else {
+            constexpr int LPP = fi_merge::LPP_WIDE;
+            for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
+                const int rr = mrow[pair / GROUP];
+                if (rr >= 0)
+                    fi_merge::merge_pair<LPP>(a, v.meta, rr, it.hkv * GROUP + pair % GROUP, VP, nullptr);
+            }
         }
         __syncthreads(); /* mrow is rewritten next */
     }
