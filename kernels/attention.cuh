@@ -585,14 +585,14 @@ FI_ATTN_NAME(const fi_attn_args a) {
     using namespace fi_attn;
     __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
     const fi_view v = fi_view_of(a);
-    const int w = blockIdx.x;
-    if (w >= v.meta->num_workers) return;
-    const int ib = v.worker_indptr[w], ie = v.worker_indptr[w + 1];
+    const fi_item_rec *items = fi_items(a, gridDim.x);
+    int ib, ie;
+    fi_worker_range(a, gridDim.x, blockIdx.x, ib, ie);
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
-            if (a.tc_min_rows > 0 && fi_item_rows(v, n, GROUP) >= a.tc_min_rows)
+            if (a.tc_min_rows > 0 && fi_item_rows(items, n, GROUP) >= a.tc_min_rows)
                 continue; /* attention_tc.cuh's */
-            run_item(a, v, fi_item_load(v, n, hkv, GROUP), smem);
+            run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
         }
 }
 #endif

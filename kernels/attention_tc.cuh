@@ -579,13 +579,13 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
         if (dyn < (uint32_t)SMEM_BYTES) __trap(); /* the host launched it wrong */
     }
     const fi_view v = fi_view_of(a);
-    const int w = blockIdx.x;
-    if (w >= v.meta->num_workers) return;
-    const int ib = v.worker_indptr[w], ie = v.worker_indptr[w + 1];
+    const fi_item_rec *items = fi_items(a, gridDim.x);
+    int ib, ie;
+    fi_worker_range(a, gridDim.x, blockIdx.x, ib, ie);
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
-            if (fi_item_rows(v, n, GROUP) < a.tc_min_rows) continue; /* the CUDA-core kernel's */
-            run_item(a, v, fi_item_load(v, n, hkv, GROUP), smem);
+            if (fi_item_rows(items, n, GROUP) < a.tc_min_rows) continue; /* the CUDA-core kernel's */
+            run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
         }
 }
 #endif

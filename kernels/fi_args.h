@@ -8,7 +8,12 @@
  * copy per fi_plan_update: a fi_meta header, then the arrays at the byte
  * offsets the header names. The arrays are packed for the batch at hand, so
  * the copy moves only what the batch uses; the kernels find them through the
- * header, so `run` reads only fixed addresses (the region's base).
+ * header, so `run` reads only fixed addresses (the region's base). Two
+ * arrays come first at offsets that depend only on the grid's worker count
+ * W (fixed per plan), so a CTA reads its item range and first item without
+ * waiting for the header: worker_indptr at FI_META_WORKERS, W + 1 entries
+ * (workers past the schedule's have empty ranges), then the items at
+ * fi_meta_items(W).
  */
 #ifndef FI_KERNEL_ARGS_H
 #define FI_KERNEL_ARGS_H
@@ -29,13 +34,13 @@ typedef struct fi_meta {
     int64_t off_kv_indices;    /* int32 [kv_indptr[B]] paged only */
     int64_t off_kv_len;        /* int32 [B] keys per request */
     int64_t off_mask_offset;   /* int64 [B+1] custom-mask byte offsets */
-    int64_t off_items;         /* fi_work_item [num_items] (6 x int32) */
-    int64_t off_worker_indptr; /* int32 [num_workers+1] */
+    int64_t off_items;         /* fi_item_rec [num_items] = fi_meta_items(W) */
+    int64_t off_worker_indptr; /* int32 [W+1] = FI_META_WORKERS */
     int64_t off_merge_out_row; /* int32 [num_merge_rows] */
     int64_t off_merge_indptr;  /* int32 [num_merge_rows+1] */
     int64_t off_merge_src;     /* int32 [merge_indptr[num_merge_rows]] */
     int64_t off_alibi;         /* float [H_qo] */
-    int64_t off_part_merge;    /* int32 [partial rows]: merge row of each */
+    int64_t off_part_merge;    /* fi_part_merge [partial rows] */
     int64_t bytes;             /* bytes of the region in use */
     int32_t batch_size;
     int32_t total_qo;
@@ -44,6 +49,29 @@ typedef struct fi_meta {
     int32_t num_merge_rows;
     int32_t pad[5];
 } fi_meta;
+
+/* The header's room, and where the items start for a grid of W workers. */
+#define FI_META_WORKERS 256
+#define fi_meta_items(W) (FI_META_WORKERS + (((int64_t)(W) + 1) * 4 + 15) / 16 * 16)
+
+/* One work item as the kernels read it (three 16-byte loads): the
+ * scheduler's item (core/internal.h fi_work_item) with its request's facts,
+ * so that starting an item waits on one load, not two. */
+typedef struct fi_item_rec {
+    int32_t req, q0, q1, k0, k1, prow; /* request, its tokens [q0, q1), keys
+                                          [k0, k1), first partial row or -1 */
+    int32_t qo_base;                   /* qo_indptr[req] */
+    int32_t qo_len;                    /* the request's query tokens */
+    int32_t kv_len;                    /* its keys */
+    int32_t kv_base;                   /* kv_indptr[req]: pages (paged) or first token */
+    int32_t pad[2];
+} fi_item_rec;
+
+/* A partial row's merge: merge row r, whose sources are merge_src[s0 .. s1),
+ * so that counting a row in and merging it need no further lookups. */
+typedef struct fi_part_merge {
+    int32_t r, s0, s1, pad;
+} fi_part_merge;
 
 /* One attention launch (also read by the merge kernel). Strides are in
  * bytes; *_ok flags are decided by the host. */

@@ -40,9 +40,9 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
     return lo;
 }
 
-/* Merge row r, query head h, by a group of LPP lanes (lanes [base, base +
- * LPP) of a warp, LPP a power of two, every lane of the group calling with
- * the same r and h); `rows`: the group's [DVO + 1] floats of shared memory
+/* Merge row r (its sources merge_src[s0 .. s1)), query head h, by a group
+ * of LPP lanes (lanes [base, base + LPP) of a warp, LPP a power of two,
+ * every lane of the group calling with the same row and head); `rows`: the group's [DVO + 1] floats of shared memory
  * (the output hook's row; LPP = 32 only). Lane `sub` of the group owns the
  * float4 columns sub, sub + LPP, ... of the row.
  *
@@ -56,7 +56,7 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
  * fused merge other CTAs wrote them; the plan's arrays do not change during
  * a launch (ld.global.nc). */
 template <int LPP>
-FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int h,
+FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0, int s1, int h,
                        const fi_variant_params &VP, float *rows) {
     static_assert(LPP >= 1 && LPP <= 32 && (LPP & (LPP - 1)) == 0, "lanes per row");
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
@@ -64,12 +64,10 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int h,
     constexpr int C4 = DVO / 4, PERL = (C4 + LPP - 1) / LPP; /* float4 columns per lane */
     constexpr int UNROLL = PERL <= 2 ? 8 : 1;                /* sources in flight */
     const int32_t *out_row = (const int32_t *)(a.meta + meta->off_merge_out_row);
-    const int32_t *indptr = (const int32_t *)(a.meta + meta->off_merge_indptr);
     const int32_t *src = (const int32_t *)(a.meta + meta->off_merge_src);
     const int lane = threadIdx.x & 31, sub = lane & (LPP - 1);
     const unsigned gmask = LPP == 32 ? 0xffffffffu : ((1u << LPP) - 1u) << (lane - sub);
     const int H = a.num_qo_heads;
-    const int s0 = __ldg(indptr + r), s1 = __ldg(indptr + r + 1);
     const int64_t tok = __ldg(out_row + r);
 
     /* this lane's source of the first LPP, kept for the sums below */
@@ -191,13 +189,16 @@ extern "C" __global__ void __launch_bounds__(fi_merge::NT) FI_MERGE_NAME(const f
     using namespace fi_merge;
     const fi_meta *meta = (const fi_meta *)a.meta;
     const int H = a.num_qo_heads;
+    const int32_t *indptr = (const int32_t *)(a.meta + meta->off_merge_indptr);
     __shared__ float rows[fi_v::OUTPUT ? NT / 32 : 1][fi_v::OUTPUT ? DVO + 1 : 1];
     const fi_variant_params VP = fi_v::params(a, (const float *)(a.meta + meta->off_alibi));
     const int64_t total = (int64_t)meta->num_merge_rows * H;
     const int64_t step = (int64_t)gridDim.x * (NT / 32);
     for (int64_t pair = blockIdx.x * (int64_t)(NT / 32) + (threadIdx.x >> 5); pair < total;
-         pair += step)
-        merge_pair<32>(a, meta, (int)(pair / H), (int)(pair % H), VP,
+         pair += step) {
+        const int r = (int)(pair / H);
+        merge_pair<32>(a, meta, r, __ldg(indptr + r), __ldg(indptr + r + 1), (int)(pair % H), VP,
                        rows[fi_v::OUTPUT ? threadIdx.x >> 5 : 0]);
+    }
 }
 #endif

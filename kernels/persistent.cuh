@@ -88,23 +88,25 @@ static_assert(fi_attn::NT == NT, "one block size");
 static_assert(!fi_v::USER, "user variants run the separate kernels");
 
 /* After split item `it` wrote its partial rows: count its tokens in, and
- * merge the rows this CTA completed. mrow: shared [NT]. Every thread calls. */
-FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it, int *mrow) {
+ * merge the rows this CTA completed. mrow: shared [NT], the completed rows'
+ * merges (r = -1: not this CTA's to merge). Every thread calls. */
+FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
+                         fi_part_merge *mrow) {
     const fi_variant_params VP = fi_v::params(a, v.alibi);
     const int T = it.rows / GROUP, warp = threadIdx.x >> 5;
     __threadfence(); /* this thread's partial rows, device-wide, before the count */
     __syncthreads();
     for (int t0 = 0; t0 < T; t0 += NT) {
         const int t = t0 + threadIdx.x;
-        int r = -1;
+        fi_part_merge pm = {-1, 0, 0, 0};
         if (t < T) {
-            r = v.part_merge[it.prow + t];
-            const int need = v.merge_indptr[r + 1] - v.merge_indptr[r];
-            int32_t *cnt = a.merge_count + (int64_t)r * a.num_kv_heads + it.hkv;
-            if (atomicAdd(cnt, 1) == need - 1) *cnt = 0; /* every source is in */
-            else r = -1;
+            const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
+            pm = {m.x, m.y, m.z, 0};
+            int32_t *cnt = a.merge_count + (int64_t)pm.r * a.num_kv_heads + it.hkv;
+            if (atomicAdd(cnt, 1) == pm.s1 - pm.s0 - 1) *cnt = 0; /* every source is in */
+            else pm.r = -1;
         }
-        mrow[threadIdx.x] = r;
+        mrow[threadIdx.x] = pm;
         __threadfence(); /* the other CTAs' rows, before reading them */
         __syncthreads();
         /* (row, query head) pairs: a warp each (a decode's rows: their many
@@ -117,16 +119,18 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
         if (!TC || pairs <= NWARP) {
             for (int pair = warp; pair < pairs; pair += NWARP) {
-                const int rr = mrow[pair / GROUP];
-                if (rr >= 0)
-                    fi_merge::merge_pair<32>(a, v.meta, rr, it.hkv * GROUP + pair % GROUP, VP, nullptr);
+                const fi_part_merge m = mrow[pair / GROUP];
+                if (m.r >= 0)
+                    fi_merge::merge_pair<32>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP,
+                                             VP, nullptr);
             }
         } else {
             constexpr int LPP = fi_merge::LPP_WIDE;
             for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
-                const int rr = mrow[pair / GROUP];
-                if (rr >= 0)
-                    fi_merge::merge_pair<LPP>(a, v.meta, rr, it.hkv * GROUP + pair % GROUP, VP, nullptr);
+                const fi_part_merge m = mrow[pair / GROUP];
+                if (m.r >= 0)
+                    fi_merge::merge_pair<LPP>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP,
+                                              VP, nullptr);
             }
         }
         __syncthreads(); /* mrow is rewritten next */
@@ -138,25 +142,23 @@ extern "C" __global__ void __launch_bounds__(fi_pers::NT, fi_pers::MIN_BLOCKS)
 FI_PERSIST_NAME(const fi_attn_args a) {
     using namespace fi_pers;
     extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ int mrow[NT];
+    __shared__ fi_part_merge mrow[NT];
     {
         uint32_t dyn;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
         if (dyn < (uint32_t)SMEM_BYTES) __trap(); /* the host launched it wrong */
     }
-    const int w = a.heads_x ? blockIdx.y : blockIdx.x;
+    const int w = a.heads_x ? blockIdx.y : blockIdx.x, W = a.heads_x ? gridDim.y : gridDim.x;
     const int h0 = a.heads_x ? blockIdx.x : blockIdx.y, hs = a.heads_x ? gridDim.x : gridDim.y;
-    const fi_meta *meta = (const fi_meta *)a.meta;
-    if (w >= meta->num_workers) return;
-    const int32_t *worker_indptr = (const int32_t *)(a.meta + meta->off_worker_indptr);
-    const int ib = worker_indptr[w], ie = worker_indptr[w + 1];
+    int ib, ie;
+    fi_worker_range(a, W, w, ib, ie);
     for (int hkv = h0; hkv < a.num_kv_heads; hkv += hs)
         for (int n = ib; n < ie; n++) {
             /* the view is re-read per item (header loads, L1 hits) rather
              * than kept live across both paths: inlined, the paths' live
              * state spilled ~200 bytes with it held */
             const fi_view v = fi_view_of(a);
-            const fi_item it = fi_item_load(v, n, hkv, GROUP);
+            const fi_item it = fi_item_load(fi_items(a, W), n, hkv, GROUP);
 #if FI_TC && FI_DTC
             /* the host launches this kernel only when K/V rows can be
              * copied 16 bytes at a time (a.tc_min_rows > 0) */

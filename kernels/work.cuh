@@ -8,13 +8,14 @@
 
 #include "prelude.cuh"
 
-/* The arrays of the metadata region, found through its header. */
+/* The arrays of the metadata region, found through its header (the items
+ * and worker_indptr sit at fixed offsets: fi_worker_range, fi_items). */
 struct fi_view {
     const fi_meta *meta;
     const int32_t *qo_indptr, *kv_indptr, *kv_indices, *kv_len;
     const int64_t *mask_offset;
-    const int32_t *items, *worker_indptr;
-    const int32_t *merge_out_row, *merge_indptr, *merge_src, *part_merge;
+    const int32_t *merge_out_row, *merge_indptr, *merge_src;
+    const fi_part_merge *part_merge;
     const float *alibi;
 };
 
@@ -26,12 +27,10 @@ FI_DEV fi_view fi_view_of(const fi_attn_args &a) {
     v.kv_indices = (const int32_t *)(a.meta + v.meta->off_kv_indices);
     v.kv_len = (const int32_t *)(a.meta + v.meta->off_kv_len);
     v.mask_offset = (const int64_t *)(a.meta + v.meta->off_mask_offset);
-    v.items = (const int32_t *)(a.meta + v.meta->off_items);
-    v.worker_indptr = (const int32_t *)(a.meta + v.meta->off_worker_indptr);
     v.merge_out_row = (const int32_t *)(a.meta + v.meta->off_merge_out_row);
     v.merge_indptr = (const int32_t *)(a.meta + v.meta->off_merge_indptr);
     v.merge_src = (const int32_t *)(a.meta + v.meta->off_merge_src);
-    v.part_merge = (const int32_t *)(a.meta + v.meta->off_part_merge);
+    v.part_merge = (const fi_part_merge *)(a.meta + v.meta->off_part_merge);
     v.alibi = (const float *)(a.meta + v.meta->off_alibi);
     return v;
 }
@@ -47,25 +46,37 @@ struct fi_item {
     int hkv;
 };
 
-/* Packed rows (tokens x group) of item n: which kernel path takes it. */
-FI_DEV int fi_item_rows(const fi_view &v, int n, int group) {
-    const int32_t *wi = v.items + 6 * (int64_t)n; /* fi_work_item */
-    return (wi[2] - wi[1]) * group;
+/* Worker w's items [ib, ie) in a grid of W workers: read without the
+ * header (fi_args.h), so a CTA's first item waits on two loads, not three. */
+FI_DEV void fi_worker_range(const fi_attn_args &a, int W, int w, int &ib, int &ie) {
+    const int32_t *wi = (const int32_t *)(a.meta + FI_META_WORKERS);
+    ib = __ldg(wi + w);
+    ie = __ldg(wi + w + 1);
+}
+FI_DEV const fi_item_rec *fi_items(const fi_attn_args &a, int W) {
+    return (const fi_item_rec *)(a.meta + fi_meta_items(W));
 }
 
-FI_DEV fi_item fi_item_load(const fi_view &v, int n, int hkv, int group) {
-    const int32_t *wi = v.items + 6 * (int64_t)n;
+/* Packed rows (tokens x group) of item n: which kernel path takes it. */
+FI_DEV int fi_item_rows(const fi_item_rec *items, int n, int group) {
+    const int4 w = __ldg(reinterpret_cast<const int4 *>(items + n));
+    return (w.z - w.y) * group;
+}
+
+FI_DEV fi_item fi_item_load(const fi_item_rec *items, int n, int hkv, int group) {
+    const int4 *p = reinterpret_cast<const int4 *>(items + n); /* 48-byte records */
+    const int4 w0 = __ldg(p), w1 = __ldg(p + 1), w2 = __ldg(p + 2);
     fi_item it;
-    it.req = wi[0];
-    it.q0 = wi[1];
-    it.rows = (wi[2] - wi[1]) * group;
-    it.k0 = wi[3];
-    it.k1 = wi[4];
-    it.prow = wi[5];
-    it.qo_base = v.qo_indptr[it.req];
-    it.qo_len = v.qo_indptr[it.req + 1] - v.qo_indptr[it.req];
-    it.kv_len = v.kv_len[it.req];
-    it.kv_base = v.kv_indptr[it.req];
+    it.req = w0.x;
+    it.q0 = w0.y;
+    it.rows = (w0.z - w0.y) * group;
+    it.k0 = w0.w;
+    it.k1 = w1.x;
+    it.prow = w1.y;
+    it.qo_base = w1.z;
+    it.qo_len = w1.w;
+    it.kv_len = w2.x;
+    it.kv_base = w2.y;
     it.mask_bit0 = 0;
     it.hkv = hkv;
     return it;

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(sizeof(fi_work_item) == 6 * sizeof(int32_t), "work item layout");
-_Static_assert(sizeof(fi_meta) % 16 == 0, "meta header");
+_Static_assert(sizeof(fi_meta) <= FI_META_WORKERS, "meta header");
+_Static_assert(sizeof(fi_item_rec) == 48 && sizeof(fi_part_merge) == 16, "meta records");
 
 static size_t a16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -20,14 +20,14 @@ static size_t a16(size_t n) { return (n + 15) & ~(size_t)15; }
 static size_t meta_capacity(const fi_plan *plan) {
     const fi_schedule_limits *l = &plan->schedule.limits;
     size_t b = (size_t)plan->config.max_batch_size, q = (size_t)l->max_total_qo;
-    size_t at = a16(sizeof(fi_meta));
+    size_t at = (size_t)fi_meta_items(plan->config.num_workers); /* header, worker_indptr */
+    at += a16((size_t)l->max_items * sizeof(fi_item_rec));
     at += 2 * a16((b + 1) * 4);                                   /* indptrs */
     if (plan->params.kv_format == FI_KV_FORMAT_PAGED)
         at += a16((size_t)plan->config.max_total_kv * 4);         /* kv_indices */
     at += a16(b * 4) + a16((b + 1) * 8);                          /* kv_len, mask */
-    at += a16((size_t)l->max_items * sizeof(fi_work_item));
-    at += a16(((size_t)l->max_workers + 1) * 4);
-    at += a16(q * 4) + a16((q + 1) * 4) + 2 * a16((size_t)l->max_partial_rows * 4);
+    at += a16(q * 4) + a16((q + 1) * 4) + a16((size_t)l->max_partial_rows * 4); /* merge map */
+    at += a16((size_t)l->max_partial_rows * sizeof(fi_part_merge));
     at += a16((size_t)plan->params.num_qo_heads * 4);
     return at;
 }
@@ -262,7 +262,24 @@ static size_t pack(fi_plan *plan, char *base) {
     int32_t b = plan->batch_size;
     fi_meta m;
     memset(&m, 0, sizeof m);
-    size_t at = a16(sizeof m);
+    /* worker_indptr and the items first, at offsets fixed by the grid's
+     * worker count (fi_args.h); workers past the schedule's run nothing */
+    const int32_t W = plan->config.num_workers, ni = s->num_items;
+    int32_t *wi = (int32_t *)(void *)(base + FI_META_WORKERS);
+    memcpy(wi, s->worker_indptr, (size_t)(s->num_workers + 1) * 4);
+    for (int32_t w = s->num_workers + 1; w <= W; w++) wi[w] = ni;
+    m.off_worker_indptr = FI_META_WORKERS;
+    m.off_items = fi_meta_items(W);
+    fi_item_rec *rec = (fi_item_rec *)(void *)(base + m.off_items);
+    for (int32_t n = 0; n < ni; n++) {
+        const fi_work_item *it = &s->items[n];
+        const int32_t r = it->request;
+        rec[n] = (fi_item_rec){it->request, it->q_start, it->q_end, it->kv_start, it->kv_end,
+                               it->partial_row, plan->qo_indptr[r],
+                               plan->qo_indptr[r + 1] - plan->qo_indptr[r], plan->kv_len[r],
+                               plan->kv_indptr[r], {0, 0}};
+    }
+    size_t at = a16((size_t)m.off_items + (size_t)ni * sizeof(fi_item_rec));
     m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
     m.off_kv_indptr = put(base, &at, plan->kv_indptr, (size_t)(b + 1) * 4);
     int32_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? plan->kv_indptr[b] : 0;
@@ -282,17 +299,17 @@ static size_t pack(fi_plan *plan, char *base) {
     m.off_kv_len = put(base, &at, plan->kv_len, (size_t)b * 4);
     size_t nmask = plan->params.mask_mode == FI_MASK_CUSTOM ? (size_t)(b + 1) : 0;
     m.off_mask_offset = put(base, &at, plan->mask_offset, nmask * 8);
-    m.off_items = put(base, &at, s->items, (size_t)s->num_items * sizeof(fi_work_item));
-    m.off_worker_indptr = put(base, &at, s->worker_indptr, (size_t)(s->num_workers + 1) * 4);
     m.off_merge_out_row = put(base, &at, s->merge_out_row, (size_t)s->num_merge_rows * 4);
     m.off_merge_indptr = put(base, &at, s->merge_indptr, (size_t)(s->num_merge_rows + 1) * 4);
     m.off_merge_src = put(base, &at, s->merge_src, (size_t)s->merge_indptr[s->num_merge_rows] * 4);
     m.off_alibi = put(base, &at, plan->alibi_slopes, (size_t)plan->params.num_qo_heads * 4);
-    /* each partial row's merge row (the fused merge counts rows in) */
-    m.off_part_merge = put(base, &at, NULL, (size_t)s->num_partial_rows * 4);
-    int32_t *pm = (int32_t *)(base + m.off_part_merge);
-    for (int32_t r = 0; r < s->num_merge_rows; r++)
-        for (int32_t k = s->merge_indptr[r]; k < s->merge_indptr[r + 1]; k++) pm[s->merge_src[k]] = r;
+    /* each partial row's merge (the fused merge counts rows in) */
+    m.off_part_merge = put(base, &at, NULL, (size_t)s->num_partial_rows * sizeof(fi_part_merge));
+    fi_part_merge *pm = (fi_part_merge *)(void *)(base + m.off_part_merge);
+    for (int32_t r = 0; r < s->num_merge_rows; r++) {
+        const int32_t s0 = s->merge_indptr[r], s1 = s->merge_indptr[r + 1];
+        for (int32_t k = s0; k < s1; k++) pm[s->merge_src[k]] = (fi_part_merge){r, s0, s1, 0};
+    }
     m.bytes = (int64_t)at;
     m.batch_size = b;
     m.total_qo = plan->total_qo;
