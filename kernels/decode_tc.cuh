@@ -37,12 +37,14 @@ constexpr int KPW = BN / NWARP;          /* keys per warp per tile: 16 */
 constexpr int CH = KCH > VCH ? KCH : VCH;
 constexpr int PER = BN * CH / NT;        /* 16-byte chunks per thread per tile */
 constexpr int DQ_BYTES = 16 * DQK * 2;
-#ifdef FI_DTC_STAGES
-constexpr int STAGES_D = FI_DTC_STAGES;
-#elif FI_TC
+#if FI_TC
 /* beside the 128-row path: as many stages as fit in its shared memory (the
- * persistent kernel's): 3 at d 128 and d 64 */
+ * persistent kernel's): 3 at d 128 and d 64 (2 beside 64-row blocks) */
 constexpr int STAGES_D = (fi_tc::SMEM_BYTES - DQ_BYTES) / STAGE_BYTES;
+#elif defined(FI_DTC_STAGES)
+/* the decode form, tuning (FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=3: the
+ * host launches it with room for 3) */
+constexpr int STAGES_D = FI_DTC_STAGES;
 #else
 /* alone (the decode form of persistent.cuh, two CTAs per SM): 2 stages,
  * 68 KB at d 128 (the host launches it with room for 3) */
