@@ -26,7 +26,7 @@
 #include "variant.cuh"
 
 namespace fi_merge {
-constexpr int DVO = FI_DVO, OT = FI_OT, NT = 128, PER = (DVO + 31) / 32;
+constexpr int DVO = FI_DVO, OT = FI_OT, NT = 128;
 constexpr bool SOFTMAX = fi_v::SOFTMAX;
 
 /* The request of output token tok (qo_indptr is sorted). */
@@ -42,9 +42,10 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
 
 /* Merge row r (its sources merge_src[s0 .. s1)), query head h, by a group
  * of LPP lanes (lanes [base, base + LPP) of a warp, LPP a power of two,
- * every lane of the group calling with the same row and head); `rows`: the group's [DVO + 1] floats of shared memory
- * (the output hook's row; LPP = 32 only). Lane `sub` of the group owns the
- * float4 columns sub, sub + LPP, ... of the row.
+ * every lane of the group calling with the same row and head); `rows`: the
+ * group's [DVO + 1] floats of shared memory (the output hook's row; LPP =
+ * 32 only). Lane `sub` of the group owns the float4 columns sub, sub + LPP,
+ * ... of the row.
  *
  * The sources' states are loaded LPP at a time, one per lane (source
  * index, then LSE), and handed round by shuffles, so a row of n sources
