@@ -15,11 +15,18 @@
  * replay, median of >= 30 after warm-up. Bytes = Q + K + V (once per KV
  * head) + O; FLOPs = 4 H_qo D x visible (query, key) pairs.
  *
- *   build/bench_mixed [--json FILE] [--reps N] [--mix NAME]
+ *   build/bench_mixed [--json FILE] [--reps N] [--mix NAME] [--schedule]
+ *
+ * --schedule: print each mix's schedule (every worker's items, the cost
+ * model's load) as the plan built it, and time nothing. It runs on the
+ * stand-in driver too (`make stub`; LD_LIBRARY_PATH=build/stub), which has
+ * an H200's 132 SMs and two CTAs per SM, so a schedule can be read without
+ * a GPU.
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
 #include "../util.h"
+#include "core/internal.h" /* --schedule reads the plan's schedule */
 
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +49,29 @@ static const mix mixes[] = {
     {"chunked", 2, {8192, 2048}, {1, 512}, {254, 1}},
 };
 
+/* Worker by worker: its cost-model load and items [request q0-q1 k0-k1],
+ * '*' marking a split item (partial rows, merged after). */
+static void print_schedule(const char *name, const fi_plan *plan) {
+    const fi_schedule *s = &plan->schedule;
+    printf("mix %s: %d items on %d workers (items in flight for splitting: %d), kv_chunk %d, "
+           "%d partial rows, %d merge rows; load max %.0f, mean %.0f\n",
+           name, s->num_items, s->num_workers, plan->split_workers, s->kv_chunk,
+           s->num_partial_rows, s->num_merge_rows, s->max_worker_cost,
+           s->total_cost / (s->num_workers > 0 ? s->num_workers : 1));
+    for (int32_t w = 0; w < s->num_workers; w++) {
+        const int32_t ib = s->worker_indptr[w], ie = s->worker_indptr[w + 1];
+        if (ib == ie) continue;
+        printf("  w%-3d %8.0f:", (int)w, s->worker_cost[w]);
+        for (int32_t n = ib; n < ie && n < ib + 6; n++) {
+            const fi_work_item *it = &s->items[n];
+            printf(" [r%d q%d-%d k%d-%d%s]", (int)it->request, (int)it->q_start, (int)it->q_end,
+                   (int)it->kv_start, (int)it->kv_end, it->partial_row >= 0 ? "*" : "");
+        }
+        if (ie - ib > 6) printf(" ... (%d)", (int)(ie - ib));
+        printf("\n");
+    }
+}
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -50,11 +80,12 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     const char *json = NULL, *only = NULL;
-    int reps = 30;
+    int reps = 30, schedule = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mix") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--schedule")) schedule = 1;
     }
     if (reps < 30) reps = 30;
     gu_bench bench;
@@ -96,6 +127,12 @@ int main(int argc, char **argv) {
             fi_plan_get_info(plan, &info)) {
             printf("mix %s: %s\n", m->name, fi_last_error());
             return 1;
+        }
+        if (schedule) {
+            print_schedule(m->name, plan);
+            fi_plan_destroy(plan);
+            gu_batch_free(&b);
+            continue;
         }
         float upd[21];
         for (int r = 0; r < 21; r++) { /* steady-state plan cost */
@@ -152,7 +189,7 @@ int main(int argc, char **argv) {
         gu_batch_free(&b);
     }
     if (jf) fclose(jf);
-    printf("\n%s", table);
+    if (!schedule) printf("\n%s", table);
     fi_context_destroy(bench.ctx);
     return status;
 }
