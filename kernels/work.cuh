@@ -8,13 +8,14 @@
 
 #include "prelude.cuh"
 
-/* The arrays of the metadata region, found through its header (the items
- * and worker_indptr sit at fixed offsets: fi_worker_range, fi_items). */
+/* The arrays of the metadata region the attention paths read, found
+ * through its header (the items and worker_indptr sit at fixed offsets:
+ * fi_worker_range, fi_items; the items carry their requests' facts; the
+ * merge reads its map through the header itself, merge.cuh). */
 struct fi_view {
     const fi_meta *meta;
-    const int32_t *qo_indptr, *kv_indptr, *kv_indices, *kv_len;
+    const int32_t *kv_indices;
     const int64_t *mask_offset;
-    const int32_t *merge_out_row, *merge_indptr, *merge_src;
     const fi_part_merge *part_merge;
     const float *alibi;
 };
@@ -22,14 +23,8 @@ struct fi_view {
 FI_DEV fi_view fi_view_of(const fi_attn_args &a) {
     fi_view v;
     v.meta = (const fi_meta *)a.meta;
-    v.qo_indptr = (const int32_t *)(a.meta + v.meta->off_qo_indptr);
-    v.kv_indptr = (const int32_t *)(a.meta + v.meta->off_kv_indptr);
     v.kv_indices = (const int32_t *)(a.meta + v.meta->off_kv_indices);
-    v.kv_len = (const int32_t *)(a.meta + v.meta->off_kv_len);
     v.mask_offset = (const int64_t *)(a.meta + v.meta->off_mask_offset);
-    v.merge_out_row = (const int32_t *)(a.meta + v.meta->off_merge_out_row);
-    v.merge_indptr = (const int32_t *)(a.meta + v.meta->off_merge_indptr);
-    v.merge_src = (const int32_t *)(a.meta + v.meta->off_merge_src);
     v.part_merge = (const fi_part_merge *)(a.meta + v.meta->off_part_merge);
     v.alibi = (const float *)(a.meta + v.meta->off_alibi);
     return v;

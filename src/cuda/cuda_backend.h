@@ -102,6 +102,10 @@ int fi_cuda_persist_decode_smem(const fi_attn_config *c);
 int fi_cuda_persist_mix_supported(const fi_attn_config *c);
 void fi_cuda_persist_mix_spec(const fi_attn_config *c, fi_attn_config *mixed,
                               fi_kernel_spec *spec);
+/* The persistent kernel's forms for config `c`, in order: the full form,
+ * its decode form and its mixed form where supported (the mixed form's
+ * config in `mixed`); returns how many (1-3). */
+int fi_cuda_persist_forms(const fi_attn_config *c, fi_attn_config *mixed, fi_kernel_spec specs[3]);
 /* Whether the persistent kernel takes the small items on tensor cores
  * (decode version 3, kernels/decode_tc.cuh). That kernel has no CUDA-core
  * path: a run whose K/V rows are not 16-byte copyable, or whose page size is

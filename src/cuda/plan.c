@@ -121,14 +121,10 @@ static fi_status resolve_persistent(fi_plan *plan, fi_cuda_plan *ps, fi_attn_con
     if (rows > FI_CUDA_DTC_MAX_ROWS && rows <= 64) cfg->tc_block = 64;
     ps->persist_b64 = cfg->tc_block == 64;
     fi_attn_config mixed;
-    bool dec = fi_cuda_persist_decode_supported(cfg) != 0;
-    bool mix = fi_cuda_persist_mix_supported(cfg) != 0;
     fi_kernel_spec specs[3];
     const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
-    int n = 0;
-    fi_cuda_persist_spec(cfg, &specs[n++]);
-    if (dec) fi_cuda_persist_decode_spec(cfg, &specs[n++]);
-    if (mix) fi_cuda_persist_mix_spec(cfg, &mixed, &specs[n++]);
+    int n = fi_cuda_persist_forms(cfg, &mixed, specs);
+    bool dec = n >= 2, mix = n == 3;
     fi_status st = fi_cuda_jit_prepare(ps->cc, list, n);
     if (st) return st;
     memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);

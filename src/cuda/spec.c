@@ -258,19 +258,22 @@ int fi_cuda_persist_smem(const fi_attn_config *c) {
     return tc > 48 * 1024 ? tc : 48 * 1024;
 }
 
+int fi_cuda_persist_forms(const fi_attn_config *c, fi_attn_config *mixed, fi_kernel_spec specs[3]) {
+    fi_cuda_persist_spec(c, &specs[0]);
+    if (!fi_cuda_persist_decode_supported(c)) return 1;
+    fi_cuda_persist_decode_spec(c, &specs[1]);
+    if (!fi_cuda_persist_mix_supported(c)) return 2;
+    fi_cuda_persist_mix_spec(c, mixed, &specs[2]);
+    return 3;
+}
+
 int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel_spec specs[3],
                        int *vhooks) {
     if (fi_cuda_persist_enabled() && !p->variant) {
-        fi_attn_config cfg;
+        fi_attn_config cfg, mixed;
         fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
-        fi_cuda_persist_spec(&cfg, &specs[0]);
         if (vhooks) *vhooks = 0;
-        if (!fi_cuda_persist_decode_supported(&cfg)) return 1;
-        fi_cuda_persist_decode_spec(&cfg, &specs[1]);
-        if (!fi_cuda_persist_mix_supported(&cfg)) return 2;
-        fi_attn_config mixed;
-        fi_cuda_persist_mix_spec(&cfg, &mixed, &specs[2]);
-        return 3;
+        return fi_cuda_persist_forms(&cfg, &mixed, specs);
     }
     return fi_cuda_separate_specs(p, vsrc, specs, vhooks);
 }
