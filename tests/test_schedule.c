@@ -159,8 +159,9 @@ static int check_items(const fi_schedule *s, const fi_schedule_input *in) {
             (it->partial_row >= 0 && it->partial_row + it->q_end - it->q_start > s->num_partial_rows))
             FAIL("item %d: partial_row %d of %d", i, it->partial_row, s->num_partial_rows);
         if (it->partial_row >= 0 && in->disable_split_kv) FAIL("split with split-KV disabled");
-        if (it->partial_row >= 0 && F == 0 && it->kv_end - it->kv_start > s->kv_chunk)
-            FAIL("item %d: %d keys > kv_chunk %d", i, it->kv_end - it->kv_start, s->kv_chunk);
+        if (it->partial_row >= 0 && F == 0 &&
+            it->kv_end - it->kv_start > FI_SCHEDULE_MAX_PIECE(s->kv_chunk))
+            FAIL("item %d: %d keys > kv_chunk %d + 1/8", i, it->kv_end - it->kv_start, s->kv_chunk);
         if (it->partial_row >= 0 && F > 0 &&
             (it->kv_start / F != (it->kv_end - 1) / F))
             FAIL("item %d: keys [%d,%d) cross a %d-key boundary", i, it->kv_start, it->kv_end, F);
@@ -624,7 +625,8 @@ static void case_decode_budget(int32_t count) {
  * tensor-core-like costs (key 1, row x key 0.007, group 4; half the cases
  * count rows above 16 as whole 128-row blocks). Every split
  * chunk of a t-token tile holds at most ceil(kv_chunk / w(t)) keys (aligned,
- * at least FI_SCHEDULE_MIN_CHUNK); so does a tile left whole. */
+ * at least FI_SCHEDULE_MIN_CHUNK) plus a spread remainder (at most an
+ * eighth more, FI_SCHEDULE_MAX_PIECE); so does a tile left whole. */
 static void case_weighted_chunks(int32_t count) {
     static const int32_t tiles[] = {128};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
@@ -661,6 +663,7 @@ static void case_weighted_chunks(int32_t count) {
             double w = (1.0 + 0.007 * pair_rows(&in, t)) / (1.0 + 0.007 * pair_rows(&in, 1));
             int64_t bound = t > 1 ? (int64_t)ceil(s.kv_chunk / w) : s.kv_chunk;
             bound = bound < FI_SCHEDULE_MIN_CHUNK ? FI_SCHEDULE_MIN_CHUNK : (bound + 15) / 16 * 16;
+            bound = FI_SCHEDULE_MAX_PIECE(bound);
             if (keys > bound) {
                 tu_note("item %d (%s): %d tokens x %d keys > bound %lld (chunk %d)", (int)i,
                         it->partial_row >= 0 ? "split" : "whole", (int)t, (int)keys,
@@ -937,7 +940,7 @@ static void case_api_split(fi_context *ctx, bool causal, int32_t window) {
         memcpy(o1, b.o, on * A_D * sizeof(float));
         memcpy(l1, b.lse, on * sizeof(float));
         if (info.num_split_items == 0 && window < 0) {
-            tu_note("nothing was split");
+            tu_note("nothing was split (kv_chunk %d, %d workers)", info.kv_chunk, info.num_workers);
             res = TU_FAIL;
         }
         if (against_oracle(&p, &b)) res = TU_FAIL;
