@@ -13,8 +13,11 @@
  *
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
  *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
+ *                      [--split N]
  * --contiguous: each request's pages are one run of consecutive pages (as
  * FlashInfer's benchmarks lay them out) instead of pages drawn at random.
+ * --split N: fixed split-KV chunks of N keys (fi_plan_config.fixed_split_size)
+ * instead of the scheduler's own choice (experiments on the chunk size).
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -42,7 +45,7 @@ typedef struct cell_plan {
 
 int main(int argc, char **argv) {
     const char *json = NULL;
-    int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0;
+    int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0, split = 0;
     const char *cells = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -51,6 +54,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv") && i + 1 < argc) only_l = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
+        else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
     if (reps < 30) reps = 30;
@@ -91,6 +95,7 @@ int main(int argc, char **argv) {
             fi_plan_config_init(&cfg);
             cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = B * pages;
             cfg.num_workers = workers;
+            cfg.fixed_split_size = split;
             cell_plan cp[MAXPLANS];
             memset(cp, 0, sizeof cp);
             fi_plan_info info = {.struct_size = sizeof info};

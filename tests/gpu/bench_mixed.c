@@ -15,13 +15,17 @@
  * replay, median of >= 30 after warm-up. Bytes = Q + K + V (once per KV
  * head) + O; FLOPs = 4 H_qo D x visible (query, key) pairs.
  *
- *   build/bench_mixed [--json FILE] [--reps N] [--mix NAME] [--schedule]
+ *   build/bench_mixed [--json FILE] [--reps N] [--mix NAME] [--schedule] [--workers N]
  *
  * --schedule: print each mix's schedule (every worker's items, the cost
  * model's load) as the plan built it, and time nothing. It runs on the
  * stand-in driver too (`make stub`; LD_LIBRARY_PATH=build/stub), which has
  * an H200's 132 SMs and two CTAs per SM, so a schedule can be read without
  * a GPU.
+ *
+ * --mix also takes the hybrid mix's two halves, which the default run
+ * leaves out: hybrid-decode (600, 1) x 122 and hybrid-wide (10000, 17) x 8
+ * (each alone on the whole GPU: what each half costs by itself).
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -38,15 +42,18 @@ enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536, MAXQ = 1024, MAXG = 2 }
 
 typedef struct mix {
     const char *name;
+    int only_when_named; /* a diagnostic part of a mix: run by --mix NAME only */
     int ngroups;
     int kv[MAXG], q[MAXG], count[MAXG];
 } mix;
 
 static const mix mixes[] = {
-    {"decode", 1, {8192}, {1}, {128}},
-    {"prefill", 1, {4096}, {128}, {4}},
-    {"hybrid", 2, {600, 10000}, {1, 17}, {122, 8}},
-    {"chunked", 2, {8192, 2048}, {1, 512}, {254, 1}},
+    {"decode", 0, 1, {8192}, {1}, {128}},
+    {"prefill", 0, 1, {4096}, {128}, {4}},
+    {"hybrid", 0, 2, {600, 10000}, {1, 17}, {122, 8}},
+    {"chunked", 0, 2, {8192, 2048}, {1, 512}, {254, 1}},
+    {"hybrid-decode", 1, 1, {600}, {1}, {122}},
+    {"hybrid-wide", 1, 1, {10000}, {17}, {8}},
 };
 
 /* Worker by worker: its cost-model load and items [request q0-q1 k0-k1],
@@ -80,12 +87,13 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     const char *json = NULL, *only = NULL;
-    int reps = 30, schedule = 0;
+    int reps = 30, schedule = 0, workers = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mix") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--schedule")) schedule = 1;
+        else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
     }
     if (reps < 30) reps = 30;
     gu_bench bench;
@@ -103,7 +111,7 @@ int main(int argc, char **argv) {
     int status = 0;
     for (size_t mi = 0; mi < sizeof mixes / sizeof mixes[0]; mi++) {
         const mix *m = &mixes[mi];
-        if (only && strcmp(only, m->name)) continue;
+        if (only ? strcmp(only, m->name) != 0 : m->only_when_named) continue;
         int n = 0;
         int32_t qo[512], kv[512];
         double bytes = 0, flops = 0;
@@ -121,6 +129,7 @@ int main(int argc, char **argv) {
         fi_plan_config cfg;
         fi_plan_config_init(&cfg);
         cfg.max_batch_size = n, cfg.max_total_qo = b.total_q, cfg.max_total_kv = b.pages;
+        cfg.num_workers = workers; /* 0: the backend's choice */
         fi_plan *plan = NULL;
         fi_plan_info info = {.struct_size = sizeof info};
         if (fi_plan_create(bench.ctx, &p, &cfg, &plan) || fi_plan_update(plan, &fb) ||

@@ -13,7 +13,9 @@
  * fi_plan_update on a CPU context with the same worker count (the
  * backend-independent part: validation and the schedule), and the device
  * time of the replayed step. Then what the driver calls of a step cost
- * here (the CUDA backend's update makes ~5, its run ~3): medians of 1000.
+ * here (the CUDA backend's update makes ~5, its run ~3), and what a memcpy
+ * into pinned memory costs when a copy has just read it (as staging is
+ * rewritten every step), plain and write-combined: medians of 1000.
  *
  *   build/bench_overhead [--json FILE] [--steps N]
  */
@@ -43,12 +45,17 @@ enum { NCALL = 1000 };
 
 /* Median host time (us) of one call of `what` on stream s (drained after
  * each call, outside the clock). */
-static float call_us(int what, gu_stream s, gu_event ev, void *pinned, void *host, gu_ptr dev,
-                     size_t bytes) {
+static float call_us(int what, gu_stream s, gu_event ev, void *pinned, void *wc, void *host,
+                     gu_ptr dev, size_t bytes) {
     static float t[NCALL];
     for (int i = 0; i < NCALL; i++) {
         int cap = 0, r = 0;
         gu_ctx popped;
+        /* 6, 7: the buffer was just the source of a copy, as staging is
+         * when fi_plan_update rewrites it */
+        if (what >= 6 && (GU(gu.HtoDAsync(dev, what == 6 ? pinned : wc, bytes, s)) ||
+                          GU(gu.StreamSynchronize(s))))
+            return -1;
         double t0 = now();
         switch (what) {
         case 0: r = gu.StreamIsCapturing(s, &cap); break;
@@ -56,7 +63,9 @@ static float call_us(int what, gu_stream s, gu_event ev, void *pinned, void *hos
         case 2: r = gu.EventRecord(ev, s); break;
         case 3: r = gu.EventSynchronize(ev); break; /* recorded and complete */
         case 4: memcpy(pinned, host, bytes); break;
-        default: r = gu.HtoDAsync(dev, pinned, bytes, s); break;
+        case 5: r = gu.HtoDAsync(dev, pinned, bytes, s); break;
+        case 6: memcpy(pinned, host, bytes); break;
+        default: memcpy(wc, host, bytes); break;
         }
         t[i] = (float)(1e6 * (now() - t0));
         if (r || gu.StreamSynchronize(s)) return -1;
@@ -66,21 +75,24 @@ static float call_us(int what, gu_stream s, gu_event ev, void *pinned, void *hos
 
 static int driver_costs(gu_stream s, FILE *jf) {
     gu_event ev = NULL;
-    void *pinned = NULL;
+    void *pinned = NULL, *wc = NULL;
     gu_ptr dev = 0;
     size_t maxb = (size_t)B * 256 * 4; /* the page table of 256 x 4096 keys */
     char *host = malloc(maxb);
     if (!host || GU(gu.EventCreate(&ev, 2 /* no timing */)) || GU(gu.MemAllocHost(&pinned, maxb)) ||
+        GU(gu.MemHostAlloc(&wc, maxb, 4 /* CU_MEMHOSTALLOC_WRITECOMBINED */)) ||
         GU(gu.MemAlloc(&dev, maxb)) || GU(gu.EventRecord(ev, s)) || GU(gu.StreamSynchronize(s)))
         return 1;
     memset(host, 1, maxb);
     static const char *names[] = {"cuStreamIsCapturing", "cuCtxPushCurrent + cuCtxPopCurrent",
                                   "cuEventRecord", "cuEventSynchronize (complete)",
-                                  "memcpy to pinned", "cuMemcpyHtoDAsync from pinned"};
+                                  "memcpy to pinned", "cuMemcpyHtoDAsync from pinned",
+                                  "memcpy to pinned just copied from",
+                                  "memcpy to write-combined pinned just copied from"};
     printf("\n| call | bytes | us |\n|---|---|---|\n");
-    for (int w = 0; w < 6; w++)
+    for (int w = 0; w < 8; w++)
         for (size_t bytes = maxb / 4; bytes <= (w >= 4 ? maxb : maxb / 4); bytes *= 4) {
-            float us = call_us(w, s, ev, pinned, host, dev, bytes);
+            float us = call_us(w, s, ev, pinned, wc, host, dev, bytes);
             if (w >= 4) printf("| %s | %zu | %.2f |\n", names[w], bytes, us);
             else printf("| %s | - | %.2f |\n", names[w], us);
             if (jf)
@@ -88,6 +100,7 @@ static int driver_costs(gu_stream s, FILE *jf) {
                         "\"us\":%.3f}\n", names[w], w >= 4 ? bytes : 0, us);
         }
     gu.MemFreeHost(pinned);
+    gu.MemFreeHost(wc);
     gu.MemFree(dev);
     free(host);
     return 0;

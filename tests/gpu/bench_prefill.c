@@ -11,7 +11,10 @@
  * measured bf16 GEMM rate (785 TFLOP/s, BENCH.md).
  *
  *   build/bench_prefill [--json FILE] [--reps N] [--cells 128x1024,1x32768]
- *                       [--ragged-only | --paged-only]
+ *                       [--ragged-only | --paged-only] [--contiguous]
+ * --contiguous: the paged cells' pages in order (page i holds tokens
+ * 16 i ..) instead of a random permutation: the paged kernel on the ragged
+ * cells' addresses, which tells its own cost from the scattered pages'.
  * FLASHINFER_CUDA_TC=0 in the environment times the CUDA-core kernel.
  */
 #include "flashinfer.h"
@@ -28,13 +31,14 @@ static const double GEMM = 785e12;
 
 int main(int argc, char **argv) {
     const char *json = NULL, *cells = NULL;
-    int reps = 30, want_paged = 1, want_ragged = 1;
+    int reps = 30, want_paged = 1, want_ragged = 1, contiguous = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
         else if (!strcmp(argv[i], "--ragged-only")) want_paged = 0;
         else if (!strcmp(argv[i], "--paged-only")) want_ragged = 0;
+        else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
     }
     if (reps < 30) reps = 30;
     const char *tc = getenv("FLASHINFER_CUDA_TC");
@@ -80,7 +84,7 @@ int main(int argc, char **argv) {
             for (int i = 0; i < B; i++) last[i] = PS;
             /* a random permutation of the pool's pages */
             for (int64_t i = 0; i < pages; i++) idx[i] = (int32_t)i;
-            for (int64_t i = pages - 1; i > 0; i--) {
+            for (int64_t i = pages - 1; i > 0 && !contiguous; i--) {
                 int64_t j = tu_rng_int(&rng, 0, (int32_t)i);
                 int32_t t = idx[i];
                 idx[i] = idx[j], idx[j] = t;
@@ -124,17 +128,17 @@ int main(int argc, char **argv) {
             for (int i = 0; i < 256; i++) finite &= isfinite(tu_bf16_to_f32(o16[i]));
             if (!finite) status = 1;
             tl += snprintf(table + tl, sizeof table - (size_t)tl, "| %s | %d | %d | %.3f | %.1f | %.0f%% | %d |%s\n",
-                           paged ? "paged 16" : "ragged", B, L, med, tf, 100 * tf * 1e12 / GEMM,
+                           !paged ? "ragged" : contiguous ? "paged 16, in order" : "paged 16", B, L, med, tf, 100 * tf * 1e12 / GEMM,
                            info.num_items, finite ? "" : " NON-FINITE OUTPUT");
             printf("prefill %-8s %3d x %5d: %8.3f ms %6.1f TFLOP/s (min %.3f max %.3f ms, %d items, q tile %d)\n",
-                   paged ? "paged" : "ragged", B, L, med, tf, ms[0], ms[reps - 1], info.num_items,
+                   !paged ? "ragged" : contiguous ? "paged-in-order" : "paged", B, L, med, tf, ms[0], ms[reps - 1], info.num_items,
                    info.q_tile);
             if (jf)
                 fprintf(jf,
                         "{\"workload\":\"prefill\",\"kv\":\"%s\",\"batch\":%d,\"len\":%d,\"h_qo\":%d,"
                         "\"h_kv\":%d,\"d\":%d,\"causal\":1,\"dtype\":\"bf16\",\"ms\":%.4f,"
                         "\"tflops\":%.2f,\"items\":%d,\"q_tile\":%d,\"reps\":%d,\"tc\":%d}\n",
-                        paged ? "paged16" : "ragged", B, L, HQ, HKV, D, med, tf, info.num_items,
+                        !paged ? "ragged" : contiguous ? "paged16_in_order" : "paged16", B, L, HQ, HKV, D, med, tf, info.num_items,
                         info.q_tile, reps, !(tc && tc[0] == '0'));
             free(ms);
             fi_plan_destroy(plan);

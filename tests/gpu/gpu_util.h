@@ -46,6 +46,7 @@ static struct {
     int (*GraphExecDestroy)(gu_exec);
     int (*GetErrorName)(int, const char **);
     int (*MemAllocHost)(void **, size_t);
+    int (*MemHostAlloc)(void **, size_t, unsigned);
     int (*MemFreeHost)(void *);
     int (*HtoDAsync)(gu_ptr, const void *, size_t, gu_stream);
     int (*StreamIsCapturing)(gu_stream, int *);
@@ -94,6 +95,7 @@ static int gu_init(int ordinal) {
     ok &= gu_sym(lib, "cuGraphExecDestroy", &gu.GraphExecDestroy);
     ok &= gu_sym(lib, "cuGetErrorName", &gu.GetErrorName);
     ok &= gu_sym(lib, "cuMemAllocHost_v2", &gu.MemAllocHost);
+    ok &= gu_sym(lib, "cuMemHostAlloc", &gu.MemHostAlloc);
     ok &= gu_sym(lib, "cuMemFreeHost", &gu.MemFreeHost);
     ok &= gu_sym(lib, "cuMemcpyHtoDAsync_v2", &gu.HtoDAsync);
     ok &= gu_sym(lib, "cuStreamIsCapturing", &gu.StreamIsCapturing);

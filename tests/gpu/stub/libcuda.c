@@ -53,6 +53,10 @@ API CUresult cuMemAlloc_v2(dptr *p, size_t n) {
 }
 API CUresult cuMemFree_v2(dptr p) { free((void *)(uintptr_t)p); return 0; }
 API CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+    (void)flags;
+    return cuMemAllocHost_v2(p, n);
+}
 API CUresult cuMemFreeHost(void *p) { free(p); return 0; }
 API CUresult cuMemcpyHtoDAsync_v2(dptr d, const void *s, size_t n, void *st) {
     (void)d, (void)s, (void)n, (void)st; /* a DMA: no host time */
