@@ -210,6 +210,19 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, unsigned char 
 struct alignas(16) KVOff {
     long long k, v;
 };
+/* Who keeps the table: for paged KV in the standalone kernel every thread
+ * (key tid % BN; warps 0-1 its K offset, warps 2-3 its V offset, each
+ * loading the key's page id), so no two warps carry the upkeep that the
+ * CTA's barriers then wait for (H200, paged causal 1 x 16384: +2%);
+ * otherwise threads 0-63, a key each, in code kept as it was: spread there,
+ * ptxas spilled in the ragged tile loop, and NVRTC's build of the
+ * persistent kernel in its decode loop (hybrid mix 249 -> 302 us). */
+#ifdef FI_ATTN_TC_NAME
+constexpr bool SPREAD_OFFS = PAGED;
+#else
+constexpr bool SPREAD_OFFS = false;
+#endif
+static_assert(2 * BN == NT, "a thread per key and cache");
 
 /* Key j's page id (paged KV; 0 past the span): issued a tile before use. */
 FI_DEV int page_of(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j) {
@@ -229,6 +242,19 @@ FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
     r.k = (int64_t)page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head;
     r.v = (int64_t)page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head;
     return r;
+}
+/* SPREAD_OFFS: this thread's entry of the slot for keys [j0, j0 + BN), key
+ * j0 + tid % BN (page id `page`): its K offset on warps 0-1, V on 2-3. */
+FI_DEV void put_off_spread(KVOff *slot, const fi_attn_args &a, const Item &it, int j0, int page) {
+    const int key = threadIdx.x % BN, j = j0 + key;
+    int64_t off = 0; /* past the span, as kv_off */
+    if (j < it.k1) {
+        const int64_t s = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
+        off = threadIdx.x < BN
+                  ? (int64_t)page * a.k_page + s * a.k_slot + (int64_t)it.hkv * a.k_head
+                  : (int64_t)page * a.v_page + s * a.v_slot + (int64_t)it.hkv * a.v_head;
+    }
+    (threadIdx.x < BN ? slot[key].k : slot[key].v) = off;
 }
 
 /* One tile's keys into one stage (K then V) from its offset table; keys
@@ -300,7 +326,14 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
 
         load_q(a, it, rb, qs);
         /* offset tables of tiles 0 and 1 (slot t & 1 holds tile t) */
-        if (threadIdx.x < BN) {
+        if constexpr (SPREAD_OFFS) {
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                const int j0t = kbeg + t * BN;
+                put_off_spread(offs + t * BN, a, it, j0t,
+                               page_of(a, v.kv_indices, it, j0t + threadIdx.x % BN));
+            }
+        } else if (threadIdx.x < BN) {
 #pragma unroll
             for (int t = 0; t < 2; t++) {
                 const int j = kbeg + t * BN + threadIdx.x;
@@ -319,7 +352,10 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             /* tile t + 2's page id, in flight while tile t computes;
              * its offsets go to slot t & 1 (tile t's, read above in
              * iteration t - 1) at the end of the tile */
-            const int pn = t + 2 < ntiles && threadIdx.x < BN
+            const int pn = SPREAD_OFFS
+                               ? (t + 2 < ntiles
+                                      ? page_of(a, v.kv_indices, it, j0 + 2 * BN + threadIdx.x % BN) : 0)
+                               : t + 2 < ntiles && threadIdx.x < BN
                                ? page_of(a, v.kv_indices, it, j0 + 2 * BN + threadIdx.x) : 0;
             fi_cp_async_wait<1>();
             __syncthreads();
@@ -486,8 +522,11 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                     }
                 }
             }
-            if (t + 2 < ntiles && threadIdx.x < BN)
+            if constexpr (SPREAD_OFFS) {
+                if (t + 2 < ntiles) put_off_spread(offs + (t & 1) * BN, a, it, j0 + 2 * BN, pn);
+            } else if (t + 2 < ntiles && threadIdx.x < BN) {
                 offs[(t & 1) * BN + threadIdx.x] = kv_off(a, it, j0 + 2 * BN + threadIdx.x, pn);
+            }
             __syncthreads(); /* the stage is refilled next */
         }
         fi_cp_async_wait<0>();
