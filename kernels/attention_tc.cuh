@@ -419,8 +419,12 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             }
 
             /* logits: transforms, masks (a tile every row of the
-             * block sees whole skips all of it without a transform) */
-            bool whole = j0 + BN <= it.k1 && rb + BM <= it.rows && !fi_v::ELEM_MASK;
+             * block sees whole skips all of it without a transform).
+             * Rows past the item need no mask: their Q is zero, rows do
+             * not mix, and nothing reads them; only a user's hooks must
+             * not see them (a block of 68 rows, as chunks beside decodes
+             * have, masked every tile element by element before) */
+            bool whole = j0 + BN <= it.k1 && (rb + BM <= it.rows || !fi_v::USER) && !fi_v::ELEM_MASK;
             if constexpr (CAUSAL) whole = whole && j0 + BN - 1 <= diag0 + rb / GROUP;
             if constexpr (WINDOW) whole = whole && j0 >= diag0 + rlast / GROUP - a.window_left;
             if (TRANSFORM || !whole)
