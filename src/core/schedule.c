@@ -487,7 +487,7 @@ static int64_t split_rows(const gen_state *g, int32_t n, int32_t L, int64_t *ext
         int32_t Lt = tile_chunk(g, L, sc->cand_tok[i]);
         if (sc->cand_len[i] <= Lt) continue;
         int32_t piece, k = auto_chunks(sc->cand_len[i], Lt, &piece);
-        if (k == 1) continue; /* within L + L / 8: left whole */
+        if (k == 1) continue; /* one chunk and a sliver: left whole */
         rows += (int64_t)k * sc->cand_tok[i];
         more += k - 1;
     }

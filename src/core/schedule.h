@@ -13,9 +13,10 @@
  * Chunk sizes are also rounded up to a multiple of FI_SCHEDULE_CHUNK_ALIGN. */
 #define FI_SCHEDULE_MIN_CHUNK 256
 #define FI_SCHEDULE_CHUNK_ALIGN 16
-/* The longest piece of a span under chunk bound L: a remainder of at most
- * L / 8 is spread over the span's other chunks (schedule.c, auto_chunks),
- * and a span of at most L + L / 8 keys is left whole. */
+/* The longest piece of a span under chunk bound L: a sliver remainder (under
+ * FI_SCHEDULE_MIN_CHUNK keys and at most L / 8) is spread over the span's
+ * other chunks (schedule.c, auto_chunks), and a span of one chunk and a
+ * sliver is left whole. */
 #define FI_SCHEDULE_MAX_PIECE(L) \
     (((int64_t)(L) + ((int64_t)(L) + 7) / 8 + FI_SCHEDULE_CHUNK_ALIGN - 1) / \
      FI_SCHEDULE_CHUNK_ALIGN * FI_SCHEDULE_CHUNK_ALIGN)
