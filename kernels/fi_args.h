@@ -30,7 +30,7 @@
 
 typedef struct fi_meta {
     int64_t off_qo_indptr;     /* int32 [B+1] */
-    int64_t off_kv_indptr;     /* int32 [B+1] pages (paged) or tokens (ragged) */
+    int64_t reserved0;         /* 0 (was kv_indptr, which the item records carry) */
     int64_t off_kv_indices;    /* int32 [kv_indptr[B]] paged only */
     int64_t off_kv_len;        /* int32 [B] keys per request */
     int64_t off_mask_offset;   /* int64 [B+1] custom-mask byte offsets */

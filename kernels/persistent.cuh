@@ -87,13 +87,27 @@ constexpr int MIN_BLOCKS = TC || DECODE_FORM ? 2 : fi_attn::MIN_BLOCKS;
 static_assert(fi_attn::NT == NT, "one block size");
 static_assert(!fi_v::USER, "user variants run the separate kernels");
 
+/* The (row, query head) pairs [0, pairs) of the rows in mrow (r = -1: not
+ * this CTA's to merge), LPP lanes each, NT / LPP pairs at once. The
+ * built-in merge: no output hook, no row buffer. */
+template <int LPP>
+FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_item &it,
+                            const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
+    for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
+        const fi_part_merge m = mrow[pair / GROUP];
+        if (m.r >= 0)
+            fi_merge::merge_pair<LPP>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP, VP,
+                                      nullptr);
+    }
+}
+
 /* After split item `it` wrote its partial rows: count its tokens in, and
  * merge the rows this CTA completed. mrow: shared [NT], the completed rows'
  * merges (r = -1: not this CTA's to merge). Every thread calls. */
 FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
                          fi_part_merge *mrow) {
     const fi_variant_params VP = fi_v::params(a, v.alibi);
-    const int T = it.rows / GROUP, warp = threadIdx.x >> 5;
+    const int T = it.rows / GROUP;
     __threadfence(); /* this thread's partial rows, device-wide, before the count */
     __syncthreads();
     for (int t0 = 0; t0 < T; t0 += NT) {
@@ -114,25 +128,10 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
          * pairs than warps, LPP_WIDE lanes each, NT / LPP_WIDE pairs at once
          * (a prefill tile's 128 pairs in 4 rounds, not 32 rounds of one pair
          * per warp; the decode form keeps to warps: the wide path's
-         * registers would cost it a CTA per SM at d 64). The built-in
-         * merge: no output hook, no row buffer. */
+         * registers would cost it a CTA per SM at d 64). */
         const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
-        if (!TC || pairs <= NWARP) {
-            for (int pair = warp; pair < pairs; pair += NWARP) {
-                const fi_part_merge m = mrow[pair / GROUP];
-                if (m.r >= 0)
-                    fi_merge::merge_pair<32>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP,
-                                             VP, nullptr);
-            }
-        } else {
-            constexpr int LPP = fi_merge::LPP_WIDE;
-            for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
-                const fi_part_merge m = mrow[pair / GROUP];
-                if (m.r >= 0)
-                    fi_merge::merge_pair<LPP>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP,
-                                              VP, nullptr);
-            }
-        }
+        if (!TC || pairs <= NWARP) merge_completed<32>(a, v, it, mrow, pairs, VP);
+        else merge_completed<fi_merge::LPP_WIDE>(a, v, it, mrow, pairs, VP);
         __syncthreads(); /* mrow is rewritten next */
     }
 }

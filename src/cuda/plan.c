@@ -22,7 +22,7 @@ static size_t meta_capacity(const fi_plan *plan) {
     size_t b = (size_t)plan->config.max_batch_size, q = (size_t)l->max_total_qo;
     size_t at = (size_t)fi_meta_items(plan->config.num_workers); /* header, worker_indptr */
     at += a16((size_t)l->max_items * sizeof(fi_item_rec));
-    at += 2 * a16((b + 1) * 4);                                   /* indptrs */
+    at += a16((b + 1) * 4);                                       /* qo_indptr */
     if (plan->params.kv_format == FI_KV_FORMAT_PAGED)
         at += a16((size_t)plan->config.max_total_kv * 4);         /* kv_indices */
     at += a16(b * 4) + a16((b + 1) * 8);                          /* kv_len, mask */
@@ -277,7 +277,6 @@ static size_t pack(fi_plan *plan, char *base) {
     }
     size_t at = a16((size_t)m.off_items + (size_t)ni * sizeof(fi_item_rec));
     m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
-    m.off_kv_indptr = put(base, &at, plan->kv_indptr, (size_t)(b + 1) * 4);
     int32_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? plan->kv_indptr[b] : 0;
     m.off_kv_indices = (int64_t)at;
     if (nnz > 0) {
