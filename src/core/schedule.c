@@ -496,7 +496,7 @@ static int64_t split_rows(const gen_state *g, int32_t n, int32_t L, int64_t *ext
 }
 
 /* The chunk bound of automatic split-KV: ceil(S / N) one-token keys, S the
- * spans weighted by key_weight (at least FI_SCHEDULE_MIN_CHUNK, aligned),
+ * spans weighted by key_weight (at least fi_schedule_min_chunk, aligned),
  * lengthened until the partial rows fit the budget. Returns 0 when nothing
  * is split; *extra = items added by splits. */
 static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey *sv,
@@ -507,7 +507,8 @@ static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey
     int64_t L0 = sv->wspan_sum == (double)sv->span_sum /* exact for alike tiles */
                      ? (sv->span_sum + N - 1) / N
                      : (int64_t)ceil(sv->wspan_sum / (double)N);
-    if (L0 < FI_SCHEDULE_MIN_CHUNK) L0 = FI_SCHEDULE_MIN_CHUNK;
+    const int64_t floor = fi_schedule_min_chunk(sv->wspan_sum, N);
+    if (L0 < floor) L0 = floor;
     L0 = (L0 + al - 1) / al * al;
     *extra = 0;
     if (sv->max_wspan <= (double)L0 || L0 > INT32_MAX / 2) return 0;

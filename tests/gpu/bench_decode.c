@@ -58,8 +58,31 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
     if (reps < 30) reps = 30;
+    /* the cells: BENCH.md's grid, or --cells (any B x L) */
+    static const int batches[] = {1, 16, 64, 256}, lens[] = {1024, 4096, 16384, 32768};
+    int cell_b[64], cell_l[64], ncells = 0, max_b = 1;
+    if (cells) {
+        for (const char *c = cells; *c && ncells < 64;) {
+            int b = 0, l = 0, used = 0;
+            if (sscanf(c, "%dx%d%n", &b, &l, &used) != 2 || b < 1 || l < PS) {
+                printf("--cells: expected BxL[,BxL...], got '%s'\n", c);
+                return 1;
+            }
+            cell_b[ncells] = b;
+            cell_l[ncells++] = l;
+            c += used;
+            if (*c == ',') c++;
+        }
+    } else {
+        for (int bi = 0; bi < 4; bi++)
+            for (int li = 0; li < 4; li++) {
+                cell_b[ncells] = batches[bi];
+                cell_l[ncells++] = lens[li];
+            }
+    }
+    for (int i = 0; i < ncells; i++) max_b = cell_b[i] > max_b ? cell_b[i] : max_b;
     gu_bench bench;
-    int st = gu_bench_init(&bench, (size_t)256 * HQ * D * 2, (size_t)POOL * PS * HKV * D * 2, 42,
+    int st = gu_bench_init(&bench, (size_t)max_b * HQ * D * 2, (size_t)POOL * PS * HKV * D * 2, 42,
                            contiguous ? "pages contiguous per request" : "pages random");
     if (st) return st < 0;
     fi_context *ctx = bench.ctx;
@@ -70,22 +93,14 @@ int main(int argc, char **argv) {
     int64_t ks[4] = {POOL, PS, HKV, D};
 
     FILE *jf = json ? fopen(json, "w") : NULL;
-    static const int batches[] = {1, 16, 64, 256}, lens[] = {1024, 4096, 16384, 32768};
     char table[8192];
     int tl = snprintf(table, sizeof table,
                       "| batch | kv_len | time (us) | TB/s | %% of 4.22 | plans | items | split |"
                       " plan_update (us) |\n|---|---|---|---|---|---|---|---|---|\n");
-    for (int bi = 0; bi < 4; bi++) {
-        for (int li = 0; li < 4; li++) {
-            int B = batches[bi], L = lens[li];
+    for (int ci = 0; ci < ncells; ci++) {
+        {
+            int B = cell_b[ci], L = cell_l[ci];
             if ((only_b && B != only_b) || (only_l && L != only_l)) continue;
-            char cell[32];
-            snprintf(cell, sizeof cell, ",%dx%d,", B, L);
-            if (cells) {
-                char list[256];
-                snprintf(list, sizeof list, ",%s,", cells);
-                if (!strstr(list, cell)) continue;
-            }
             int pages = L / PS;
             double bytes = 2.0 * B * HQ * D * 2 + 2.0 * B * (double)L * HKV * D * 2;
             int R = (int)ceil(300e6 / bytes);
