@@ -134,13 +134,14 @@ if [ "$HARNESS" = 1 ]; then
         | ./build/jit_compile --warm -j "$JOBS" 2>&1 | tee "$OUT/warm.log"
     stamp "attention harness, backend cuda, one process per suite"
     pids=()
-    for s in oracle format variant dtype headdim plan edge determinism; do
+    SUITES="oracle format variant dtype headdim plan edge determinism graph"
+    for s in $SUITES; do
         ./build/test_attention --backend cuda --filter "cuda/$s/" $QUICK > "$OUT/harness_$s.log" 2>&1 &
         pids+=($!)
     done
     failed=()
     for i in "${!pids[@]}"; do
-        wait "${pids[$i]}" || { status=1; failed+=("$(echo oracle format variant dtype headdim plan edge determinism | cut -d' ' -f$((i + 1)))"); }
+        wait "${pids[$i]}" || { status=1; failed+=("$(echo $SUITES | cut -d' ' -f$((i + 1)))"); }
     done
     grep -h "^FAIL" "$OUT"/harness_*.log | head -40
     # A failing suite is run again on the separate kernels (no persistent
@@ -151,7 +152,7 @@ if [ "$HARNESS" = 1 ]; then
             --filter "cuda/$s/" $QUICK > "$OUT/harness_fallback_$s.log" 2>&1
         echo "fallback $s: $(grep -hiE 'total|passed|failed' "$OUT/harness_fallback_$s.log" | tail -1)"
     done
-    for s in format variant dtype headdim plan edge determinism; do
+    for s in ${SUITES#oracle }; do
         printf '%-12s %s\n' "$s" "$(grep -hiE 'total|passed|failed' "$OUT/harness_$s.log" | tail -1)"
     done | tee "$OUT/harness_summary.txt"
 fi
