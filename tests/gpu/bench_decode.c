@@ -16,6 +16,7 @@
  *                      [--split N]
  * --contiguous: each request's pages are one run of consecutive pages (as
  * FlashInfer's benchmarks lay them out) instead of pages drawn at random.
+ * --cells: any cells B x L (not only the grid above).
  * --split N: fixed split-KV chunks of N keys (fi_plan_config.fixed_split_size)
  * instead of the scheduler's own choice (experiments on the chunk size).
  */
