@@ -607,8 +607,8 @@ static void case_decode_budget(int32_t count) {
         fi_schedule s;
         int64_t L = (S + N - 1) / N;
         /* the floor: 256 keys, 128 where 256-key chunks fill under N / 4 slots */
-        const int64_t floor = 4 * S < 256 * (int64_t)N ? 128 : 256;
-        L = L < floor ? floor : (L + 15) / 16 * 16;
+        const int64_t least = 4 * S < 256 * (int64_t)N ? 128 : 256;
+        L = L < least ? least : (L + 15) / 16 * 16;
         double ratio;
         int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
                   check_schedule(&s, &in, &ratio);

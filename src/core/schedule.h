@@ -25,6 +25,7 @@ static inline int64_t fi_schedule_min_chunk(double S, int64_t N) {
     return 4.0 * S < (double)FI_SCHEDULE_MIN_CHUNK * (double)N ? FI_SCHEDULE_MIN_CHUNK / 2
                                                                 : FI_SCHEDULE_MIN_CHUNK;
 }
+
 /* The longest piece of a span under chunk bound L: a sliver remainder (under
  * FI_SCHEDULE_MIN_CHUNK keys and at most L / 8) is spread over the span's
  * other chunks (schedule.c, auto_chunks), and a span of one chunk and a
