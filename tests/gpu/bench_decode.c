@@ -3,8 +3,9 @@
  * batch {1, 16, 64, 256} x kv_len {1024, 4096, 16384, 32768}, H_qo/H_kv
  * 32/8, d 128, page 16, NHD, bf16, no LSE.
  *
- * Pages are drawn at random from a 4 GiB pool of random values (never
- * zeros). Small cells rotate over several plans (different pages) so that
+ * Pages are drawn at random from a pool of random values (never zeros): 4
+ * GiB, or the largest cell's pages; a batch never holds a page twice
+ * (gpu_util.h gu_draw_pages). Small cells rotate over several plans (different pages) so that
  * at least ~300 MB is read per timed graph and the 60 MB L2 cannot hold it.
  * Timing: a CUDA graph of one run per plan, replayed; device events around
  * each replay, median of >= 30 after warm-up; time per run = replay / plans.
@@ -14,8 +15,8 @@
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
  *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
  *                      [--split N]
- * --contiguous: each request's pages are one run of consecutive pages (as
- * FlashInfer's benchmarks lay them out) instead of pages drawn at random.
+ * --contiguous: the requests' pages are consecutive runs, back to back (as
+ * FlashInfer's benchmarks lay them out), instead of pages drawn at random.
  * --cells: any cells B x L (not only the grid above).
  * --split N: fixed split-KV chunks of N keys (fi_plan_config.fixed_split_size)
  * instead of the scheduler's own choice (experiments on the chunk size).
@@ -81,9 +82,16 @@ int main(int argc, char **argv) {
                 cell_l[ncells++] = lens[li];
             }
     }
-    for (int i = 0; i < ncells; i++) max_b = cell_b[i] > max_b ? cell_b[i] : max_b;
+    /* the pool: 4 GiB of pages, or the largest cell's pages (a batch never
+     * holds a page twice: gu_draw_pages) */
+    int32_t pool = POOL;
+    for (int i = 0; i < ncells; i++) {
+        max_b = cell_b[i] > max_b ? cell_b[i] : max_b;
+        int64_t need = (int64_t)cell_b[i] * (cell_l[i] / PS);
+        if (need > pool) pool = (int32_t)need;
+    }
     gu_bench bench;
-    int st = gu_bench_init(&bench, (size_t)max_b * HQ * D * 2, (size_t)POOL * PS * HKV * D * 2, 42,
+    int st = gu_bench_init(&bench, (size_t)max_b * HQ * D * 2, (size_t)pool * PS * HKV * D * 2, 42,
                            contiguous ? "pages contiguous per request" : "pages random");
     if (st) return st < 0;
     fi_context *ctx = bench.ctx;
@@ -91,7 +99,7 @@ int main(int argc, char **argv) {
     gu_ptr dk = bench.k, dv = bench.v, dq = bench.q, dout = bench.o;
     gu_stream s = bench.s;
     fi_attention_params p = gu_bench_params(HQ, HKV, D, PS);
-    int64_t ks[4] = {POOL, PS, HKV, D};
+    int64_t ks[4] = {pool, PS, HKV, D};
 
     FILE *jf = json ? fopen(json, "w") : NULL;
     char table[8192];
@@ -125,12 +133,7 @@ int main(int argc, char **argv) {
                 c->indices = malloc(sizeof(int32_t) * (size_t)B * pages);
                 for (int i = 0; i <= B; i++) c->qo_indptr[i] = i, c->kv_indptr[i] = i * pages;
                 for (int i = 0; i < B; i++) c->last[i] = PS;
-                for (int i = 0; i < B; i++) { /* random pages, or a random run */
-                    int32_t start = tu_rng_int(&rng, 0, POOL - 1);
-                    for (int j = 0; j < pages; j++)
-                        c->indices[(int64_t)i * pages + j] =
-                            contiguous ? (start + j) % POOL : tu_rng_int(&rng, 0, POOL - 1);
-                }
+                if (gu_draw_pages(c->indices, B, c->kv_indptr, pool, contiguous, &rng)) return 1;
                 fi_batch fb = {B, c->qo_indptr, c->kv_indptr, c->indices, c->last, NULL};
                 bad = fi_plan_create(ctx, &p, &cfg, &c->plan) != FI_OK;
                 double t0 = now();

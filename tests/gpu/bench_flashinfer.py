@@ -5,9 +5,10 @@ inputs and timing:
 
   decode   tests/gpu/bench_decode.c's cells: batch {1,16,64,256} x kv_len
            {1024,4096,16384,32768}, 32/8 heads, d 128, bf16, page 16, NHD;
-           pages drawn at random from a 4 GiB pool of random values (random
-           pages per request, or --contiguous: one run of consecutive pages
-           from a random start). BatchDecodeWithPagedKVCacheWrapper on CUDA
+           pages drawn at random from a pool of random values (4 GiB, or
+           the largest cell's pages; no page twice in a batch: random pages,
+           or --contiguous: the requests' runs back to back from a random
+           start), as tests/gpu/gpu_util.h gu_draw_pages. BatchDecodeWithPagedKVCacheWrapper on CUDA
            cores and with use_tensor_cores=True; the faster is FlashInfer's
            number. Small cells rotate over several plans (>= ~300 MB read per
            replay, at most 16) so the 60 MB L2 cannot hold them.
@@ -81,29 +82,35 @@ def time_replay(fns):
     return 1e3 * median_ms(replay, len(fns)), mode
 
 
-def page_table(lens, contiguous, gen):
+def page_table(lens, contiguous, gen, pool):
     """kv_indptr, kv_indices, last_page_len (int32, on the device) for
-    requests of `lens` keys over the POOL pages: random pages, or one run of
-    consecutive pages from a random start."""
+    requests of `lens` keys over `pool` pages, no page twice in the batch (as
+    a serving engine's requests own their pages): random pages, or the
+    requests' runs back to back from a random start."""
     pages = [(l + PS - 1) // PS for l in lens]
     indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
     indptr[1:] = torch.cumsum(torch.tensor(pages, dtype=torch.int32), 0)
-    idx = []
-    for n in pages:
-        if contiguous:
-            start = int(torch.randint(0, POOL, (1,), generator=gen))
-            idx.append((torch.arange(n) + start) % POOL)
-        else:
-            idx.append(torch.randint(0, POOL, (n,), generator=gen))
-    indices = torch.cat(idx).to(torch.int32)
+    total = int(indptr[-1])
+    assert total <= pool, f"{total} pages from a pool of {pool}"
+    if contiguous:
+        start = int(torch.randint(0, pool, (1,), generator=gen))
+        indices = ((torch.arange(total) + start) % pool).to(torch.int32)
+    else:
+        indices = torch.randperm(pool, generator=gen)[:total].to(torch.int32)
     last = torch.tensor([l - PS * (n - 1) for l, n in zip(lens, pages)], dtype=torch.int32)
     return indptr.to(DEV), indices.to(DEV), last.to(DEV)
 
 
-def kv_pool():
+def kv_pool(pages):
+    """K and V caches of `pages` pages of random values, filled in slices
+    (a 16 GB cache would need twice that in f32 at once)."""
     g = torch.Generator(device=DEV).manual_seed(42)
-    k = rand_bf16(POOL, PS, HKV, D, gen=g)
-    v = rand_bf16(POOL, PS, HKV, D, gen=g)
+    k = torch.empty(pages, PS, HKV, D, dtype=BF16, device=DEV)
+    v = torch.empty_like(k)
+    for t in (k, v):
+        for at in range(0, pages, 16384):
+            n = min(16384, pages - at)
+            t[at:at + n] = rand_bf16(n, PS, HKV, D, gen=g)
     return k, v
 
 
@@ -122,7 +129,7 @@ def bench_decode(cells, contiguous, kv):
             R = max(1, min(16, math.ceil(300e6 / nbytes)))
             q = rand_bf16(B, HQ, D)
             o = torch.empty_like(q)
-            tables = [page_table([L] * B, contiguous, gen) for _ in range(R)]
+            tables = [page_table([L] * B, contiguous, gen, k.shape[0]) for _ in range(R)]
             best = None
             for tc in (False, True):
                 name = "flashinfer-decode-" + ("tc" if tc else "cc")
@@ -214,7 +221,7 @@ def bench_mixed(kv):
         nq = sum(qo)
         nbytes = sum(2.0 * l * HKV * D * 2 + 2.0 * ql * HQ * D * 2 for ql, l in zip(qo, lens))
         flops = sum(4.0 * HQ * D * (ql * (l - ql) + ql * (ql + 1) / 2) for ql, l in zip(qo, lens))
-        indptr, indices, _ = page_table(lens, False, gen)
+        indptr, indices, _ = page_table(lens, False, gen, k.shape[0])
         qo_indptr = torch.zeros(len(qo) + 1, dtype=torch.int32)
         qo_indptr[1:] = torch.cumsum(torch.tensor(qo, dtype=torch.int32), 0)
         q = rand_bf16(nq, HQ, D)
@@ -287,7 +294,14 @@ def main():
     cells = set(a[a.index("--cells") + 1].split(",")) if "--cells" in a else None
     print(f"flashinfer {flashinfer.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}",
           flush=True)
-    kv = kv_pool() if ("--decode" in a or "--mixed" in a) else None
+    # the pool: 4 GiB of pages, or the largest batch's pages
+    pool = POOL
+    if "--mixed" in a:
+        pool = max([pool] + [sum(c * ((kvl + PS - 1) // PS) for kvl, _, c in g) for g in MIXES.values()])
+    if "--decode" in a:
+        pool = max([pool] + [B * (L // PS) for B in DECODE_B for L in DECODE_L
+                             if not cells or f"{B}x{L}" in cells])
+    kv = kv_pool(pool) if ("--decode" in a or "--mixed" in a) else None
     # the mixes and random-page decode first: a run cut short loses the rest
     if "--mixed" in a:
         bench_mixed(kv)

@@ -6,8 +6,8 @@
  *   prefill  (4096, 128) x 4
  *   hybrid   (600, 1) x 122 + (10000, 17) x 8
  *   chunked  (8192, 1) x 254 + (2048, 512) x 1
- * 32/8 heads, d 128, bf16, paged (page 16, NHD, pages drawn at random from a
- * 4 GiB pool of random values), causal (each request's queries are its last
+ * 32/8 heads, d 128, bf16, paged (page 16, NHD, pages drawn at random from an
+ * 8 GiB pool of random values, none twice in a batch), causal (each request's queries are its last
  * q_len tokens), no LSE. FlashInfer's BatchAttention runs the same mixes in
  * tests/gpu/bench_flashinfer.py.
  *
@@ -38,7 +38,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536, MAXQ = 1024, MAXG = 2 };
+/* POOL: the largest mix's pages (chunked: 130176), a batch never holding a
+ * page twice (gu_draw_pages) */
+enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 131072, MAXQ = 1024, MAXG = 2 };
 
 typedef struct mix {
     const char *name;

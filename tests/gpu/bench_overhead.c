@@ -28,7 +28,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { B = 256, HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536 / 4 };
+/* POOL: kv 4096's pages, a batch never holding a page twice (gu_draw_pages) */
+enum { B = 256, HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536 };
 
 static double now(void) {
     struct timespec t;

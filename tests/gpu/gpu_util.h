@@ -163,10 +163,42 @@ static inline int gu_fill_random_bf16(gu_ptr dst, size_t bytes, tu_rng *rng) {
     return 0;
 }
 
+/* The page ids of a batch whose request i holds entries [kv_indptr[i],
+ * kv_indptr[i+1]) of `indices`: no page twice in a batch, as a serving
+ * engine's requests own their pages (pages shared across requests would
+ * turn some reads into L2 hits, favouring a kernel whose CTAs reach a page's
+ * sharers close together: Nsight Compute showed FlashInfer's decode at a
+ * 4.7% L2 hit rate on such a pool, ours at 1.3%, docs/BENCHMARKS.md).
+ * Random: the first pages of a random permutation of the pool;
+ * `contiguous`: the requests' runs back to back from a random start
+ * (FlashInfer's benchmark layout). Needs pool >= kv_indptr[n]; returns -1
+ * (printed) otherwise or when out of memory. */
+static inline int gu_draw_pages(int32_t *indices, int n, const int32_t *kv_indptr, int32_t pool,
+                                int contiguous, tu_rng *rng) {
+    const int32_t total = kv_indptr[n];
+    if (total > pool) {
+        printf("gu_draw_pages: %d pages from a pool of %d\n", (int)total, (int)pool);
+        return -1;
+    }
+    if (contiguous) {
+        int32_t start = tu_rng_int(rng, 0, pool - 1);
+        for (int32_t j = 0; j < total; j++) indices[j] = (int32_t)(((int64_t)start + j) % pool);
+        return 0;
+    }
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)pool);
+    if (!perm) return -1;
+    for (int32_t i = 0; i < pool; i++) perm[i] = i;
+    for (int32_t i = 0; i < total; i++) { /* Fisher-Yates, the first `total` places */
+        int32_t j = tu_rng_int(rng, i, pool - 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+        indices[i] = perm[i];
+    }
+    free(perm);
+    return 0;
+}
+
 /* A paged batch over a pool of `pool` pages: request i has qo[i] queries and
- * kv[i] keys; its pages are drawn at random from the pool (with repeats
- * across requests: reads only), or are one run of consecutive pages from a
- * random start (`contiguous`, FlashInfer's benchmark layout). */
+ * kv[i] keys; its pages drawn by gu_draw_pages. */
 typedef struct gu_batch {
     int32_t n, total_q, pages;
     int32_t *qo_indptr, *kv_indptr, *indices, *last;
@@ -193,13 +225,7 @@ static inline int gu_batch_make(gu_batch *b, int n, const int32_t *qo, const int
     b->total_q = b->qo_indptr[n], b->pages = b->kv_indptr[n];
     b->indices = malloc(sizeof(int32_t) * ((size_t)b->pages + 1));
     if (!b->indices) return -1;
-    for (int i = 0; i < n; i++) {
-        int32_t start = tu_rng_int(rng, 0, pool - 1);
-        for (int32_t j = b->kv_indptr[i]; j < b->kv_indptr[i + 1]; j++)
-            b->indices[j] = contiguous ? (start + j - b->kv_indptr[i]) % pool
-                                       : tu_rng_int(rng, 0, pool - 1);
-    }
-    return 0;
+    return gu_draw_pages(b->indices, n, b->kv_indptr, pool, contiguous, rng);
 }
 
 static inline fi_batch gu_batch_view(const gu_batch *b) {

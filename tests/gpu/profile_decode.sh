@@ -72,6 +72,8 @@ if [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/null; then
     # its tensor-core decode (use_tensor_cores=True runs the batch prefill
     # kernel), the faster of its two on the H200
     profile flashinfer BatchPrefill python3 tests/gpu/bench_flashinfer.py --decode --cells "$CELL"
+    # and its CUDA-core decode, faster on some cells
+    profile flashinfer_cc BatchDecode python3 tests/gpu/bench_flashinfer.py --decode --cells "$CELL"
 fi
 # one column per profiled kernel, a row per metric
 python3 - "$OUT" <<'EOF'
