@@ -370,6 +370,21 @@ FI_API void fi_plan_destroy(fi_plan *plan);
  * Allocates nothing; a batch over a bound returns FI_STATUS_BOUND_EXCEEDED. */
 FI_API fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch);
 
+/* fi_plan_update with a paged batch's page table in device memory: batch->
+ * kv_indices is a device address of the plan's context (kv_indptr[B]
+ * entries, laid out as in host memory), as a serving engine keeps it. The
+ * other arrays stay in host memory. The host neither reads nor copies the
+ * table, so the update costs O(requests), not O(pages); the kernels read it
+ * at every fi_plan_run: keep it alive, and rewrite it only where the stream
+ * of the runs allows (a CUDA graph captured around fi_plan_run reads it at
+ * replay, from the address of the latest update). Its ids are not checked:
+ * the kernels clamp each to the pages the K/V tensors hold, so a bad id
+ * yields wrong rows for its request, never an access outside the cache.
+ * CUDA: the range must lie inside one device allocation
+ * (FI_STATUS_INVALID_ARGUMENT otherwise). CPU: device memory is host memory,
+ * and the table is checked by the first run as with fi_plan_update. */
+FI_API fi_status fi_plan_update_device_table(fi_plan *plan, const fi_batch *batch);
+
 /* Bytes of workspace this plan holds (host, and device for CUDA). */
 FI_API size_t fi_plan_workspace_size(const fi_plan *plan);
 

@@ -142,7 +142,7 @@ FI_DEV void kv_offsets(const fi_attn_args &a, const int32_t *kv_indices, const I
             pi = j / a.page_size;
             s = j - pi * a.page_size;
         }
-        page = kv_indices[it.kv_base + pi];
+        page = fi_page_id(a, kv_indices[it.kv_base + pi]);
         slot = s;
     } else {
         slot = it.kv_base + j;
@@ -168,7 +168,7 @@ FI_DEV void fetch_pages(const fi_attn_args &a, const int32_t *kv_indices, const 
         if (i < BN * CH && j < it.k1) {
             if constexpr (PAGED) {
                 int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
-                P.id[k] = kv_indices[it.kv_base + pi];
+                P.id[k] = fi_page_id(a, kv_indices[it.kv_base + pi]);
             } else {
                 P.id[k] = 0;
             }

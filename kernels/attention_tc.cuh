@@ -228,7 +228,7 @@ static_assert(2 * BN == NT, "a thread per key and cache");
 FI_DEV int page_of(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j) {
     if (!PAGED || j >= it.k1) return 0;
     const int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
-    return __ldg(kv_indices + it.kv_base + pi);
+    return fi_page_id(a, __ldg(kv_indices + it.kv_base + pi));
 }
 FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
     KVOff r;

@@ -86,7 +86,8 @@ FI_DEV void fetch_pages(const fi_attn_args &a, const fi_view &v, const Item &it,
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int j = j0 + L.key0 + k * KSTEP;
-        L.id[k] = PAGED && j < it.k1 ? __ldg(v.kv_indices + it.kv_base + (j >> a.page_shift)) : 0;
+        L.id[k] = PAGED && j < it.k1
+                      ? fi_page_id(a, __ldg(v.kv_indices + it.kv_base + (j >> a.page_shift))) : 0;
     }
 }
 

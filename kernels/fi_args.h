@@ -104,6 +104,8 @@ typedef struct fi_attn_args {
     int32_t q_vec_ok;          /* Q rows 16-byte aligned and contiguous */
     int32_t heads_x;           /* persistent.cuh: grid x = KV heads, y = workers
                                   (a worker's heads dispatched together) */
+    int32_t max_page;          /* paged: the last page both caches hold; page
+                                  ids are clamped to it (fi_page_id) */
     float q_scale;             /* sm_scale * k_scale (* log2 e when no transform) */
     float softcap;             /* c of c * tanh(x / c) */
     float softcap_rcp;         /* 1 / c */

@@ -30,6 +30,16 @@ FI_DEV fi_view fi_view_of(const fi_attn_args &a) {
     return v;
 }
 
+/* A page id as the kernels use it: clamped to [0, a.max_page], the pages
+ * both caches hold. A table the host checked (fi_batch in host memory) is
+ * already in range; one in device memory (fi_batch.kv_indices_on_device) is
+ * read by no one before the kernels, so a bad id there reads some page of
+ * the cache, never memory outside it. */
+FI_DEV int32_t fi_page_id(const fi_attn_args &a, int32_t id) {
+    const uint32_t u = (uint32_t)id, last = (uint32_t)a.max_page;
+    return (int32_t)(u < last ? u : last);
+}
+
 /* What stays fixed while one (item, KV head) runs. */
 struct fi_item {
     int req, q0, rows, k0, k1, prow;

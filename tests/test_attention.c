@@ -245,6 +245,8 @@ typedef struct case_spec {
     int32_t disable_split, fixed_split, workers;
     int32_t layers;       /* runs of one plan with fresh Q/K/V */
     int32_t second_batch; /* re-plan with another batch and run again */
+    int32_t device_table; /* paged: fi_plan_update_device_table, the table in
+                             the backend's memory */
     int32_t no_lse;
     double amplitude;     /* q, k uniform in [-a, a] */
     int32_t extreme;      /* huge logits: check finiteness, not closeness */
@@ -382,6 +384,7 @@ typedef struct problem {
     int32_t num_pages;           /* pages (paged) or token rows (ragged) in K/V */
     int64_t mask_bytes;
     fi_batch batch;
+    cu_ptr table;                    /* kv_indices on the device (device_table) */
     dbuf q, k, v, kvc, o, lse, mask; /* kvc: the combined tensor */
     fi_tensor qh, kh, vh;            /* host views */
     fi_tensor qd, kd, vd;            /* device views */
@@ -389,6 +392,7 @@ typedef struct problem {
 
 static void problem_free(const backend *be, problem *p) {
     free(p->kv_indices);
+    if (p->table) cu.mem_free(p->table);
     dbuf_free(be, &p->q); dbuf_free(be, &p->k); dbuf_free(be, &p->v);
     dbuf_free(be, &p->kvc); dbuf_free(be, &p->o); dbuf_free(be, &p->lse);
     dbuf_free(be, &p->mask);
@@ -486,6 +490,23 @@ static void problem_fill(const case_spec *c, tu_rng *rng, problem *p) {
     if (dbuf_upload(c->be, &p->q) || dbuf_upload(c->be, &p->mask)) return;
     if (c->combined) dbuf_upload(c->be, &p->kvc);
     else { dbuf_upload(c->be, &p->k); dbuf_upload(c->be, &p->v); }
+}
+
+/* fi_plan_update, or for a device_table case fi_plan_update_device_table
+ * with the page table in the backend's memory (uploaded once per problem). */
+static fi_status plan_update(const case_spec *c, fi_plan *plan, problem *p) {
+    if (!c->device_table || c->format != FI_KV_FORMAT_PAGED) return fi_plan_update(plan, &p->batch);
+    fi_batch b = p->batch;
+    if (c->be->device == FI_DEVICE_CUDA) {
+        size_t n = (size_t)p->kv_indptr[p->B] * sizeof(int32_t);
+        if (!p->table && (cu.mem_alloc(&p->table, n ? n : 4) ||
+                          (n && (cu.htod(p->table, p->kv_indices, n) || cu.sync())))) {
+            tu_note("could not upload the page table");
+            return FI_STATUS_OUT_OF_MEMORY;
+        }
+        b.kv_indices = (const int32_t *)(uintptr_t)p->table;
+    }
+    return fi_plan_update_device_table(plan, &b);
 }
 
 /* Build the batch arrays and allocate the tensors of a problem. */
@@ -914,7 +935,7 @@ static tu_result run_case(const case_spec *c, const char *name) {
         bad = 1;
         goto done;
     }
-    st = fi_plan_update(plan, &p1.batch);
+    st = plan_update(c, plan, &p1);
     if (st != FI_OK) {
         tu_note("fi_plan_update: %s: %s", fi_status_string(st), fi_last_error());
         bad = 1;
@@ -941,7 +962,7 @@ static tu_result run_case(const case_spec *c, const char *name) {
         if (run_and_check(c, plan, &pa, &p1, what)) { bad = 1; break; }
     }
     if (!bad && c->second_batch) {
-        st = fi_plan_update(plan, &p2.batch);
+        st = plan_update(c, plan, &p2);
         if (st != FI_OK) {
             tu_note("fi_plan_update (batch 2): %s: %s", fi_status_string(st), fi_last_error());
             bad = 1;
@@ -1495,11 +1516,12 @@ static void alias_device(const backend *be, problem *dst, const problem *src) {
  * captured once replays correctly after fi_plan_update with another batch.
  * Warm-up run (JIT), capture on a stream, replay; re-plan a batch of the
  * same totals but other lengths into the same buffers, replay again. */
-static void graph_case(backend *be, fi_mask_mode mask, fi_dtype dt) {
+static void graph_case(backend *be, fi_mask_mode mask, fi_dtype dt, int device_table) {
     case_spec c = default_spec("graph", be);
     c.mask = mask;
     c.q_dt = c.kv_dt = c.o_dt = dt;
-    c.shape = "replay_after_replan";
+    c.device_table = device_table;
+    c.shape = device_table ? "replay_after_replan_device_table" : "replay_after_replan";
     c.quick = 1;
     char name[256];
     case_name(&c, name, sizeof name);
@@ -1530,7 +1552,7 @@ static void graph_case(backend *be, fi_mask_mode mask, fi_dtype dt) {
     if (!bad) {
         fi_plan_config cfg = case_config(&c, &p1, &p2);
         st = fi_plan_create(ctx, &pa, &cfg, &plan);
-        if (st == FI_OK) st = fi_plan_update(plan, &p1.batch);
+        if (st == FI_OK) st = plan_update(&c, plan, &p1);
         if (st == FI_OK) bad |= run_and_check(&c, plan, &pa, &p1, "batch 1 warm-up") != 0;
     }
     if (!bad && st == FI_OK) {
@@ -1557,7 +1579,7 @@ static void graph_case(backend *be, fi_mask_mode mask, fi_dtype dt) {
     if (!bad && st == FI_OK) bad |= run_and_check_with(&c, plan, &pa, &p1, "batch 1 replay", &rn) != 0;
     if (!bad && st == FI_OK) {
         alias_device(be, &p2, &p1);
-        st = fi_plan_update(plan, &p2.batch);
+        st = plan_update(&c, plan, &p2); /* a device table: at another address */
         if (st == FI_OK) {
             problem_fill(&c, &rng, &p2); /* uploads batch 2's data into the captured buffers */
             bad |= run_and_check_with(&c, plan, &pa, &p2, "batch 2 replay after re-plan", &rn) != 0;
@@ -1584,9 +1606,39 @@ static void graph_case(backend *be, fi_mask_mode mask, fi_dtype dt) {
 
 static void suite_graph(backend *be) {
     if (be->device != FI_DEVICE_CUDA) return; /* graphs are a CUDA feature */
-    graph_case(be, FI_MASK_CAUSAL, FI_DTYPE_F16);
-    graph_case(be, FI_MASK_NONE, FI_DTYPE_BF16);
-    graph_case(be, FI_MASK_CUSTOM, FI_DTYPE_F16);
+    graph_case(be, FI_MASK_CAUSAL, FI_DTYPE_F16, 0);
+    graph_case(be, FI_MASK_NONE, FI_DTYPE_BF16, 0);
+    graph_case(be, FI_MASK_CUSTOM, FI_DTYPE_F16, 0);
+    graph_case(be, FI_MASK_CAUSAL, FI_DTYPE_BF16, 1);
+}
+
+/* Page tables in the backend's memory (fi_plan_update_device_table): the
+ * layouts, page sizes (a power of two or not), dtypes and shapes that take
+ * different kernel paths, a re-plan onto another table. */
+static void suite_table(backend *be) {
+    const char *shapes[] = {"decode", "mixed", "prefill"};
+    for (int s = 0; s < 3; s++)
+        for (int v = 0; v < 4; v++) {
+            case_spec c = default_spec("table", be);
+            c.device_table = 1;
+            c.shape = shapes[s];
+            if (v == 1) {
+                c.layout = FI_KV_LAYOUT_HND;
+                c.page_size = 1;
+                c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_BF16;
+                c.mask = FI_MASK_CAUSAL;
+            } else if (v == 2) {
+                c.page_size = 5;
+                c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_BF16;
+                c.mask = FI_MASK_CAUSAL;
+            } else if (v == 3) {
+                c.combined = 1;
+                c.window_left = 20;
+                c.second_batch = 1;
+            }
+            c.quick = every(3);
+            submit(c);
+        }
 }
 
 static void suite_determinism(backend *be) {
@@ -1623,6 +1675,7 @@ int main(int argc, char **argv) {
         suite_edge(be);
         suite_determinism(be);
         suite_graph(be);
+        suite_table(be);
     }
     if (tu_opt.list) return 0;
     for (int b = 0; b < NUM_BACKENDS; b++) fi_context_destroy(backends[b].ctx);

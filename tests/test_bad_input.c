@@ -443,6 +443,15 @@ static void test_null(void) {
         record("update_batch_null", plan && expect(fi_plan_update(plan, NULL), FI_STATUS_INVALID_ARGUMENT, END));
         fi_plan_destroy(plan);
     }
+    if (selected("device_table_plan_null"))
+        record("device_table_plan_null",
+               expect(fi_plan_update_device_table(NULL, &fx.batch), FI_STATUS_INVALID_ARGUMENT, END));
+    if (selected("device_table_batch_null")) {
+        fi_plan *plan = make_plan();
+        record("device_table_batch_null",
+               plan && expect(fi_plan_update_device_table(plan, NULL), FI_STATUS_INVALID_ARGUMENT, END));
+        fi_plan_destroy(plan);
+    }
     if (selected("qo_indptr_null")) {
         fx.batch.qo_indptr = NULL;
         UPDATE_FAILS("qo_indptr_null", FI_STATUS_INVALID_ARGUMENT, "qo_indptr");

@@ -54,6 +54,7 @@ static void cu_load_once(void) {
     LOAD(MemFreeHost, "cuMemFreeHost");
     LOAD(MemsetD8, "cuMemsetD8_v2");
     LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    LOAD(MemGetAddressRange, "cuMemGetAddressRange_v2");
     LOAD(ModuleLoadData, "cuModuleLoadData");
     LOAD(ModuleUnload, "cuModuleUnload");
     LOAD(ModuleGetFunction, "cuModuleGetFunction");

@@ -54,6 +54,7 @@ typedef struct fi_cu_api {
     CUresult (*MemsetD8)(CUdeviceptr p, unsigned char value, size_t n); /* _v2 */
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes,
                                 CUstream s);                        /* _v2 */
+    CUresult (*MemGetAddressRange)(CUdeviceptr *base, size_t *bytes, CUdeviceptr p); /* _v2 */
     CUresult (*ModuleLoadData)(CUmodule *m, const void *image);
     CUresult (*ModuleUnload)(CUmodule m);
     CUresult (*ModuleGetFunction)(CUfunction *f, CUmodule m, const char *name);

@@ -253,7 +253,7 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
 }
 
 /* Pack the batch and schedule into staging; returns the bytes used. */
-static size_t pack(fi_plan *plan, char *base) {
+static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     const fi_schedule *s = &plan->schedule;
     int32_t b = plan->batch_size;
     fi_meta m;
@@ -279,7 +279,16 @@ static size_t pack(fi_plan *plan, char *base) {
     m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
     int32_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? plan->kv_indptr[b] : 0;
     m.off_kv_indices = (int64_t)at;
-    if (nnz > 0) {
+    if (plan->kv_indices_on_device) {
+        /* the caller's device table, found from the region's base like the
+         * staged arrays (an offset across allocations: the kernels add it to
+         * a.meta); its ids are clamped by the kernels (work.cuh fi_page_id),
+         * the K/V tensors need only one page */
+        m.off_kv_indices = (int64_t)((CUdeviceptr)(uintptr_t)plan->kv_indices - ps->meta);
+        plan->max_page_index = nnz > 0 ? 0 : -1;
+        plan->pages_checked = true;
+        nnz = 0; /* nothing staged */
+    } else if (nnz > 0) {
         /* The page table's one pass: copied, and its range taken on the way,
          * which is the check fi_plan_run would otherwise make with a second
          * pass (core/plan_run.c); a negative id is left for it to report. */
@@ -315,6 +324,32 @@ static size_t pack(fi_plan *plan, char *base) {
     return at;
 }
 
+/* A device page table (fi_plan_update_device_table): its entries must lie
+ * inside one device allocation, 4-byte aligned. One driver call. */
+static fi_status check_device_table(const fi_plan *plan, const fi_cu_api *cu) {
+    const int32_t nnz = plan->kv_indptr[plan->batch_size];
+    if (!plan->kv_indices_on_device || nnz == 0) return FI_OK;
+    const CUdeviceptr p = (CUdeviceptr)(uintptr_t)plan->kv_indices;
+    if (p % 4)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "kv_indices (device table) at %#llx is not "
+                        "4-byte aligned", (unsigned long long)p);
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    CUresult r = cu->MemGetAddressRange(&base, &bytes, p);
+    if (r != 0) {
+        const char *name = NULL;
+        if (cu->GetErrorName(r, &name) != 0 || !name) name = "?";
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "kv_indices (device table) at %#llx is not "
+                        "device memory of the plan's context (cuMemGetAddressRange: %s)",
+                        (unsigned long long)p, name);
+    }
+    if (p + (CUdeviceptr)nnz * 4 > base + bytes)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "kv_indices (device table): %d entries at "
+                        "%#llx run past the end of their allocation (%zu bytes from %#llx)",
+                        (int)nnz, (unsigned long long)p, bytes, (unsigned long long)base);
+    return FI_OK;
+}
+
 fi_status fi_cuda_plan_upload(fi_plan *plan) {
     fi_cuda_plan *ps = plan->backend_state;
     const fi_cu_api *cu = ps->cc->cu;
@@ -323,6 +358,10 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
                         (int)plan->schedule.num_workers, ps->grid_x);
     fi_status st = fi_cuda_push(ps->cc);
     if (st) return st;
+    if ((st = check_device_table(plan, cu))) {
+        fi_cuda_pop(ps->cc);
+        return st;
+    }
     CUresult r = 0;
     const char *call = NULL;
     int capturing = FI_CU_CAPTURE_NONE;
@@ -356,7 +395,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         }
         ps->mix_b64 = ps->persist_mix && ps->has_wide_items &&
                       wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * small_keys;
-        size_t bytes = pack(plan, ps->staging);
+        size_t bytes = pack(plan, ps, ps->staging);
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
             call = "cuMemcpyHtoDAsync";
         else if ((r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)

@@ -67,6 +67,9 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     a->num_qo_heads = p->num_qo_heads;
     a->num_kv_heads = p->num_kv_heads;
     a->page_size = p->kv_format == FI_KV_FORMAT_PAGED ? p->page_size : 1;
+    /* the last page both caches hold: page ids are clamped to it */
+    int64_t pages = ra->k.shape[0] < ra->v.shape[0] ? ra->k.shape[0] : ra->v.shape[0];
+    a->max_page = pages <= 1 ? 0 : pages - 1 > INT32_MAX ? INT32_MAX : (int32_t)(pages - 1);
     a->page_shift = -1;
     for (int s = 0; s < 31; s++)
         if ((1 << s) == a->page_size) a->page_shift = s;

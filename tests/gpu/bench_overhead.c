@@ -9,7 +9,10 @@
  * after the clock stops, by a blocking cuStreamSynchronize, and again with
  * the thread polling cuStreamQuery instead, so that it never sleeps
  * between steps), and around fi_plan_update + cuGraphLaunch of a
- * graph captured once around fi_plan_run; medians. For scale, the same
+ * graph captured once around fi_plan_run; medians. Each with the page table
+ * in host memory (fi_plan_update: validated and copied with the metadata)
+ * and in device memory (fi_plan_update_device_table: not read by the host).
+ * For scale, the same
  * fi_plan_update on a CPU context with the same worker count (the
  * backend-independent part: validation and the schedule), and the device
  * time of the replayed step. Then what the driver calls of a step cost
@@ -35,6 +38,11 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One step's update: the host table (dt = 0) or the device one (dt = 1). */
+static int update(fi_plan *plan, const fi_batch *host, const fi_batch *dev, int dt) {
+    return dt ? fi_plan_update_device_table(plan, dev) != FI_OK : fi_plan_update(plan, host) != FI_OK;
 }
 
 static float median(float *v, int n) {
@@ -130,112 +138,123 @@ int main(int argc, char **argv) {
     int64_t ks[4] = {POOL, PS, HKV, D}, qs[3] = {B, HQ, D};
     FILE *jf = json ? fopen(json, "w") : NULL;
     static const int lens[] = {1024, 4096};
-    char table[2048];
+    char table[4096];
     int tl = snprintf(table, sizeof table,
-                      "| kv_len | update (us) | run (us) | update + run (us) | update + run, "
+                      "| kv_len | page table | update (us) | run (us) | update + run (us) | update + run, "
                       "spin-wait (us) | update + graph launch (us) | update, CPU context (us) | "
-                      "step on the GPU (us) |\n|---|---|---|---|---|---|---|---|\n");
+                      "step on the GPU (us) |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int li = 0; li < 2; li++) {
         int32_t qo[B], kv[B];
         for (int i = 0; i < B; i++) qo[i] = 1, kv[i] = lens[li];
         gu_batch b;
         if (gu_batch_make(&b, B, qo, kv, PS, POOL, 0, &bench.rng)) return 1;
-        fi_batch fb = gu_batch_view(&b);
-        fi_plan_config cfg;
-        fi_plan_config_init(&cfg);
-        cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = b.pages;
-        fi_plan *plan = NULL, *cplan = NULL;
-        if (fi_plan_create(ctx, &p, &cfg, &plan) || fi_plan_update(plan, &fb)) {
-            printf("plan: %s\n", fi_last_error());
+        fi_batch fb = gu_batch_view(&b), fdev = fb;
+        gu_ptr dtab = 0;
+        if (GU(gu.MemAlloc(&dtab, (size_t)b.pages * 4)) ||
+            GU(gu.HtoD(dtab, fb.kv_indices, (size_t)b.pages * 4)))
             return 1;
-        }
-        fi_plan_info info = {.struct_size = sizeof info};
-        fi_plan_get_info(plan, &info);
-        fi_plan_config ccfg = cfg;
-        ccfg.num_workers = info.num_workers;
-        if (fi_plan_create(cpu, &p, &ccfg, &cplan)) return 1;
-        fi_run_args a;
-        memset(&a, 0, sizeof a);
-        a.q = fi_tensor_contiguous((void *)(uintptr_t)bench.q, FI_DTYPE_BF16, 3, qs);
-        a.o = fi_tensor_contiguous((void *)(uintptr_t)bench.o, FI_DTYPE_BF16, 3, qs);
-        a.k = fi_tensor_contiguous((void *)(uintptr_t)bench.k, FI_DTYPE_BF16, 4, ks);
-        a.v = fi_tensor_contiguous((void *)(uintptr_t)bench.v, FI_DTYPE_BF16, 4, ks);
-        a.stream = s;
-        float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
-        float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
-        float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
-        float mu = 0, mr = 0, mb = 0;
-        /* eager: update, run; then the step is waited for by a blocking
-         * cuStreamSynchronize (spin = 0), or by polling cuStreamQuery
-         * (spin = 1: the thread stays on its core, as a serving loop that
-         * spins on the step's results) */
-        float spin_both = 0, spin_upd = 0;
-        for (int spin = 0; spin < 2; spin++) {
-            for (int t = -20; t < steps; t++) {
-                double t0 = now();
-                int bad = fi_plan_update(plan, &fb) != FI_OK;
-                double t1 = now();
-                bad |= fi_plan_run(plan, &a) != FI_OK;
-                double t2 = now();
-                int r = 0;
-                if (spin)
-                    while ((r = gu.StreamQuery(s)) == 600 /* CUDA_ERROR_NOT_READY */) continue;
-                else
-                    r = gu.StreamSynchronize(s);
-                if (bad || GU(r)) {
-                    printf("step: %s\n", fi_last_error());
-                    return 1;
+        fdev.kv_indices = (const int32_t *)(uintptr_t)dtab;
+        for (int dt = 0; dt < 2; dt++) {
+            fi_plan_config cfg;
+            fi_plan_config_init(&cfg);
+            cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = b.pages;
+            fi_plan *plan = NULL, *cplan = NULL;
+            if (fi_plan_create(ctx, &p, &cfg, &plan) || update(plan, &fb, &fdev, dt)) {
+                printf("plan: %s\n", fi_last_error());
+                return 1;
+            }
+            fi_plan_info info = {.struct_size = sizeof info};
+            fi_plan_get_info(plan, &info);
+            fi_plan_config ccfg = cfg;
+            ccfg.num_workers = info.num_workers;
+            if (fi_plan_create(cpu, &p, &ccfg, &cplan)) return 1;
+            fi_run_args a;
+            memset(&a, 0, sizeof a);
+            a.q = fi_tensor_contiguous((void *)(uintptr_t)bench.q, FI_DTYPE_BF16, 3, qs);
+            a.o = fi_tensor_contiguous((void *)(uintptr_t)bench.o, FI_DTYPE_BF16, 3, qs);
+            a.k = fi_tensor_contiguous((void *)(uintptr_t)bench.k, FI_DTYPE_BF16, 4, ks);
+            a.v = fi_tensor_contiguous((void *)(uintptr_t)bench.v, FI_DTYPE_BF16, 4, ks);
+            a.stream = s;
+            float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
+            float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
+            float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
+            float mu = 0, mr = 0, mb = 0;
+            /* eager: update, run; then the step is waited for by a blocking
+             * cuStreamSynchronize (spin = 0), or by polling cuStreamQuery
+             * (spin = 1: the thread stays on its core, as a serving loop that
+             * spins on the step's results) */
+            float spin_both = 0, spin_upd = 0;
+            for (int spin = 0; spin < 2; spin++) {
+                for (int t = -20; t < steps; t++) {
+                    double t0 = now();
+                    int bad = update(plan, &fb, &fdev, dt);
+                    double t1 = now();
+                    bad |= fi_plan_run(plan, &a) != FI_OK;
+                    double t2 = now();
+                    int r = 0;
+                    if (spin)
+                        while ((r = gu.StreamQuery(s)) == 600 /* CUDA_ERROR_NOT_READY */) continue;
+                    else
+                        r = gu.StreamSynchronize(s);
+                    if (bad || GU(r)) {
+                        printf("step: %s\n", fi_last_error());
+                        return 1;
+                    }
+                    if (t >= 0) upd[t] = (float)(1e6 * (t1 - t0)), run[t] = (float)(1e6 * (t2 - t1)),
+                                both[t] = (float)(1e6 * (t2 - t0));
                 }
-                if (t >= 0) upd[t] = (float)(1e6 * (t1 - t0)), run[t] = (float)(1e6 * (t2 - t1)),
-                            both[t] = (float)(1e6 * (t2 - t0));
+                if (spin) spin_both = median(both, steps), spin_upd = median(upd, steps);
+                else mu = median(upd, steps), mr = median(run, steps), mb = median(both, steps);
             }
-            if (spin) spin_both = median(both, steps), spin_upd = median(upd, steps);
-            else mu = median(upd, steps), mr = median(run, steps), mb = median(both, steps);
-        }
-        gu_graph g = NULL;
-        gu_exec ex = NULL;
-        GU(gu.BeginCapture(s, 0));
-        fi_plan_run(plan, &a);
-        if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
-        for (int t = -20; t < steps; t++) { /* graph: update, replay */
-            double t0 = now();
-            int bad = fi_plan_update(plan, &fb) != FI_OK;
-            bad |= GU(gu.EventRecord(e0, s)) || GU(gu.GraphLaunch(ex, s));
-            double t1 = now();
-            bad |= GU(gu.EventRecord(e1, s)) || GU(gu.EventSynchronize(e1));
-            if (bad) return 1;
-            if (t >= 0) {
-                graph[t] = (float)(1e6 * (t1 - t0));
-                GU(gu.EventElapsedTime(&dev[t], e0, e1));
-                dev[t] *= 1e3f;
+            gu_graph g = NULL;
+            gu_exec ex = NULL;
+            GU(gu.BeginCapture(s, 0));
+            fi_plan_run(plan, &a);
+            if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
+            for (int t = -20; t < steps; t++) { /* graph: update, replay */
+                double t0 = now();
+                int bad = update(plan, &fb, &fdev, dt);
+                bad |= GU(gu.EventRecord(e0, s)) || GU(gu.GraphLaunch(ex, s));
+                double t1 = now();
+                bad |= GU(gu.EventRecord(e1, s)) || GU(gu.EventSynchronize(e1));
+                if (bad) return 1;
+                if (t >= 0) {
+                    graph[t] = (float)(1e6 * (t1 - t0));
+                    GU(gu.EventElapsedTime(&dev[t], e0, e1));
+                    dev[t] *= 1e3f;
+                }
             }
+            for (int t = -20; t < steps; t++) { /* the same update on a CPU context */
+                double t0 = now();
+                if (update(cplan, &fb, &fb, dt)) return 1; /* CPU: device memory is host memory */
+                if (t >= 0) cupd[t] = (float)(1e6 * (now() - t0));
+            }
+            float mg = median(graph, steps), mc = median(cupd, steps), md = median(dev, steps);
+            const char *where = dt ? "device" : "host";
+            printf("decode %d x %d, %s page table (%d items, %d split, %d workers): update %.1f us, "
+                   "run %.1f us, update + run %.1f us (spin-wait: %.1f, update %.1f), update + graph "
+                   "launch %.1f us; CPU-context update %.1f us; GPU step %.1f us\n", B, lens[li], where,
+                   info.num_items, info.num_split_items, info.num_workers, mu, mr, mb, spin_both,
+                   spin_upd, mg, mc, md);
+            tl += snprintf(table + tl, sizeof table - (size_t)tl,
+                           "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", lens[li],
+                           where, mu, mr, mb, spin_both, mg, mc, md);
+            if (jf)
+                fprintf(jf,
+                        "{\"workload\":\"overhead\",\"page_table\":\"%s\",\"batch\":%d,\"kv_len\":%d,\"items\":%d,"
+                        "\"update_us\":%.2f,\"run_us\":%.2f,\"update_run_us\":%.2f,"
+                        "\"update_run_spin_us\":%.2f,\"update_spin_us\":%.2f,"
+                        "\"update_graph_us\":%.2f,\"update_cpu_ctx_us\":%.2f,\"gpu_step_us\":%.2f,"
+                        "\"steps\":%d}\n",
+                        where, B, lens[li], info.num_items, mu, mr, mb, spin_both, spin_upd, mg, mc, md,
+                        steps);
+            free(upd), free(run), free(both), free(graph), free(cupd), free(dev);
+            gu.GraphExecDestroy(ex);
+            gu.GraphDestroy(g);
+            fi_plan_destroy(plan);
+            fi_plan_destroy(cplan);
         }
-        for (int t = -20; t < steps; t++) { /* the same update on a CPU context */
-            double t0 = now();
-            if (fi_plan_update(cplan, &fb)) return 1;
-            if (t >= 0) cupd[t] = (float)(1e6 * (now() - t0));
-        }
-        float mg = median(graph, steps), mc = median(cupd, steps), md = median(dev, steps);
-        printf("decode %d x %d (%d items, %d split, %d workers): update %.1f us, run %.1f us, "
-               "update + run %.1f us (spin-wait: %.1f, update %.1f), update + graph launch %.1f "
-               "us; CPU-context update %.1f us; GPU step %.1f us\n", B, lens[li], info.num_items,
-               info.num_split_items, info.num_workers, mu, mr, mb, spin_both, spin_upd, mg, mc, md);
-        tl += snprintf(table + tl, sizeof table - (size_t)tl,
-                       "| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", lens[li], mu,
-                       mr, mb, spin_both, mg, mc, md);
-        if (jf)
-            fprintf(jf,
-                    "{\"workload\":\"overhead\",\"batch\":%d,\"kv_len\":%d,\"items\":%d,"
-                    "\"update_us\":%.2f,\"run_us\":%.2f,\"update_run_us\":%.2f,"
-                    "\"update_run_spin_us\":%.2f,\"update_spin_us\":%.2f,"
-                    "\"update_graph_us\":%.2f,\"update_cpu_ctx_us\":%.2f,\"gpu_step_us\":%.2f,"
-                    "\"steps\":%d}\n",
-                    B, lens[li], info.num_items, mu, mr, mb, spin_both, spin_upd, mg, mc, md, steps);
-        free(upd), free(run), free(both), free(graph), free(cupd), free(dev);
-        gu.GraphExecDestroy(ex);
-        gu.GraphDestroy(g);
-        fi_plan_destroy(plan);
-        fi_plan_destroy(cplan);
+        gu.MemFree(dtab);
         gu_batch_free(&b);
     }
     printf("\n%s", table);

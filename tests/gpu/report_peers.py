@@ -113,11 +113,11 @@ def overhead_table(d):
     if not rows:
         return
     print("\nHost cost of a 256-request decode step (us, medians; target < 20)\n")
-    print("| kv_len | update | run | update + run | update + run, spin-wait | update + graph launch |"
-          " update, CPU context | GPU step |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| kv_len | page table | update | run | update + run | update + run, spin-wait |"
+          " update + graph launch | update, CPU context | GPU step |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['kv_len']} | {f(r['update_us'])} | {f(r['run_us'])} | {f(r['update_run_us'])} | "
+        print(f"| {r['kv_len']} | {r.get('page_table', 'host')} | {f(r['update_us'])} | {f(r['run_us'])} | {f(r['update_run_us'])} | "
               f"{f(r.get('update_run_spin_us'))} | {f(r['update_graph_us'])} | {f(r['update_cpu_ctx_us'])} | "
               f"{f(r['gpu_step_us'])} |")
     if calls:

@@ -120,6 +120,17 @@ if [ "$SANITIZE" = 1 ]; then
             status=1
         fi
     done
+    # device page tables with ids out of range: clamped inside the cache
+    stamp "compute-sanitizer --tool memcheck: build/test_cuda --table"
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 ./build/test_cuda --table \
+        > "$OUT/sanitize_table.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|test_cuda" "$OUT/sanitize_table.log"
+    if [ "$rc" != 0 ]; then
+        echo "compute-sanitizer memcheck (device tables) FAILED (exit $rc)"
+        grep -m 20 -E "=====|FAIL" "$OUT/sanitize_table.log"
+        status=1
+    fi
 fi
 
 if [ "$VARIANTS" = 1 ]; then
@@ -134,7 +145,7 @@ if [ "$HARNESS" = 1 ]; then
         | ./build/jit_compile --warm -j "$JOBS" 2>&1 | tee "$OUT/warm.log"
     stamp "attention harness, backend cuda, one process per suite"
     pids=()
-    SUITES="oracle format variant dtype headdim plan edge determinism graph"
+    SUITES="oracle format variant dtype headdim plan edge determinism graph table"
     for s in $SUITES; do
         ./build/test_attention --backend cuda --filter "cuda/$s/" $QUICK > "$OUT/harness_$s.log" 2>&1 &
         pids+=($!)

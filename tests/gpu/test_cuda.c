@@ -15,8 +15,16 @@
  *           form captured on the decode batch, replaying the wide items of
  *           the mixed batches in 16-row slices; eager, the mixed batch takes
  *           the 64-row-block full form, the prefill-heavy one the 128-row),
- *           without the decode form (FLASHINFER_CUDA_DECODE_FORM=0), and
- *           the separate kernels (FLASHINFER_CUDA_PERSIST=0)
+ *           without the decode form (FLASHINFER_CUDA_DECODE_FORM=0), the
+ *           separate kernels (FLASHINFER_CUDA_PERSIST=0), and with each
+ *           batch's page table in its own device buffer
+ *           (fi_plan_update_device_table): a replay reads the table of the
+ *           latest update, wherever it lives
+ *   table   device page tables: bitwise the host table's runs; ids out of
+ *           range (negative, past the cache) clamped, the other requests'
+ *           rows bitwise unchanged; a host address or a range past its
+ *           allocation refused. `test_cuda --table` runs only this (for
+ *           compute-sanitizer memcheck: the clamped ids stay in the cache)
  *   device  device_id out of range gives FI_STATUS_NO_DEVICE
  */
 #include "flashinfer.h"
@@ -105,7 +113,22 @@ typedef struct batch {
     int32_t n, qo[MAXB], kv[MAXB];
     int32_t qo_indptr[MAXB + 1], kv_indptr[MAXB + 1], last[MAXB], indices[POOL];
     fi_batch view;
+    gu_ptr table; /* the page table on the device (device-table modes) */
 } batch;
+
+/* The batch's page table into its own device buffer. */
+static int upload_table(batch *b) {
+    size_t n = (size_t)b->kv_indptr[b->n] * 4;
+    return GU(gu.MemAlloc(&b->table, n ? n : 4)) || (n && GU(gu.HtoD(b->table, b->indices, n)));
+}
+
+/* fi_plan_update, or fi_plan_update_device_table with b->table. */
+static fi_status update(fi_plan *plan, const batch *b, int device_table) {
+    if (!device_table) return fi_plan_update(plan, &b->view);
+    fi_batch v = b->view;
+    v.kv_indices = (const int32_t *)(uintptr_t)b->table;
+    return fi_plan_update_device_table(plan, &v);
+}
 
 static void make_batch(batch *b, int n, const int32_t *qo, const int32_t *kv, tu_rng *rng) {
     memset(b, 0, sizeof *b);
@@ -207,7 +230,7 @@ static CUfunction last_form(const fi_plan *plan) {
     return ((const fi_cuda_plan *)plan->backend_state)->last_form;
 }
 
-static void test_graph(const char *mode) {
+static void test_graph(const char *mode, int device_table) {
     tu_rng rng;
     tu_rng_seed(&rng, 1234);
     fi_context_options opt;
@@ -245,6 +268,7 @@ static void test_graph(const char *mode) {
     make_batch(&bs[1], 5, qb, kb, &rng);
     make_batch(&bs[2], 1, qc, kc, &rng);
     make_batch(&bs[3], 2, qd, kd, &rng);
+    for (int i = 0; device_table && i < NB; i++) CHECK(!upload_table(&bs[i]), "table %d", i);
     const char *names[NB] = {"decode 3 requests", "mixed 5 requests", "one long request (split)",
                              "prefill-heavy 2 requests"};
     size_t obytes = (size_t)MAXQ * HQ * D * 2;
@@ -261,7 +285,7 @@ static void test_graph(const char *mode) {
     for (int round = 0; round < 2 * NB; round++) {
         int i = round % NB;
         batch *b = &bs[i];
-        CHECK(fi_plan_update(plan, &b->view) == FI_OK, "update %d", i);
+        CHECK(update(plan, b, device_table) == FI_OK, "update %d: %s", i, fi_last_error());
         fi_plan_info info = {.struct_size = sizeof info};
         fi_plan_get_info(plan, &info);
         prepare(&B, b, &rng);
@@ -298,7 +322,99 @@ static void test_graph(const char *mode) {
     if (exec) gu.GraphExecDestroy(exec);
     fi_plan_destroy(plan);
     fi_context_destroy(ctx);
+    for (int i = 0; i < NB; i++)
+        if (bs[i].table) gu.MemFree(bs[i].table);
     free(eager), free(replay);
+}
+
+/* ------------------------------------------------------------- table */
+
+static void test_table(void) {
+    tu_rng rng;
+    tu_rng_seed(&rng, 99);
+    fi_context_options opt;
+    fi_context_options_init(&opt);
+    opt.device = FI_DEVICE_CUDA;
+    fi_context *ctx = NULL;
+    CHECK(fi_context_create(&opt, &ctx) == FI_OK, "context");
+    if (!ctx) return;
+    bufs B;
+    memset(&B, 0, sizeof B);
+    if (bufs_init(&B, &rng)) {
+        CHECK(0, "buffers");
+        return;
+    }
+    fi_attention_params p = make_params();
+    fi_plan_config cfg;
+    fi_plan_config_init(&cfg);
+    cfg.max_batch_size = MAXB;
+    cfg.max_total_qo = MAXQ;
+    cfg.max_total_kv = POOL;
+    fi_plan *plan = NULL;
+    CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan");
+    if (!plan) return;
+    gu_stream s = NULL;
+    GU(gu.StreamCreate(&s, 1));
+    fi_run_args a = run_args(&B, s);
+    size_t obytes = (size_t)MAXQ * HQ * D * 2;
+    uint16_t *host = malloc(obytes), *dev = malloc(obytes);
+    /* decodes, a split long one, a prefill chunk: every kernel path */
+    int32_t q[] = {1, 1, 1, 12, 1}, k[] = {300, 3000, 45, 800, 1};
+    batch b;
+    make_batch(&b, 5, q, k, &rng);
+    CHECK(!upload_table(&b), "table");
+    prepare(&B, &b, &rng);
+    CHECK(update(plan, &b, 0) == FI_OK && fi_plan_run(plan, &a) == FI_OK, "host table run");
+    check_oracle("table: host table", &B, &b, host);
+    GU(gu.MemsetD8(B.do_, 0xff, B.ob));
+    GU(gu.CtxSynchronize());
+    CHECK(update(plan, &b, 1) == FI_OK && fi_plan_run(plan, &a) == FI_OK, "device table run: %s",
+          fi_last_error());
+    check_oracle("table: device table", &B, &b, dev);
+    int nq = b.qo_indptr[b.n];
+    CHECK(!memcmp(host, dev, (size_t)nq * HQ * D * 2), "device table run not bitwise the host's");
+
+    /* request 1's ids out of range: its rows are some pages' attention
+     * (finite), every other row bitwise as before */
+    int32_t bad[POOL];
+    memcpy(bad, b.indices, sizeof bad);
+    for (int j = b.kv_indptr[1]; j < b.kv_indptr[2]; j++) bad[j] = j % 2 ? -7 - j : POOL + 1000 * j;
+    GU(gu.HtoD(b.table, bad, (size_t)b.kv_indptr[b.n] * 4));
+    GU(gu.MemsetD8(B.do_, 0xff, B.ob));
+    GU(gu.CtxSynchronize());
+    CHECK(update(plan, &b, 1) == FI_OK && fi_plan_run(plan, &a) == FI_OK, "bad ids run: %s",
+          fi_last_error());
+    GU(gu.CtxSynchronize());
+    GU(gu.DtoH(dev, B.do_, (size_t)nq * HQ * D * 2));
+    int finite = 1, same = 1;
+    for (int t = 0; t < nq; t++)
+        for (int i = 0; i < HQ * D; i++) {
+            size_t e = (size_t)t * HQ * D + (size_t)i;
+            if (t == b.qo_indptr[1]) finite &= isfinite(tu_load(dev, FI_DTYPE_BF16, (int64_t)e)) != 0;
+            else same &= dev[e] == host[e];
+        }
+    printf("table: ids out of range in request 1: its rows %s, the others %s\n",
+           finite ? "finite" : "NOT FINITE", same ? "bitwise unchanged" : "CHANGED");
+    CHECK(finite && same, "ids out of range");
+
+    /* refused: a host address, a range past the allocation */
+    fi_batch v = b.view;
+    fi_status st = fi_plan_update_device_table(plan, &v);
+    printf("table: host address -> %s: \"%s\"\n", fi_status_string(st), fi_last_error());
+    CHECK(st == FI_STATUS_INVALID_ARGUMENT, "host address accepted");
+    gu_ptr small = 0;
+    GU(gu.MemAlloc(&small, 64));
+    v.kv_indices = (const int32_t *)(uintptr_t)small;
+    st = fi_plan_update_device_table(plan, &v);
+    printf("table: 16 entries for %d -> %s: \"%s\"\n", (int)b.kv_indptr[b.n],
+           fi_status_string(st), fi_last_error());
+    CHECK(st == FI_STATUS_INVALID_ARGUMENT, "short table accepted");
+    CHECK(fi_plan_run(plan, &a) == FI_STATUS_NOT_PLANNED, "run after a failed update");
+    gu.MemFree(small);
+    gu.MemFree(b.table);
+    free(host), free(dev);
+    fi_plan_destroy(plan);
+    fi_context_destroy(ctx);
 }
 
 /* ------------------------------------------------------------ device */
@@ -323,19 +439,26 @@ static void test_device(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
         printf("no CUDA device: nothing to test\n");
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--table")) {
+        test_table();
+        return gu_summary("test_cuda --table");
+    }
     test_jit();
     test_device();
-    test_graph("persistent kernel");
+    test_table();
+    test_graph("persistent kernel", 0);
+    test_graph("persistent kernel, device page tables", 1);
     setenv("FLASHINFER_CUDA_DECODE_FORM", "0", 1);
-    test_graph("persistent kernel, no decode form");
+    test_graph("persistent kernel, no decode form", 0);
     unsetenv("FLASHINFER_CUDA_DECODE_FORM");
     setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
-    test_graph("separate kernels");
+    test_graph("separate kernels", 0);
+    test_graph("separate kernels, device page tables", 1);
     unsetenv("FLASHINFER_CUDA_PERSIST");
     return gu_summary("test_cuda");
 }

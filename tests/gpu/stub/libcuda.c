@@ -62,6 +62,14 @@ API CUresult cuMemcpyHtoDAsync_v2(dptr d, const void *s, size_t n, void *st) {
     (void)d, (void)s, (void)n, (void)st; /* a DMA: no host time */
     return 0;
 }
+API CUresult cuMemGetAddressRange_v2(dptr *base, size_t *n, dptr p) {
+    /* the stand-in cannot know a malloc's size: any non-null address is the
+     * start of a large allocation */
+    if (!p) return 1; /* CUDA_ERROR_INVALID_VALUE */
+    *base = p;
+    *n = (size_t)1 << 40;
+    return 0;
+}
 API CUresult cuMemcpyHtoD_v2(dptr d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 0; }
 API CUresult cuMemcpyDtoH_v2(void *d, dptr s, size_t n) { (void)s; memset(d, 0, n); return 0; }
 API CUresult cuMemsetD8_v2(dptr d, unsigned char v, size_t n) { (void)d, (void)v, (void)n; return 0; }
