@@ -168,7 +168,7 @@ FI_DEV void fetch_pages(const fi_attn_args &a, const int32_t *kv_indices, const 
         if (i < BN * CH && j < it.k1) {
             if constexpr (PAGED) {
                 int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
-                P.id[k] = fi_page_id(a, kv_indices[it.kv_base + pi]);
+                P.id[k] = kv_indices[it.kv_base + pi]; /* clamped where used */
             } else {
                 P.id[k] = 0;
             }
@@ -189,7 +189,7 @@ FI_DEV void load_tile(const fi_attn_args &a, const int32_t *kv_indices, const It
             const bool ok = P.id[k] >= 0;
             int64_t page = 0, slot;
             if constexpr (PAGED) {
-                page = ok ? P.id[k] : 0;
+                page = ok ? fi_page_id(a, P.id[k]) : 0; /* a negative id: not ok, zeros */
                 slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
             } else {
                 slot = it.kv_base + j;

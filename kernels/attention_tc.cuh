@@ -224,11 +224,13 @@ constexpr bool SPREAD_OFFS = false;
 #endif
 static_assert(2 * BN == NT, "a thread per key and cache");
 
-/* Key j's page id (paged KV; 0 past the span): issued a tile before use. */
+/* Key j's page id (paged KV; 0 past the span): issued a tile before use,
+ * as loaded (kv_off and put_off_spread clamp it where they use it: a clamp
+ * here would wait on the load at once, and cost paged prefill 3%). */
 FI_DEV int page_of(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j) {
     if (!PAGED || j >= it.k1) return 0;
     const int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
-    return fi_page_id(a, __ldg(kv_indices + it.kv_base + pi));
+    return __ldg(kv_indices + it.kv_base + pi);
 }
 FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
     KVOff r;
@@ -237,8 +239,12 @@ FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
         return r;
     }
     int64_t slot;
-    if constexpr (PAGED) slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
-    else slot = it.kv_base + j;
+    if constexpr (PAGED) {
+        slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
+        page = fi_page_id(a, page);
+    } else {
+        slot = it.kv_base + j;
+    }
     r.k = (int64_t)page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head;
     r.v = (int64_t)page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head;
     return r;
@@ -250,6 +256,7 @@ FI_DEV void put_off_spread(KVOff *slot, const fi_attn_args &a, const Item &it, i
     int64_t off = 0; /* past the span, as kv_off */
     if (j < it.k1) {
         const int64_t s = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
+        page = fi_page_id(a, page);
         off = threadIdx.x < BN
                   ? (int64_t)page * a.k_page + s * a.k_slot + (int64_t)it.hkv * a.k_head
                   : (int64_t)page * a.v_page + s * a.v_slot + (int64_t)it.hkv * a.v_head;

@@ -86,8 +86,8 @@ FI_DEV void fetch_pages(const fi_attn_args &a, const fi_view &v, const Item &it,
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int j = j0 + L.key0 + k * KSTEP;
-        L.id[k] = PAGED && j < it.k1
-                      ? fi_page_id(a, __ldg(v.kv_indices + it.kv_base + (j >> a.page_shift))) : 0;
+        /* raw: clamped where used (load_tile), so nothing waits on the load here */
+        L.id[k] = PAGED && j < it.k1 ? __ldg(v.kv_indices + it.kv_base + (j >> a.page_shift)) : 0;
     }
 }
 
@@ -102,8 +102,9 @@ FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0
         const bool ok = j < it.k1;
         int64_t ko, vo;
         if constexpr (PAGED) { /* slot x stride < the page stride: 32 bits */
-            ko = (int64_t)L.id[k] * a.k_page + (int32_t)((j & mask) * (int32_t)a.k_slot);
-            vo = (int64_t)L.id[k] * a.v_page + (int32_t)((j & mask) * (int32_t)a.v_slot);
+            const int64_t page = fi_page_id(a, L.id[k]);
+            ko = page * a.k_page + (int32_t)((j & mask) * (int32_t)a.k_slot);
+            vo = page * a.v_page + (int32_t)((j & mask) * (int32_t)a.v_slot);
         } else { /* past the span: key 0 of the item */
             ko = (it.kv_base + (ok ? j : 0)) * a.k_slot;
             vo = (it.kv_base + (ok ? j : 0)) * a.v_slot;
