@@ -338,6 +338,11 @@ typedef struct fi_plan_config {
     /* > 0: split every KV span into chunks of exactly this many keys, so a
      * request's output bits do not depend on the rest of the batch. */
     int32_t fixed_split_size;
+    /* Non-zero (paged KV): every fi_plan_update's batch->kv_indices is a
+     * device address of the plan's context, as a serving engine keeps its
+     * page table; see fi_plan_update. CPU: device memory is host memory, and
+     * the flag changes nothing. */
+    int32_t device_page_table;
 } fi_plan_config;
 
 FI_API void fi_plan_config_init(fi_plan_config *config);
@@ -367,23 +372,21 @@ FI_API fi_status fi_plan_create(fi_context *ctx, const fi_attention_params *para
 FI_API void fi_plan_destroy(fi_plan *plan);
 
 /* Schedule a batch: validate it, tile and split it, assign work to workers.
- * Allocates nothing; a batch over a bound returns FI_STATUS_BOUND_EXCEEDED. */
+ * Allocates nothing; a batch over a bound returns FI_STATUS_BOUND_EXCEEDED.
+ *
+ * A plan made with fi_plan_config.device_page_table takes the page table
+ * batch->kv_indices in device memory (kv_indptr[B] entries, laid out as in
+ * host memory; the other arrays stay in host memory). The host neither
+ * reads nor copies it, so an update costs O(requests), not O(pages); the
+ * kernels read it at every fi_plan_run: keep it alive, and rewrite it only
+ * where the stream of the runs allows (a CUDA graph captured around
+ * fi_plan_run reads it at replay, from the address of the latest update).
+ * Its ids are not checked: the kernels clamp each to the pages the K/V
+ * tensors hold, so a bad id yields wrong rows for its request, never an
+ * access outside the cache. CUDA: the entries must lie inside one device
+ * allocation, 4-byte aligned (FI_STATUS_INVALID_ARGUMENT otherwise). CPU:
+ * the table is checked by the first run, as a host table is. */
 FI_API fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch);
-
-/* fi_plan_update with a paged batch's page table in device memory: batch->
- * kv_indices is a device address of the plan's context (kv_indptr[B]
- * entries, laid out as in host memory), as a serving engine keeps it. The
- * other arrays stay in host memory. The host neither reads nor copies the
- * table, so the update costs O(requests), not O(pages); the kernels read it
- * at every fi_plan_run: keep it alive, and rewrite it only where the stream
- * of the runs allows (a CUDA graph captured around fi_plan_run reads it at
- * replay, from the address of the latest update). Its ids are not checked:
- * the kernels clamp each to the pages the K/V tensors hold, so a bad id
- * yields wrong rows for its request, never an access outside the cache.
- * CUDA: the range must lie inside one device allocation
- * (FI_STATUS_INVALID_ARGUMENT otherwise). CPU: device memory is host memory,
- * and the table is checked by the first run as with fi_plan_update. */
-FI_API fi_status fi_plan_update_device_table(fi_plan *plan, const fi_batch *batch);
 
 /* Bytes of workspace this plan holds (host, and device for CUDA). */
 FI_API size_t fi_plan_workspace_size(const fi_plan *plan);

@@ -30,7 +30,8 @@
  *   FI_DQK, FI_DVO    head dims (64, 128, 256)
  *   FI_QT, FI_KVT, FI_OT  dtype codes (fi_dtype values)
  *   FI_GROUP          H_qo / H_kv;  FI_ROWS rows per block (1..8)
- *   FI_PAGED          1 paged, 0 ragged KV
+ *   FI_PAGED          1 paged, 0 ragged KV, 2 paged with the page table in
+ *                     device memory (ids clamped: work.cuh fi_page_id)
  *   FI_MASK           0 none, 1 causal, 2 custom bits
  *   FI_WINDOW         1: sliding window (window_left >= 0)
  *   FI_SOFTCAP        1: logits soft-cap
@@ -76,6 +77,7 @@ constexpr int DQK = FI_DQK, DVO = FI_DVO;
 constexpr int QT = FI_QT, KT = FI_KVT, OT = FI_OT;
 constexpr int GROUP = FI_GROUP, RM = FI_ROWS;
 constexpr bool PAGED = FI_PAGED != 0;
+constexpr bool DEVICE_TABLE = FI_PAGED == 2;
 constexpr bool CAUSAL = FI_MASK == 1, CUSTOM = FI_MASK == 2;
 constexpr bool WINDOW = FI_WINDOW != 0;
 constexpr bool ROPE = FI_POS == 1 && !fi_v::USER; /* built-in, element-wise */
@@ -142,7 +144,7 @@ FI_DEV void kv_offsets(const fi_attn_args &a, const int32_t *kv_indices, const I
             pi = j / a.page_size;
             s = j - pi * a.page_size;
         }
-        page = fi_page_id(a, kv_indices[it.kv_base + pi]);
+        page = fi_page_id<DEVICE_TABLE>(a, kv_indices[it.kv_base + pi]);
         slot = s;
     } else {
         slot = it.kv_base + j;
@@ -189,7 +191,7 @@ FI_DEV void load_tile(const fi_attn_args &a, const int32_t *kv_indices, const It
             const bool ok = P.id[k] >= 0;
             int64_t page = 0, slot;
             if constexpr (PAGED) {
-                page = ok ? fi_page_id(a, P.id[k]) : 0; /* a negative id: not ok, zeros */
+                page = ok ? fi_page_id<DEVICE_TABLE>(a, P.id[k]) : 0; /* a negative id: not ok, zeros */
                 slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
             } else {
                 slot = it.kv_base + j;

@@ -70,6 +70,7 @@ constexpr int DQK = FI_DQK, DVO = FI_DVO;
 constexpr int QT = FI_QT, OT = FI_OT;
 constexpr int GROUP = FI_GROUP;
 constexpr bool PAGED = FI_PAGED != 0;
+constexpr bool DEVICE_TABLE = FI_PAGED == 2; /* ids clamped where used */
 constexpr bool CAUSAL = FI_MASK == 1;
 constexpr bool WINDOW = FI_WINDOW != 0;
 constexpr bool TRANSFORM = fi_v::NATURAL; /* logits leave the log2 domain */
@@ -241,7 +242,7 @@ FI_DEV KVOff kv_off(const fi_attn_args &a, const Item &it, int j, int page) {
     int64_t slot;
     if constexpr (PAGED) {
         slot = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
-        page = fi_page_id(a, page);
+        page = fi_page_id<DEVICE_TABLE>(a, page);
     } else {
         slot = it.kv_base + j;
     }
@@ -256,7 +257,7 @@ FI_DEV void put_off_spread(KVOff *slot, const fi_attn_args &a, const Item &it, i
     int64_t off = 0; /* past the span, as kv_off */
     if (j < it.k1) {
         const int64_t s = a.page_shift >= 0 ? (j & (a.page_size - 1)) : j % a.page_size;
-        page = fi_page_id(a, page);
+        page = fi_page_id<DEVICE_TABLE>(a, page);
         off = threadIdx.x < BN
                   ? (int64_t)page * a.k_page + s * a.k_slot + (int64_t)it.hkv * a.k_head
                   : (int64_t)page * a.v_page + s * a.v_slot + (int64_t)it.hkv * a.v_head;

@@ -102,7 +102,7 @@ FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0
         const bool ok = j < it.k1;
         int64_t ko, vo;
         if constexpr (PAGED) { /* slot x stride < the page stride: 32 bits */
-            const int64_t page = fi_page_id(a, L.id[k]);
+            const int64_t page = fi_page_id<DEVICE_TABLE>(a, L.id[k]);
             ko = page * a.k_page + (int32_t)((j & mask) * (int32_t)a.k_slot);
             vo = page * a.v_page + (int32_t)((j & mask) * (int32_t)a.v_slot);
         } else { /* past the span: key 0 of the item */

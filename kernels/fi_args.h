@@ -104,8 +104,6 @@ typedef struct fi_attn_args {
     int32_t q_vec_ok;          /* Q rows 16-byte aligned and contiguous */
     int32_t heads_x;           /* persistent.cuh: grid x = KV heads, y = workers
                                   (a worker's heads dispatched together) */
-    int32_t max_page;          /* paged: the last page both caches hold; page
-                                  ids are clamped to it (fi_page_id) */
     float q_scale;             /* sm_scale * k_scale (* log2 e when no transform) */
     float softcap;             /* c of c * tanh(x / c) */
     float softcap_rcp;         /* 1 / c */
@@ -115,6 +113,10 @@ typedef struct fi_attn_args {
     float sm_scale;            /* the hooks' c->sm_scale */
     float k_scale;             /* FP8 K scale (q_scale leaves it out when a
                                   key hook sees dequantised rows) */
+    int32_t max_page;          /* paged: the last page both caches hold; a
+                                  device page table's ids are clamped to it
+                                  (work.cuh fi_page_id); here, the hole before
+                                  vparams, so no other field moves */
     /* A user variant's per-run parameters: the bytes of its
      * fi_variant_params (kernels/variant.cuh), laid out by the host. */
     uint64_t vparams[16];

@@ -30,12 +30,15 @@ FI_DEV fi_view fi_view_of(const fi_attn_args &a) {
     return v;
 }
 
-/* A page id as the kernels use it: clamped to [0, a.max_page], the pages
- * both caches hold. A table the host checked (fi_batch in host memory) is
- * already in range; one in device memory (fi_batch.kv_indices_on_device) is
- * read by no one before the kernels, so a bad id there reads some page of
- * the cache, never memory outside it. */
+/* A page id as the kernels use it. A table the host checked (in host
+ * memory) is in range: the id as is. A device page table
+ * (fi_plan_config.device_page_table; kernels built with FI_PAGED = 2) is
+ * read by no one before the kernels, so each id is clamped to [0,
+ * a.max_page], the pages both caches hold: a bad id reads some page of the
+ * cache, never memory outside it. Only those kernels pay for the clamp. */
+template <bool CLAMP>
 FI_DEV int32_t fi_page_id(const fi_attn_args &a, int32_t id) {
+    if constexpr (!CLAMP) return id;
     const uint32_t u = (uint32_t)id, last = (uint32_t)a.max_page;
     return (int32_t)(u < last ? u : last);
 }

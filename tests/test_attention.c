@@ -245,8 +245,8 @@ typedef struct case_spec {
     int32_t disable_split, fixed_split, workers;
     int32_t layers;       /* runs of one plan with fresh Q/K/V */
     int32_t second_batch; /* re-plan with another batch and run again */
-    int32_t device_table; /* paged: fi_plan_update_device_table, the table in
-                             the backend's memory */
+    int32_t device_table; /* paged: fi_plan_config.device_page_table, the
+                             table in the backend's memory */
     int32_t no_lse;
     double amplitude;     /* q, k uniform in [-a, a] */
     int32_t extreme;      /* huge logits: check finiteness, not closeness */
@@ -492,8 +492,8 @@ static void problem_fill(const case_spec *c, tu_rng *rng, problem *p) {
     else { dbuf_upload(c->be, &p->k); dbuf_upload(c->be, &p->v); }
 }
 
-/* fi_plan_update, or for a device_table case fi_plan_update_device_table
- * with the page table in the backend's memory (uploaded once per problem). */
+/* fi_plan_update; for a device_table case with the page table in the
+ * backend's memory (uploaded once per problem). */
 static fi_status plan_update(const case_spec *c, fi_plan *plan, problem *p) {
     if (!c->device_table || c->format != FI_KV_FORMAT_PAGED) return fi_plan_update(plan, &p->batch);
     fi_batch b = p->batch;
@@ -506,7 +506,7 @@ static fi_status plan_update(const case_spec *c, fi_plan *plan, problem *p) {
         }
         b.kv_indices = (const int32_t *)(uintptr_t)p->table;
     }
-    return fi_plan_update_device_table(plan, &b);
+    return fi_plan_update(plan, &b);
 }
 
 /* Build the batch arrays and allocate the tensors of a problem. */
@@ -883,6 +883,7 @@ static fi_plan_config case_config(const case_spec *c, const problem *a, const pr
     if (cfg.max_batch_size < 1) cfg.max_batch_size = 1;
     if (cfg.max_total_qo < 1) cfg.max_total_qo = 1;
     if (cfg.max_total_kv < 1) cfg.max_total_kv = 1;
+    cfg.device_page_table = c->device_table && c->format == FI_KV_FORMAT_PAGED;
     cfg.num_workers = c->workers;
     cfg.disable_split_kv = c->disable_split;
     cfg.fixed_split_size = c->fixed_split;
@@ -1612,7 +1613,7 @@ static void suite_graph(backend *be) {
     graph_case(be, FI_MASK_CAUSAL, FI_DTYPE_BF16, 1);
 }
 
-/* Page tables in the backend's memory (fi_plan_update_device_table): the
+/* Page tables in the backend's memory (fi_plan_config.device_page_table): the
  * layouts, page sizes (a power of two or not), dtypes and shapes that take
  * different kernel paths, a re-plan onto another table. */
 static void suite_table(backend *be) {

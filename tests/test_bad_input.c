@@ -413,6 +413,12 @@ static void test_params(void) {
         fx.config.num_workers = -4;
         CREATE_FAILS("config_workers_negative", FI_STATUS_INVALID_ARGUMENT, "num_workers", "-4");
     }
+    if (selected("config_device_table_ragged")) {
+        fx.config.device_page_table = 1;
+        fx.params.kv_format = FI_KV_FORMAT_RAGGED;
+        CREATE_FAILS("config_device_table_ragged", FI_STATUS_INVALID_ARGUMENT, "device_page_table",
+                     "paged");
+    }
 }
 
 static void test_null(void) {
@@ -441,15 +447,6 @@ static void test_null(void) {
     if (selected("update_batch_null")) {
         fi_plan *plan = make_plan();
         record("update_batch_null", plan && expect(fi_plan_update(plan, NULL), FI_STATUS_INVALID_ARGUMENT, END));
-        fi_plan_destroy(plan);
-    }
-    if (selected("device_table_plan_null"))
-        record("device_table_plan_null",
-               expect(fi_plan_update_device_table(NULL, &fx.batch), FI_STATUS_INVALID_ARGUMENT, END));
-    if (selected("device_table_batch_null")) {
-        fi_plan *plan = make_plan();
-        record("device_table_batch_null",
-               plan && expect(fi_plan_update_device_table(plan, NULL), FI_STATUS_INVALID_ARGUMENT, END));
         fi_plan_destroy(plan);
     }
     if (selected("qo_indptr_null")) {

@@ -70,7 +70,7 @@ static int runtime_paths(const wcase *c, char paths[3][1024]) {
     char arch[32];
     fi_cuda_arch_name(9, 0, arch, sizeof arch);
     fi_kernel_spec specs[3];
-    int n = fi_cuda_plan_specs(&p, src, specs, NULL);
+    int n = fi_cuda_plan_specs(&p, 0, src, specs, NULL);
     for (int i = 0; i < n; i++) fi_cuda_cache_path(&specs[i], arch, paths[i], sizeof paths[i]);
     free(src);
     fi_variant_destroy(owned);

@@ -207,7 +207,7 @@ static int add_cuda_jobs(warmup *w, const fi_variant *v, int dim, fi_dtype dt, c
                 else return fprintf(stderr, "fi warmup: mask %s: none, causal or custom\n", m), -1;
                 p.variant = v;
                 fi_kernel_spec specs[3];
-                int n = fi_cuda_plan_specs(&p, vsrc, specs, NULL);
+                int n = fi_cuda_plan_specs(&p, 0, vsrc, specs, NULL);
                 for (int i = 0; i < n; i++) {
                     int dup = 0;
                     for (int j = 0; j < w->num_jobs && !dup; j++)

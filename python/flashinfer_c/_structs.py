@@ -127,6 +127,7 @@ class PlanConfig(Structure):
         ("num_workers", c_int32),
         ("disable_split_kv", c_int32),
         ("fixed_split_size", c_int32),
+        ("device_page_table", c_int32),
     ]
 
 

@@ -8,7 +8,7 @@
 
 #define INVALID(...) fi_error(FI_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
-static fi_status validate_config(const fi_plan_config *c) {
+static fi_status validate_config(const fi_plan_config *c, const fi_attention_params *p) {
     if (c->struct_size != sizeof *c)
         return INVALID("fi_plan_config.struct_size=%u, expected %zu: call fi_plan_config_init "
                        "first", (unsigned)c->struct_size, sizeof *c);
@@ -22,6 +22,9 @@ static fi_status validate_config(const fi_plan_config *c) {
     if (c->fixed_split_size < 0)
         return INVALID("fixed_split_size=%d: use 0 for automatic, else a positive key count",
                        (int)c->fixed_split_size);
+    if (c->device_page_table && p->kv_format != FI_KV_FORMAT_PAGED)
+        return INVALID("device_page_table: a page table needs paged KV (kv_format=%d)",
+                       (int)p->kv_format);
     return FI_OK;
 }
 
@@ -73,13 +76,14 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
     fi_plan_config cfg;
     fi_plan_config_init(&cfg);
     if (config) cfg = *config;
-    if ((st = validate_config(&cfg))) return st;
+    if ((st = validate_config(&cfg, params))) return st;
 
     fi_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_plan_create: out of memory");
     plan->ctx = ctx;
     plan->params = *params;
     plan->config = cfg;
+    plan->kv_indices_on_device = cfg.device_page_table != 0;
     plan->group_size = params->num_qo_heads / params->num_kv_heads;
     if (plan->params.sm_scale == 0.0f)
         plan->params.sm_scale = 1.0f / sqrtf((float)params->head_dim_qk);

@@ -103,13 +103,12 @@ static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
     return FI_OK;
 }
 
-static fi_status update(fi_plan *plan, const fi_batch *batch, bool device_table) {
+fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
+    if (!plan) return INVALID("fi_plan_update: plan is NULL");
+    if (!batch) return INVALID("fi_plan_update: batch is NULL");
     plan->planned = false; /* a failed update leaves nothing runnable */
     fi_status st = validate_and_copy(plan, batch);
     if (st) return st;
-    /* read by the CUDA backend's upload; the CPU backend reads the table in
-     * place either way */
-    plan->kv_indices_on_device = device_table && plan->params.kv_format == FI_KV_FORMAT_PAGED;
 
     const fi_backend *be = plan->ctx->backend;
     fi_schedule_input in = {
@@ -136,19 +135,4 @@ static fi_status update(fi_plan *plan, const fi_batch *batch, bool device_table)
     if (be->plan_upload && (st = be->plan_upload(plan))) return st;
     plan->planned = true;
     return FI_OK;
-}
-
-fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
-    if (!plan) return INVALID("fi_plan_update: plan is NULL");
-    if (!batch) return INVALID("fi_plan_update: batch is NULL");
-    return update(plan, batch, false);
-}
-
-/* The table stays where it is: the CUDA backend points its kernels at it
- * (cuda/plan.c); on the CPU, whose device memory is host memory, this is
- * fi_plan_update. */
-fi_status fi_plan_update_device_table(fi_plan *plan, const fi_batch *batch) {
-    if (!plan) return INVALID("fi_plan_update_device_table: plan is NULL");
-    if (!batch) return INVALID("fi_plan_update_device_table: batch is NULL");
-    return update(plan, batch, true);
 }

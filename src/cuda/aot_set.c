@@ -9,8 +9,11 @@
  * what a plan runs by default; the separate kernels serve uncaptured
  * prefill-only runs and FLASHINFER_CUDA_PERSIST=0), its decode form (what
  * decode batches run) and its 64-row tensor-core block form (plans of 17 to
- * 64 packed rows: a cascade's shared level): 2 x 2 x 3 x 2 x 2 x 5 + 2 x 2 =
- * 244 kernels.
+ * 64 packed rows: a cascade's shared level): 2 x 2 x 3 x 2 x 2 x 5; and for
+ * plans with a device page table (fi_plan_config.device_page_table: the
+ * Python layer's, kernels that clamp page ids) the persistent kernel and its
+ * decode form of each paged configuration, 2 x 2 x 3 x 2 x 2; plus the
+ * merge kernels, 2 x 2: 292 kernels.
  */
 #include "cuda/cuda_backend.h"
 
@@ -18,12 +21,13 @@
 
 enum { N_DT = 2, N_DIM = 2, N_GROUP = 3, N_FMT = 2, N_MASK = 2 };
 enum { N_ATTN = N_DT * N_DIM * N_GROUP * N_FMT * N_MASK };
+enum { N_DTABLE = N_ATTN / N_FMT }; /* the paged configurations */
 
 static const int aot_dtypes[N_DT] = {FI_DTYPE_BF16, FI_DTYPE_F16};
 static const int aot_dims[N_DIM] = {128, 64};
 static const int aot_groups[N_GROUP] = {1, 4, 8};
 
-int fi_cuda_aot_set_count(void) { return 5 * N_ATTN + N_DT * N_DIM; }
+int fi_cuda_aot_set_count(void) { return 5 * N_ATTN + 2 * N_DTABLE + N_DT * N_DIM; }
 
 /* The i-th configuration's attention config (i < N_ATTN). */
 static void attn_config_at(int i, fi_attn_config *c) {
@@ -61,8 +65,14 @@ void fi_cuda_aot_set_spec(int i, fi_kernel_spec *s) {
         attn_config_at(i - 4 * N_ATTN, &c);
         c.tc_block = 64;
         fi_cuda_persist_spec(&c, s);
+    } else if (i < 5 * N_ATTN + 2 * N_DTABLE) { /* device page tables */
+        int k = i - 5 * N_ATTN, j = k % N_DTABLE;
+        attn_config_at(j % N_MASK + j / N_MASK * N_MASK * N_FMT, &c); /* fmt 0: paged */
+        c.paged = 2;
+        if (k < N_DTABLE) fi_cuda_persist_spec(&c, s);
+        else fi_cuda_persist_decode_spec(&c, s);
     } else {
-        int k = i - 5 * N_ATTN;
+        int k = i - 5 * N_ATTN - 2 * N_DTABLE;
         fi_cuda_merge_spec(aot_dims[k % N_DIM], aot_dtypes[k / N_DIM], s);
     }
 }

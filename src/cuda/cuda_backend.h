@@ -60,11 +60,13 @@ void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *spec);
 void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *spec);
 /* The separate kernels of params `p` (a variant's plan runs these): attention,
  * its merge and, where the configuration allows, tensor-core attention
- * (specs[2]); returns how many (2 or 3). vsrc: p->variant's CUDA hook text
- * (kept by reference), or NULL without a variant; *vhooks (may be NULL)
- * gets its FI_VH_* bits. Plans and fi warmup get kernel names and cache
- * keys from here (through fi_cuda_plan_specs). */
-int fi_cuda_separate_specs(const fi_attention_params *p, const char *vsrc,
+ * (specs[2]); returns how many (2 or 3). device_table: a plan with
+ * fi_plan_config.device_page_table (paged kernels that clamp page ids,
+ * FI_PAGED = 2). vsrc: p->variant's CUDA hook text (kept by reference), or
+ * NULL without a variant; *vhooks (may be NULL) gets its FI_VH_* bits.
+ * Plans and fi warmup get kernel names and cache keys from here (through
+ * fi_cuda_plan_specs). */
+int fi_cuda_separate_specs(const fi_attention_params *p, int device_table, const char *vsrc,
                            fi_kernel_spec specs[3], int *vhooks);
 /* The tensor-core kernel (kernels/attention_tc.cuh): whether it supports the
  * configuration (16-bit Q == KV dtype, head dims 64/128, no fused RoPE), its
@@ -119,8 +121,8 @@ int fi_cuda_persist_enabled(void);
  * where supported (when enabled, without a variant), else
  * fi_cuda_separate_specs. What `jit_compile --warm` and `fi warmup` compile
  * ahead. */
-int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel_spec specs[3],
-                       int *vhooks);
+int fi_cuda_plan_specs(const fi_attention_params *p, int device_table, const char *vsrc,
+                       fi_kernel_spec specs[3], int *vhooks);
 
 /* ------------------------------------------------------------------- JIT */
 

@@ -82,7 +82,8 @@ fi_status fi_cuda_plan_resolve_separate(fi_plan *plan) {
      * was made by resolve_kernels, kept in ps). */
     fi_kernel_spec specs[3];
     const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
-    int nspecs = fi_cuda_separate_specs(p, ps->vsrc, specs, &ps->vhooks);
+    int nspecs = fi_cuda_separate_specs(p, plan->kv_indices_on_device, ps->vsrc, specs,
+                                        &ps->vhooks);
     bool tc = nspecs == 3;
     fi_status st = fi_cuda_jit_prepare(ps->cc, list, nspecs);
     if (st) return st;
@@ -147,6 +148,7 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const fi_cu_api *cu = ps->cc->cu;
     fi_attn_config cfg;
     fi_cuda_attn_config(p, plan->group_size, &cfg);
+    if (plan->kv_indices_on_device) cfg.paged = 2; /* ids clamped (work.cuh fi_page_id) */
     if (p->variant) { /* a user variant: its hooks spliced into every kernel */
         ps->vsrc = fi_variant_source_alloc(p->variant, FI_VARIANT_TARGET_CUDA);
         if (!ps->vsrc) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant source: out of memory");
@@ -324,7 +326,7 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     return at;
 }
 
-/* A device page table (fi_plan_update_device_table): its entries must lie
+/* A device page table (fi_plan_config.device_page_table): its entries must lie
  * inside one device allocation, 4-byte aligned. One driver call. */
 static fi_status check_device_table(const fi_plan *plan, const fi_cu_api *cu) {
     const int32_t nnz = plan->kv_indptr[plan->batch_size];

@@ -45,10 +45,11 @@ void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char
         if (fi_variant_hook(v, (fi_hook_id)i)) c->vhooks |= bits[i];
 }
 
-int fi_cuda_separate_specs(const fi_attention_params *p, const char *vsrc,
+int fi_cuda_separate_specs(const fi_attention_params *p, int device_table, const char *vsrc,
                            fi_kernel_spec specs[3], int *vhooks) {
     fi_attn_config cfg;
     fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
+    if (device_table && cfg.paged) cfg.paged = 2;
     if (p->variant && vsrc) fi_cuda_attn_set_variant(&cfg, p->variant, vsrc);
     if (vhooks) *vhooks = cfg.vhooks;
     fi_cuda_attn_spec(&cfg, &specs[0]);
@@ -76,12 +77,18 @@ static void add_variant(const fi_attn_config *c, fi_kernel_spec *s) {
     add_define(s, "-DFI_VARIANT=1");
 }
 
+/* KV format in kernel names: "dtable" is paged KV with a device page table
+ * (FI_PAGED = 2: its ids clamped) */
+static const char *kv_format_name(int paged) {
+    return paged == 2 ? "dtable" : paged ? "paged" : "ragged";
+}
+
 /* fi_attn_d128x128_q2k2o2_g4r4_paged_m0w0c0p0 */
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     memset(s, 0, sizeof *s);
     s->entry_file = "attention.cuh";
     snprintf(s->name, sizeof s->name, "fi_attn_d%dx%d_q%dk%do%d_g%dr%d_%s_m%dw%dc%dp%d", c->dqk,
-             c->dvo, c->qt, c->kvt, c->ot, c->group, c->rows, c->paged ? "paged" : "ragged",
+             c->dvo, c->qt, c->kvt, c->ot, c->group, c->rows, kv_format_name(c->paged),
              c->mask, c->window, c->softcap, c->pos);
     add_variant(c, s);
     add_define(s, "-DFI_DQK=%d", c->dqk);
@@ -156,7 +163,7 @@ void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     memset(s, 0, sizeof *s);
     s->entry_file = "attention_tc.cuh";
     snprintf(s->name, sizeof s->name, "fi_attn_tc_d%dx%d_q%do%d_g%d_%s_m%dw%dc%dp%d", c->dqk,
-             c->dvo, c->qt, c->ot, c->group, c->paged ? "paged" : "ragged", c->mask, c->window,
+             c->dvo, c->qt, c->ot, c->group, kv_format_name(c->paged), c->mask, c->window,
              c->softcap, c->pos);
     add_variant(c, s);
     add_define(s, "-DFI_DQK=%d", c->dqk);
@@ -267,13 +274,14 @@ int fi_cuda_persist_forms(const fi_attn_config *c, fi_attn_config *mixed, fi_ker
     return 3;
 }
 
-int fi_cuda_plan_specs(const fi_attention_params *p, const char *vsrc, fi_kernel_spec specs[3],
-                       int *vhooks) {
+int fi_cuda_plan_specs(const fi_attention_params *p, int device_table, const char *vsrc,
+                       fi_kernel_spec specs[3], int *vhooks) {
     if (fi_cuda_persist_enabled() && !p->variant) {
         fi_attn_config cfg, mixed;
         fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
+        if (device_table && cfg.paged) cfg.paged = 2;
         if (vhooks) *vhooks = 0;
         return fi_cuda_persist_forms(&cfg, &mixed, specs);
     }
-    return fi_cuda_separate_specs(p, vsrc, specs, vhooks);
+    return fi_cuda_separate_specs(p, device_table, vsrc, specs, vhooks);
 }

@@ -14,10 +14,12 @@
  *
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
  *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
- *                      [--split N]
+ *                      [--split N] [--device-table]
  * --contiguous: the requests' pages are consecutive runs, back to back (as
  * FlashInfer's benchmarks lay them out), instead of pages drawn at random.
  * --cells: any cells B x L (not only the grid above).
+ * --device-table: each plan's page table in device memory
+ * (fi_plan_config.device_page_table: the kernels that clamp page ids).
  * --split N: fixed split-KV chunks of N keys (fi_plan_config.fixed_split_size)
  * instead of the scheduler's own choice (experiments on the chunk size).
  */
@@ -43,11 +45,12 @@ static double now(void) {
 typedef struct cell_plan {
     fi_plan *plan;
     int32_t *qo_indptr, *kv_indptr, *indices, *last;
+    gu_ptr table; /* --device-table: indices on the device */
 } cell_plan;
 
 int main(int argc, char **argv) {
     const char *json = NULL;
-    int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0, split = 0;
+    int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0, split = 0, dtable = 0;
     const char *cells = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -56,6 +59,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv") && i + 1 < argc) only_l = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
+        else if (!strcmp(argv[i], "--device-table")) dtable = 1;
         else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
@@ -135,6 +139,13 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < B; i++) c->last[i] = PS;
                 if (gu_draw_pages(c->indices, B, c->kv_indptr, pool, contiguous, &rng)) return 1;
                 fi_batch fb = {B, c->qo_indptr, c->kv_indptr, c->indices, c->last, NULL};
+                if (dtable) {
+                    size_t n = sizeof(int32_t) * (size_t)B * pages;
+                    if (GU(gu.MemAlloc(&c->table, n)) || GU(gu.HtoD(c->table, c->indices, n)))
+                        return 1;
+                    fb.kv_indices = (const int32_t *)(uintptr_t)c->table;
+                }
+                cfg.device_page_table = dtable;
                 bad = fi_plan_create(ctx, &p, &cfg, &c->plan) != FI_OK;
                 double t0 = now();
                 bad = bad || fi_plan_update(c->plan, &fb) != FI_OK;
@@ -197,6 +208,7 @@ int main(int argc, char **argv) {
                 fi_plan_destroy(cp[r].plan);
                 free(cp[r].qo_indptr), free(cp[r].kv_indptr), free(cp[r].last),
                     free(cp[r].indices);
+                if (cp[r].table) gu.MemFree(cp[r].table);
             }
         }
     }

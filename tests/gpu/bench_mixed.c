@@ -16,7 +16,10 @@
  * head) + O; FLOPs = 4 H_qo D x visible (query, key) pairs.
  *
  *   build/bench_mixed [--json FILE] [--reps N] [--mix NAME] [--schedule] [--workers N]
+ *                     [--device-table]
  *
+ * --device-table: the page table in device memory
+ * (fi_plan_config.device_page_table: the kernels that clamp page ids).
  * --schedule: print each mix's schedule (every worker's items, the cost
  * model's load) as the plan built it, and time nothing. It runs on the
  * stand-in driver too (`make stub`; LD_LIBRARY_PATH=build/stub), which has
@@ -89,13 +92,14 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     const char *json = NULL, *only = NULL;
-    int reps = 30, schedule = 0, workers = 0;
+    int reps = 30, schedule = 0, workers = 0, dtable = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mix") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--schedule")) schedule = 1;
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device-table")) dtable = 1;
     }
     if (reps < 30) reps = 30;
     gu_bench bench;
@@ -128,9 +132,16 @@ int main(int argc, char **argv) {
         gu_batch b;
         if (gu_batch_make(&b, n, qo, kv, PS, POOL, 0, &bench.rng)) return 1;
         fi_batch fb = gu_batch_view(&b);
+        gu_ptr dtab = 0;
+        if (dtable) {
+            size_t tb = sizeof(int32_t) * (size_t)b.pages;
+            if (GU(gu.MemAlloc(&dtab, tb)) || GU(gu.HtoD(dtab, b.indices, tb))) return 1;
+            fb.kv_indices = (const int32_t *)(uintptr_t)dtab;
+        }
         fi_plan_config cfg;
         fi_plan_config_init(&cfg);
         cfg.max_batch_size = n, cfg.max_total_qo = b.total_q, cfg.max_total_kv = b.pages;
+        cfg.device_page_table = dtable;
         cfg.num_workers = workers; /* 0: the backend's choice */
         fi_plan *plan = NULL;
         fi_plan_info info = {.struct_size = sizeof info};
@@ -143,6 +154,7 @@ int main(int argc, char **argv) {
             print_schedule(m->name, plan);
             fi_plan_destroy(plan);
             gu_batch_free(&b);
+        if (dtab) gu.MemFree(dtab);
             continue;
         }
         float upd[21];
@@ -198,6 +210,7 @@ int main(int argc, char **argv) {
         gu.GraphDestroy(graph);
         fi_plan_destroy(plan);
         gu_batch_free(&b);
+        if (dtab) gu.MemFree(dtab);
     }
     if (jf) fclose(jf);
     if (!schedule) printf("\n%s", table);

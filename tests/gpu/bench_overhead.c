@@ -11,7 +11,8 @@
  * between steps), and around fi_plan_update + cuGraphLaunch of a
  * graph captured once around fi_plan_run; medians. Each with the page table
  * in host memory (fi_plan_update: validated and copied with the metadata)
- * and in device memory (fi_plan_update_device_table: not read by the host).
+ * and in device memory (a plan with fi_plan_config.device_page_table: the
+ * host never reads it).
  * For scale, the same
  * fi_plan_update on a CPU context with the same worker count (the
  * backend-independent part: validation and the schedule), and the device
@@ -40,9 +41,10 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* One step's update: the host table (dt = 0) or the device one (dt = 1). */
+/* One step's update: the host table (dt = 0) or the device one (dt = 1, a
+ * plan made with device_page_table). */
 static int update(fi_plan *plan, const fi_batch *host, const fi_batch *dev, int dt) {
-    return dt ? fi_plan_update_device_table(plan, dev) != FI_OK : fi_plan_update(plan, host) != FI_OK;
+    return fi_plan_update(plan, dt ? dev : host) != FI_OK;
 }
 
 static float median(float *v, int n) {
@@ -158,6 +160,7 @@ int main(int argc, char **argv) {
             fi_plan_config cfg;
             fi_plan_config_init(&cfg);
             cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = b.pages;
+            cfg.device_page_table = dt;
             fi_plan *plan = NULL, *cplan = NULL;
             if (fi_plan_create(ctx, &p, &cfg, &plan) || update(plan, &fb, &fdev, dt)) {
                 printf("plan: %s\n", fi_last_error());

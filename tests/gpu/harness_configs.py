@@ -3,6 +3,8 @@
 print the distinct attention configurations they use, one per line, as
 `jit_compile --warm` reads them:
     paged mask window softcap pos qt kvt ot dqk dvo hq hkv
+(paged: 0 ragged, 1 paged, 2 paged with a device page table: the table
+suite and the graph suite's device-table case)
 (only what fixes a kernel; runtime values such as the window size are not
 needed). Used by tests/gpu/run_device.sh to pre-warm the JIT cache in
 parallel before the harness runs."""
@@ -31,7 +33,10 @@ for line in sys.stdin:
         continue
     dqk = int(m.group(1))
     dvo = int(m.group(2) or dqk)
-    cfg = (int(fmt.startswith("paged")), mask, window, softcap, pos, qt, kvt, ot, dqk, dvo,
+    paged = int(fmt.startswith("paged"))
+    if paged and (f[1] == "table" or "device_table" in line):
+        paged = 2
+    cfg = (paged, mask, window, softcap, pos, qt, kvt, ot, dqk, dvo,
            int(hm.group(1)), int(hm.group(2)))
     if cfg not in seen:
         seen.add(cfg)

@@ -16,7 +16,8 @@
  *       kernels' lines, so nvcc compiles them (tests/gpu/ci_compile.sh)
  *   build/jit_compile --warm [-j N] [--arch sm_90a]
  *       read attention configurations from stdin, one per line as
- *       "paged mask window softcap pos qt kvt ot dqk dvo hq hkv" (what
+ *       "paged mask window softcap pos qt kvt ot dqk dvo hq hkv" (paged 2:
+ *       a device page table; what
  *       tests/gpu/harness_configs.py prints), and compile the kernels a
  *       plan of each resolves (the persistent kernel, or with
  *       FLASHINFER_CUDA_PERSIST=0 attention, merge and tensor-core) into
@@ -304,7 +305,7 @@ static int warm(const char *arch, int jobs) {
         p.q_dtype = (fi_dtype)v[5], p.kv_dtype = (fi_dtype)v[6], p.o_dtype = (fi_dtype)v[7];
         p.head_dim_qk = v[8], p.head_dim_vo = v[9];
         p.num_qo_heads = v[10], p.num_kv_heads = v[11] > 0 ? v[11] : 1;
-        n += fi_cuda_plan_specs(&p, NULL, &specs[n], NULL);
+        n += fi_cuda_plan_specs(&p, v[0] == 2, NULL, &specs[n], NULL); /* 2: device table */
     }
     /* drop duplicates */
     int m = 0;

@@ -18,9 +18,9 @@
  *           without the decode form (FLASHINFER_CUDA_DECODE_FORM=0), the
  *           separate kernels (FLASHINFER_CUDA_PERSIST=0), and with each
  *           batch's page table in its own device buffer
- *           (fi_plan_update_device_table): a replay reads the table of the
- *           latest update, wherever it lives
- *   table   device page tables: bitwise the host table's runs; ids out of
+ *           (fi_plan_config.device_page_table): a replay reads the table
+ *           of the latest update, wherever it lives
+ *   table   device page tables: bitwise a host-table plan's runs; ids out of
  *           range (negative, past the cache) clamped, the other requests'
  *           rows bitwise unchanged; a host address or a range past its
  *           allocation refused. `test_cuda --table` runs only this (for
@@ -122,12 +122,13 @@ static int upload_table(batch *b) {
     return GU(gu.MemAlloc(&b->table, n ? n : 4)) || (n && GU(gu.HtoD(b->table, b->indices, n)));
 }
 
-/* fi_plan_update, or fi_plan_update_device_table with b->table. */
+/* fi_plan_update with the batch's page table in host memory, or (a plan
+ * with device_page_table) b->table. */
 static fi_status update(fi_plan *plan, const batch *b, int device_table) {
     if (!device_table) return fi_plan_update(plan, &b->view);
     fi_batch v = b->view;
     v.kv_indices = (const int32_t *)(uintptr_t)b->table;
-    return fi_plan_update_device_table(plan, &v);
+    return fi_plan_update(plan, &v);
 }
 
 static void make_batch(batch *b, int n, const int32_t *qo, const int32_t *kv, tu_rng *rng) {
@@ -252,6 +253,7 @@ static void test_graph(const char *mode, int device_table) {
     cfg.max_batch_size = MAXB;
     cfg.max_total_qo = MAXQ;
     cfg.max_total_kv = POOL;
+    cfg.device_page_table = device_table;
     fi_plan *plan = NULL;
     CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan");
     if (!plan) return;
@@ -350,9 +352,11 @@ static void test_table(void) {
     cfg.max_batch_size = MAXB;
     cfg.max_total_qo = MAXQ;
     cfg.max_total_kv = POOL;
-    fi_plan *plan = NULL;
-    CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan");
-    if (!plan) return;
+    fi_plan *hplan = NULL, *plan = NULL; /* a host table's plan, a device table's */
+    CHECK(fi_plan_create(ctx, &p, &cfg, &hplan) == FI_OK, "plan");
+    cfg.device_page_table = 1;
+    CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "device-table plan");
+    if (!plan || !hplan) return;
     gu_stream s = NULL;
     GU(gu.StreamCreate(&s, 1));
     fi_run_args a = run_args(&B, s);
@@ -364,7 +368,7 @@ static void test_table(void) {
     make_batch(&b, 5, q, k, &rng);
     CHECK(!upload_table(&b), "table");
     prepare(&B, &b, &rng);
-    CHECK(update(plan, &b, 0) == FI_OK && fi_plan_run(plan, &a) == FI_OK, "host table run");
+    CHECK(update(hplan, &b, 0) == FI_OK && fi_plan_run(hplan, &a) == FI_OK, "host table run");
     check_oracle("table: host table", &B, &b, host);
     GU(gu.MemsetD8(B.do_, 0xff, B.ob));
     GU(gu.CtxSynchronize());
@@ -399,13 +403,13 @@ static void test_table(void) {
 
     /* refused: a host address, a range past the allocation */
     fi_batch v = b.view;
-    fi_status st = fi_plan_update_device_table(plan, &v);
+    fi_status st = fi_plan_update(plan, &v);
     printf("table: host address -> %s: \"%s\"\n", fi_status_string(st), fi_last_error());
     CHECK(st == FI_STATUS_INVALID_ARGUMENT, "host address accepted");
     gu_ptr small = 0;
     GU(gu.MemAlloc(&small, 64));
     v.kv_indices = (const int32_t *)(uintptr_t)small;
-    st = fi_plan_update_device_table(plan, &v);
+    st = fi_plan_update(plan, &v);
     printf("table: 16 entries for %d -> %s: \"%s\"\n", (int)b.kv_indptr[b.n],
            fi_status_string(st), fi_last_error());
     CHECK(st == FI_STATUS_INVALID_ARGUMENT, "short table accepted");
@@ -414,6 +418,7 @@ static void test_table(void) {
     gu.MemFree(b.table);
     free(host), free(dev);
     fi_plan_destroy(plan);
+    fi_plan_destroy(hplan);
     fi_context_destroy(ctx);
 }
 
