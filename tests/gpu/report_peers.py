@@ -7,6 +7,7 @@ lines the benchmarks wrote into DIR:
   bench_prefill.json                             ours (bench_prefill.c)
   bench_mixed.json                               ours (bench_mixed.c)
   bench_overhead.json                            ours (bench_overhead.c)
+  bench_decode_dtable.json, bench_mixed_dtable.json  ours with device page tables
   bench_torch.json                               torch SDPA (bench_torch.py)
   bench_flashinfer.json                          FlashInfer (bench_flashinfer.py)
 
@@ -128,6 +129,27 @@ def overhead_table(d):
             print(f"| {r['call']} | {r['bytes'] or '-'} | {f(r['us'], '%.2f')} |")
 
 
+def dtable_table(d):
+    """Ours with the page table in device memory (kernels that clamp page
+    ids) against ours with it in host memory, same run."""
+    pairs = []
+    host = {(r["batch"], r["kv_len"]): r for r in load(d, "bench_decode.json")}
+    for r in load(d, "bench_decode_dtable.json"):
+        h = host.get((r["batch"], r["kv_len"]))
+        pairs.append((f"decode {r['batch']} x {r['kv_len']}", h and h["us"], r["us"]))
+    host = {r["mix"]: r for r in load(d, "bench_mixed.json")}
+    for r in load(d, "bench_mixed_dtable.json"):
+        h = host.get(r["mix"])
+        pairs.append((f"mix {r['mix']}", h and h["us"], r["us"]))
+    if not pairs:
+        return
+    print("\nDevice page tables (fi_plan_config.device_page_table) against host ones, ours (us)\n")
+    print("| cell | host table | device table | host / device |")
+    print("|---|---|---|---|")
+    for name, h, dv in pairs:
+        print(f"| {name} | {f(h)} | {f(dv)} | {ratio(h, dv)} |")
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "."
     torch_rows = load(d, "bench_torch.json")
@@ -137,6 +159,7 @@ def main():
     prefill_table(d, torch_rows, fi_rows)
     mixed_table(d, fi_rows)
     overhead_table(d)
+    dtable_table(d)
 
 
 if __name__ == "__main__":

@@ -184,6 +184,11 @@ if [ "$BENCH" = 1 ]; then
     stamp "mixed-batch benchmark (BENCH.md's four mixes)"
     ./build/bench_mixed --json "$OUT/bench_mixed.json" 2>&1 | tee "$OUT/bench_mixed.log" \
         | grep -v "^|" || status=1
+    stamp "mixed and some decode cells with device page tables (the kernels that clamp ids)"
+    ./build/bench_mixed --device-table --json "$OUT/bench_mixed_dtable.json" \
+        > "$OUT/bench_mixed_dtable.log" 2>&1 || status=1
+    ./build/bench_decode --device-table --cells 1x1024,16x4096,64x1024,256x16384 \
+        --json "$OUT/bench_decode_dtable.json" > "$OUT/bench_decode_dtable.log" 2>&1 || status=1
     if [ "$DECODE" = 1 ]; then
         stamp "decode benchmark (BENCH.md cells)"
         ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
