@@ -26,7 +26,7 @@ is refused, noted in the output). Bytes and FLOPs as ours. One JSON line per
 measurement to --json.
 
   bench_flashinfer.py [--json FILE] [--decode] [--contiguous] [--prefill]
-                      [--mixed] [--fa3] [--cells 1x1024,...]
+                      [--mixed [--mix NAME]] [--fa3] [--cells 1x1024,...]
   bench_flashinfer.py --warm decode|prefill|attention|fa3
       build (JIT) one FlashInfer module on a tiny problem, then exit: run
       several at once before timing anything (tests/gpu/run_device.sh).
@@ -210,10 +210,12 @@ def bench_prefill(backends, cells):
 # ------------------------------------------------------------------- mixed
 
 
-def bench_mixed(kv):
+def bench_mixed(kv, only=None):
     k, v = kv
     gen = torch.Generator().manual_seed(13)
     for name, groups in MIXES.items():
+        if only and name != only:
+            continue
         qo, lens = [], []
         for kvl, ql, count in groups:
             qo += [ql] * count
@@ -304,7 +306,7 @@ def main():
     kv = kv_pool(pool) if ("--decode" in a or "--mixed" in a) else None
     # the mixes and random-page decode first: a run cut short loses the rest
     if "--mixed" in a:
-        bench_mixed(kv)
+        bench_mixed(kv, a[a.index("--mix") + 1] if "--mix" in a else None)
     if "--decode" in a:
         bench_decode(cells, False, kv)
     if "--prefill" in a:

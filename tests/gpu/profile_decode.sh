@@ -10,7 +10,9 @@
 #   tests/gpu/profile_decode.sh [--cell 64x16384] [--no-build] [--no-flashinfer]
 #                               [--mix prefill] [--prefill 1x16384]
 # Env: FLASHINFER_CUDA_* tuning switches pass through to ours; TAG names its
-# column. Logs under $OUT.
+# column; MIXES_FI=1 also profiles FlashInfer's BatchAttention on each
+# --mix (the four mixes; even with --no-flashinfer, which skips its decode).
+# Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
@@ -63,6 +65,16 @@ profile ours${TAG:-} fi_pers ./build/bench_decode --cells "$CELL" --reps 3
 for m in $MIXES; do
     ./build/bench_mixed --mix "$m" --reps 3 > /dev/null 2>&1
     profile "mix_$m${TAG:-}" fi_pers ./build/bench_mixed --mix "$m" --reps 3
+    if [ -n "${MIXES_FI:-}" ] && [[ " decode prefill hybrid chunked " == *" $m "* ]] &&
+        python3 -c "import flashinfer" 2>/dev/null; then
+        # FlashInfer's BatchAttention on the same mix (MIXES_FI=1; the four
+        # mixes only): its kernels' first two launches after two
+        "$NCU" --clock-control none --csv --page raw -k "regex:Persistent|BatchAttention|Batch" \
+            --launch-skip 2 --launch-count 2 --metrics "$METRICS" \
+            python3 tests/gpu/bench_flashinfer.py --mixed --mix "$m" > "$OUT/ncu_fimix_$m.csv" \
+            2> "$OUT/ncu_fimix_$m.err"
+        echo "ncu fimix_$m: exit $?, $(grep -c . "$OUT/ncu_fimix_$m.csv") lines"
+    fi
 done
 for c in $PREFILLS; do
     ./build/bench_prefill --cells "$c" --reps 3 > /dev/null 2>&1
