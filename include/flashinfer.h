@@ -350,8 +350,9 @@ FI_API void fi_plan_config_init(fi_plan_config *config);
 /* The batch: host memory, read during fi_plan_update (kv_indices: device
  * memory for a plan with fi_plan_config.device_page_table). The lengths are
  * copied into the plan's workspace; the page table kv_indices is referenced
- * (a host one also validated), not copied: keep it alive and unchanged until the plan's last fi_plan_run
- * (as with FlashInfer's plan), or call fi_plan_update again.
+ * (a host one also validated), not copied: keep it alive and unchanged until
+ * the plan's last fi_plan_run (as with FlashInfer's plan), or call
+ * fi_plan_update again.
  *   qo_indptr[B+1]        query tokens of request i: [qo_indptr[i], qo_indptr[i+1])
  *   kv_indptr[B+1]        paged: pages; ragged: tokens
  *   kv_indices[nnz]       paged: page ids, kv_indptr[B] entries

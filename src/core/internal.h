@@ -202,8 +202,6 @@ struct fi_plan {
     int32_t *qo_indptr;           /* [max_batch_size + 1] */
     int32_t *kv_indptr;           /* [max_batch_size + 1] */
     const int32_t *kv_indices;    /* paged: the caller's page table, referenced */
-    bool kv_indices_on_device;    /* fi_plan_config.device_page_table: a device
-                                     address (the CUDA backend reads it so) */
     int32_t *kv_last_page_len;    /* [max_batch_size] paged */
     int32_t *kv_len;              /* [max_batch_size] keys per request */
     int64_t *mask_offset;         /* [max_batch_size + 1] custom mask bytes */

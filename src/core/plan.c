@@ -83,7 +83,6 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
     plan->ctx = ctx;
     plan->params = *params;
     plan->config = cfg;
-    plan->kv_indices_on_device = cfg.device_page_table != 0;
     plan->group_size = params->num_qo_heads / params->num_kv_heads;
     if (plan->params.sm_scale == 0.0f)
         plan->params.sm_scale = 1.0f / sqrtf((float)params->head_dim_qk);

@@ -32,7 +32,7 @@ typedef struct fi_attn_config {
     int dqk, dvo;
     int qt, kvt, ot; /* fi_dtype codes */
     int group, rows;
-    int paged, mask, window, softcap, pos;
+    int paged, mask, window, softcap, pos; /* paged: 0 ragged, 1, 2 device table */
     /* A user variant: its name, hook text (CUDA target; owned by the
      * caller) and hook bits (FI_VH_*); NULL / 0 for the built-ins. */
     const char *vname;
@@ -45,9 +45,12 @@ typedef struct fi_attn_config {
     int tc_block;
 } fi_attn_config;
 
-/* The configuration of a plan's params; a variant's text is attached with
+/* The configuration of a plan's params; device_table: the plan takes a
+ * device page table (fi_plan_config.device_page_table: paged = 2, kernels
+ * that clamp page ids). A variant's text is attached with
  * fi_cuda_attn_set_variant. */
-void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_config *c);
+void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, int device_table,
+                         fi_attn_config *c);
 /* Attach variant v's CUDA hook text `src` (kept by reference) to c. */
 void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char *src);
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);

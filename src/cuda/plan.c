@@ -23,8 +23,8 @@ static size_t meta_capacity(const fi_plan *plan) {
     size_t at = (size_t)fi_meta_items(plan->config.num_workers); /* header, worker_indptr */
     at += a16((size_t)l->max_items * sizeof(fi_item_rec));
     at += a16((b + 1) * 4);                                       /* qo_indptr */
-    if (plan->params.kv_format == FI_KV_FORMAT_PAGED)
-        at += a16((size_t)plan->config.max_total_kv * 4);         /* kv_indices */
+    if (plan->params.kv_format == FI_KV_FORMAT_PAGED && !plan->config.device_page_table)
+        at += a16((size_t)plan->config.max_total_kv * 4);         /* kv_indices (host table) */
     at += a16(b * 4) + a16((b + 1) * 8);                          /* kv_len, mask */
     at += a16(q * 4) + a16((q + 1) * 4) + a16((size_t)l->max_partial_rows * 4); /* merge map */
     at += a16((size_t)l->max_partial_rows * sizeof(fi_part_merge));
@@ -82,7 +82,7 @@ fi_status fi_cuda_plan_resolve_separate(fi_plan *plan) {
      * was made by resolve_kernels, kept in ps). */
     fi_kernel_spec specs[3];
     const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
-    int nspecs = fi_cuda_separate_specs(p, plan->kv_indices_on_device, ps->vsrc, specs,
+    int nspecs = fi_cuda_separate_specs(p, plan->config.device_page_table, ps->vsrc, specs,
                                         &ps->vhooks);
     bool tc = nspecs == 3;
     fi_status st = fi_cuda_jit_prepare(ps->cc, list, nspecs);
@@ -93,7 +93,7 @@ fi_status fi_cuda_plan_resolve_separate(fi_plan *plan) {
     if (tc) {
         if ((st = fi_cuda_jit_function(ps->cc, &specs[2], &ps->attn_tc))) return st;
         fi_attn_config cfg;
-        fi_cuda_attn_config(p, plan->group_size, &cfg);
+        fi_cuda_attn_config(p, plan->group_size, plan->config.device_page_table, &cfg);
         ps->tc_smem = fi_cuda_attn_tc_smem(&cfg);
         FI_CU(ps->cc->cu, FuncSetAttribute, ps->attn_tc, FI_CU_FUNC_MAX_DYN_SMEM, ps->tc_smem);
     }
@@ -147,8 +147,7 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const fi_attention_params *p = &plan->params;
     const fi_cu_api *cu = ps->cc->cu;
     fi_attn_config cfg;
-    fi_cuda_attn_config(p, plan->group_size, &cfg);
-    if (plan->kv_indices_on_device) cfg.paged = 2; /* ids clamped (work.cuh fi_page_id) */
+    fi_cuda_attn_config(p, plan->group_size, plan->config.device_page_table, &cfg);
     if (p->variant) { /* a user variant: its hooks spliced into every kernel */
         ps->vsrc = fi_variant_source_alloc(p->variant, FI_VARIANT_TARGET_CUDA);
         if (!ps->vsrc) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant source: out of memory");
@@ -281,7 +280,7 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
     int32_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? plan->kv_indptr[b] : 0;
     m.off_kv_indices = (int64_t)at;
-    if (plan->kv_indices_on_device) {
+    if (plan->config.device_page_table) {
         /* the caller's device table, found from the region's base like the
          * staged arrays (an offset across allocations: the kernels add it to
          * a.meta); its ids are clamped by the kernels (work.cuh fi_page_id),
@@ -330,7 +329,7 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
  * inside one device allocation, 4-byte aligned. One driver call. */
 static fi_status check_device_table(const fi_plan *plan, const fi_cu_api *cu) {
     const int32_t nnz = plan->kv_indptr[plan->batch_size];
-    if (!plan->kv_indices_on_device || nnz == 0) return FI_OK;
+    if (!plan->config.device_page_table || nnz == 0) return FI_OK;
     const CUdeviceptr p = (CUdeviceptr)(uintptr_t)plan->kv_indices;
     if (p % 4)
         return fi_error(FI_STATUS_INVALID_ARGUMENT, "kv_indices (device table) at %#llx is not "

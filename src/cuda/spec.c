@@ -19,7 +19,8 @@ static void add_define(fi_kernel_spec *s, const char *fmt, ...) {
     va_end(ap);
 }
 
-void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_config *c) {
+void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, int device_table,
+                         fi_attn_config *c) {
     memset(c, 0, sizeof *c);
     c->dqk = p->head_dim_qk;
     c->dvo = p->head_dim_vo;
@@ -28,7 +29,7 @@ void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, fi_attn_co
     c->ot = (int)p->o_dtype;
     c->group = group;
     c->rows = group < 8 ? group : 8; /* one block holds a decode token's group */
-    c->paged = p->kv_format == FI_KV_FORMAT_PAGED;
+    c->paged = p->kv_format != FI_KV_FORMAT_PAGED ? 0 : device_table ? 2 : 1;
     c->mask = p->mask_mode == FI_MASK_CAUSAL ? 1 : p->mask_mode == FI_MASK_CUSTOM ? 2 : 0;
     c->window = p->window_left >= 0;
     c->softcap = p->logits_soft_cap > 0.0f;
@@ -48,8 +49,7 @@ void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char
 int fi_cuda_separate_specs(const fi_attention_params *p, int device_table, const char *vsrc,
                            fi_kernel_spec specs[3], int *vhooks) {
     fi_attn_config cfg;
-    fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
-    if (device_table && cfg.paged) cfg.paged = 2;
+    fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, device_table, &cfg);
     if (p->variant && vsrc) fi_cuda_attn_set_variant(&cfg, p->variant, vsrc);
     if (vhooks) *vhooks = cfg.vhooks;
     fi_cuda_attn_spec(&cfg, &specs[0]);
@@ -278,8 +278,7 @@ int fi_cuda_plan_specs(const fi_attention_params *p, int device_table, const cha
                        fi_kernel_spec specs[3], int *vhooks) {
     if (fi_cuda_persist_enabled() && !p->variant) {
         fi_attn_config cfg, mixed;
-        fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, &cfg);
-        if (device_table && cfg.paged) cfg.paged = 2;
+        fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, device_table, &cfg);
         if (vhooks) *vhooks = 0;
         return fi_cuda_persist_forms(&cfg, &mixed, specs);
     }

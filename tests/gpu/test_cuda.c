@@ -231,22 +231,25 @@ static CUfunction last_form(const fi_plan *plan) {
     return ((const fi_cuda_plan *)plan->backend_state)->last_form;
 }
 
-static void test_graph(const char *mode, int device_table) {
-    tu_rng rng;
-    tu_rng_seed(&rng, 1234);
+/* A CUDA context and the buffers of bufs_init; NULL (counted) on failure. */
+static fi_context *open_cuda(bufs *B, tu_rng *rng) {
     fi_context_options opt;
     fi_context_options_init(&opt);
     opt.device = FI_DEVICE_CUDA;
     fi_context *ctx = NULL;
     CHECK(fi_context_create(&opt, &ctx) == FI_OK, "context");
-    if (!ctx) return;
-    printf("graph (%s): %s\n", mode, fi_context_describe(ctx));
-    bufs B;
-    memset(&B, 0, sizeof B);
-    if (bufs_init(&B, &rng)) {
+    if (!ctx) return NULL;
+    memset(B, 0, sizeof *B);
+    if (bufs_init(B, rng)) {
         CHECK(0, "buffers");
-        return;
+        return NULL;
     }
+    return ctx;
+}
+
+/* A plan of make_params() with the buffers' bounds; device_table: its
+ * updates take the page table in device memory. NULL (counted) on failure. */
+static fi_plan *bounds_plan(fi_context *ctx, int device_table) {
     fi_attention_params p = make_params();
     fi_plan_config cfg;
     fi_plan_config_init(&cfg);
@@ -255,7 +258,19 @@ static void test_graph(const char *mode, int device_table) {
     cfg.max_total_kv = POOL;
     cfg.device_page_table = device_table;
     fi_plan *plan = NULL;
-    CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "plan");
+    CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "%s plan: %s",
+          device_table ? "device-table" : "host-table", fi_last_error());
+    return plan;
+}
+
+static void test_graph(const char *mode, int device_table) {
+    tu_rng rng;
+    tu_rng_seed(&rng, 1234);
+    bufs B;
+    fi_context *ctx = open_cuda(&B, &rng);
+    if (!ctx) return;
+    printf("graph (%s): %s\n", mode, fi_context_describe(ctx));
+    fi_plan *plan = bounds_plan(ctx, device_table);
     if (!plan) return;
 
     /* the mixed batch's wide item is a small part of its work (the 64-row
@@ -334,28 +349,11 @@ static void test_graph(const char *mode, int device_table) {
 static void test_table(void) {
     tu_rng rng;
     tu_rng_seed(&rng, 99);
-    fi_context_options opt;
-    fi_context_options_init(&opt);
-    opt.device = FI_DEVICE_CUDA;
-    fi_context *ctx = NULL;
-    CHECK(fi_context_create(&opt, &ctx) == FI_OK, "context");
-    if (!ctx) return;
     bufs B;
-    memset(&B, 0, sizeof B);
-    if (bufs_init(&B, &rng)) {
-        CHECK(0, "buffers");
-        return;
-    }
-    fi_attention_params p = make_params();
-    fi_plan_config cfg;
-    fi_plan_config_init(&cfg);
-    cfg.max_batch_size = MAXB;
-    cfg.max_total_qo = MAXQ;
-    cfg.max_total_kv = POOL;
-    fi_plan *hplan = NULL, *plan = NULL; /* a host table's plan, a device table's */
-    CHECK(fi_plan_create(ctx, &p, &cfg, &hplan) == FI_OK, "plan");
-    cfg.device_page_table = 1;
-    CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK, "device-table plan");
+    fi_context *ctx = open_cuda(&B, &rng);
+    if (!ctx) return;
+    /* a host table's plan, a device table's */
+    fi_plan *hplan = bounds_plan(ctx, 0), *plan = bounds_plan(ctx, 1);
     if (!plan || !hplan) return;
     gu_stream s = NULL;
     GU(gu.StreamCreate(&s, 1));

@@ -94,7 +94,7 @@ static void warm(const char *arch, int jobs) {
         if (!srcs[c.ex]) continue;
         fi_attention_params p = case_params(&c);
         fi_attn_config cfg;
-        fi_cuda_attn_config(&p, HQ / HKV, &cfg);
+        fi_cuda_attn_config(&p, HQ / HKV, 0, &cfg);
         fi_cuda_attn_set_variant(&cfg, variants[c.ex], srcs[c.ex]);
         fi_kernel_spec s[3];
         int k = 0;
@@ -443,7 +443,7 @@ static void test_compile_error_jit(void) {
     fi_attention_params_init(&p);
     p.num_qo_heads = HQ, p.num_kv_heads = HKV, p.q_dtype = p.kv_dtype = p.o_dtype = FI_DTYPE_BF16;
     fi_attn_config cfg;
-    fi_cuda_attn_config(&p, HQ / HKV, &cfg);
+    fi_cuda_attn_config(&p, HQ / HKV, 0, &cfg);
     fi_cuda_attn_set_variant(&cfg, v, src);
     fi_kernel_spec spec;
     fi_cuda_attn_spec(&cfg, &spec);
