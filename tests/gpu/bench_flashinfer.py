@@ -56,6 +56,8 @@ MIXES = {
     "hybrid": [(600, 1, 122), (10000, 17, 8)],
     "chunked": [(8192, 1, 254), (2048, 512, 1)],
 }
+# the hybrid mix's halves, timed by --mix NAME only (as bench_mixed.c)
+HALVES = {"hybrid-decode": [(600, 1, 122)], "hybrid-wide": [(10000, 17, 8)]}
 
 out_file = None  # JSON lines, written as they come (a run cut short keeps them)
 
@@ -213,8 +215,8 @@ def bench_prefill(backends, cells):
 def bench_mixed(kv, only=None):
     k, v = kv
     gen = torch.Generator().manual_seed(13)
-    for name, groups in MIXES.items():
-        if only and name != only:
+    for name, groups in {**MIXES, **HALVES}.items():
+        if (only and name != only) or (not only and name in HALVES):
             continue
         qo, lens = [], []
         for kvl, ql, count in groups:

@@ -54,6 +54,7 @@ static struct {
     int (*CtxPopCurrent)(gu_ctx *);
     int (*EventQuery)(gu_event);
     int (*StreamQuery)(gu_stream);
+    int (*ModuleGetGlobal)(gu_ptr *, size_t *, void *, const char *);
 } gu;
 static gu_ctx gu_primary; /* the context gu_init made current */
 
@@ -103,6 +104,7 @@ static int gu_init(int ordinal) {
     ok &= gu_sym(lib, "cuCtxPopCurrent_v2", &gu.CtxPopCurrent);
     ok &= gu_sym(lib, "cuEventQuery", &gu.EventQuery);
     ok &= gu_sym(lib, "cuStreamQuery", &gu.StreamQuery);
+    ok &= gu_sym(lib, "cuModuleGetGlobal_v2", &gu.ModuleGetGlobal);
     if (!ok) return -1;
     int dev, n = 0;
     gu_ctx ctx;
