@@ -247,7 +247,7 @@ typedef struct fi_cuda_plan {
     int mix_b64;             /* this schedule runs persist_mix */
     int persist_dec_smem;
     int heads_x;             /* its grid: x = KV heads, y = workers */
-    int prefill_separate;    /* uncaptured tensor-core-only runs: attn_tc */
+    int prefill_separate;    /* tensor-core-only runs: attn_tc */
     int has_tc_path;         /* the configuration has a tensor-core kernel */
     CUdeviceptr merge_count; /* int32 [max_total_qo, H_kv], zero between runs */
     int tc_smem;             /* its dynamic shared memory */

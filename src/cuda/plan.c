@@ -190,7 +190,7 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
      * x = workers) */
     const char *hx = getenv("FLASHINFER_CUDA_HEADS_X");
     ps->heads_x = ps->persist && !(hx && hx[0] == '0');
-    /* uncaptured prefill-only runs on the standalone tensor-core kernel
+    /* prefill-only runs (captured too) on the standalone tensor-core kernel
      * (run.c; FLASHINFER_CUDA_PREFILL_SEPARATE=0: the persistent one),
      * except where the persistent kernel has 64-row blocks (the standalone
      * one's 128-row blocks would be half idle) */

@@ -142,16 +142,16 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
      * on first need */
     bool persist = ps->persist && (!ps->persist_dtc || (a.kv_vec_ok && a.page_shift >= 0 &&
                                                        slots_fit(&a, plan)));
-    /* A batch of tensor-core items only (prefill), not captured: the
-     * standalone tensor-core kernel, measured 5-9% faster on prefill than
-     * the same code inside the persistent kernel (H200, docs/CUDA_KERNELS.md;
-     * why is not established). A captured run keeps the persistent kernel:
-     * a later plan may hold any items. */
+    /* A batch of tensor-core items only (prefill): the standalone
+     * tensor-core kernel, measured 5-9% faster on prefill than the same code
+     * inside the persistent kernel, whose full form spills (H200,
+     * docs/CUDA_KERNELS.md). Captured too: the graph then holds the separate
+     * kernels, which run any later plan (its decode items on the CUDA-core
+     * kernel, slower than the persistent kernel's decode form: a graph for
+     * decode steps is best captured on a decode batch). */
     bool all_tc = ps->has_tc_items && !ps->has_cc_items &&
                   !(ps->persist_dtc && !ps->has_wide_items); /* 16-row items: decode v3 */
-    if (persist && ps->prefill_separate && capturing == FI_CU_CAPTURE_NONE && all_tc &&
-        a.tc_min_rows > 0)
-        persist = false;
+    if (persist && ps->prefill_separate && all_tc && a.tc_min_rows > 0) persist = false;
     if (ps->persist && !persist && !ps->attn) {
         if (capturing != FI_CU_CAPTURE_NONE) { /* loading is not a stream operation */
             int mode = FI_CU_CAPTURE_MODE_RELAXED;

@@ -263,7 +263,9 @@ static fi_plan *bounds_plan(fi_context *ctx, int device_table) {
     return plan;
 }
 
-static void test_graph(const char *mode, int device_table) {
+/* Graph capture and replay across the batches below, captured on batch
+ * `first`'s run. */
+static void test_graph(const char *mode, int device_table, int first) {
     tu_rng rng;
     tu_rng_seed(&rng, 1234);
     bufs B;
@@ -275,19 +277,21 @@ static void test_graph(const char *mode, int device_table) {
 
     /* the mixed batch's wide item is a small part of its work (the 64-row
      * block full form), the prefill-heavy one's most of it (128-row blocks) */
-    enum { NB = 4 };
+    enum { NB = 5 };
     batch bs[NB];
     int32_t qa[] = {1, 1, 1}, ka[] = {700, 35, 1500};
     int32_t qb[] = {1, 4, 1, 1, 9}, kb[] = {2000, 40, 300, 17, 640}; /* the last: 10 key tiles on tensor cores */
     int32_t qc[] = {1}, kc[] = {7000};
     int32_t qd[] = {1, 15}, kd[] = {100, 1000};
+    int32_t qe[] = {40, 20}, ke[] = {700, 1200}; /* tensor-core items only */
     make_batch(&bs[0], 3, qa, ka, &rng);
     make_batch(&bs[1], 5, qb, kb, &rng);
     make_batch(&bs[2], 1, qc, kc, &rng);
     make_batch(&bs[3], 2, qd, kd, &rng);
+    make_batch(&bs[4], 2, qe, ke, &rng);
     for (int i = 0; device_table && i < NB; i++) CHECK(!upload_table(&bs[i]), "table %d", i);
     const char *names[NB] = {"decode 3 requests", "mixed 5 requests", "one long request (split)",
-                             "prefill-heavy 2 requests"};
+                             "prefill-heavy 2 requests", "prefill only"};
     size_t obytes = (size_t)MAXQ * HQ * D * 2;
     uint16_t *eager = malloc(obytes), *replay = malloc(obytes);
 
@@ -300,7 +304,7 @@ static void test_graph(const char *mode, int device_table) {
      * captured on `s` after the first batch's eager run. Every batch twice:
      * the fused merge's counts must be back to zero after each replay. */
     for (int round = 0; round < 2 * NB; round++) {
-        int i = round % NB;
+        int i = (first + round) % NB;
         batch *b = &bs[i];
         CHECK(update(plan, b, device_table) == FI_OK, "update %d: %s", i, fi_last_error());
         fi_plan_info info = {.struct_size = sizeof info};
@@ -319,6 +323,9 @@ static void test_graph(const char *mode, int device_table) {
             int r2 = GU(gu.EndCapture(s, &g));
             CHECK(!r1 && !r2 && g && !GU(gu.GraphInstantiate(&exec, g, 0)), "capture");
             captured = last_form(plan);
+            const fi_cuda_plan *ps = plan->backend_state;
+            if (i == 4 && ps->prefill_separate)
+                CHECK(!captured, "prefill-only capture: not the separate kernels");
             if (g) gu.GraphDestroy(g);
             if (!exec) break;
         }
@@ -454,14 +461,16 @@ int main(int argc, char **argv) {
     test_jit();
     test_device();
     test_table();
-    test_graph("persistent kernel", 0);
-    test_graph("persistent kernel, device page tables", 1);
+    test_graph("persistent kernel", 0, 0);
+    test_graph("persistent kernel, device page tables", 1, 0);
+    /* a prefill-only batch's run, captured, holds the separate kernels */
+    test_graph("captured on a prefill-only batch", 0, 4);
     setenv("FLASHINFER_CUDA_DECODE_FORM", "0", 1);
-    test_graph("persistent kernel, no decode form", 0);
+    test_graph("persistent kernel, no decode form", 0, 0);
     unsetenv("FLASHINFER_CUDA_DECODE_FORM");
     setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
-    test_graph("separate kernels", 0);
-    test_graph("separate kernels, device page tables", 1);
+    test_graph("separate kernels", 0, 0);
+    test_graph("separate kernels, device page tables", 1, 0);
     unsetenv("FLASHINFER_CUDA_PERSIST");
     return gu_summary("test_cuda");
 }
