@@ -6,7 +6,7 @@
  * GQA group {1, 4, 8} x {paged, ragged} x {no mask, causal}, each as the
  * CUDA-core kernel and the tensor-core kernel, plus the merge kernel of each
  * dtype and head dim, and the persistent kernel (kernels/persistent.cuh:
- * what a plan runs by default; the separate kernels serve uncaptured
+ * what a plan runs by default; the separate kernels serve
  * prefill-only runs and FLASHINFER_CUDA_PERSIST=0), its decode form (what
  * decode batches run) and its 64-row tensor-core block form (plans of 17 to
  * 64 packed rows: a cascade's shared level): 2 x 2 x 3 x 2 x 2 x 5; and for

@@ -135,8 +135,12 @@ static int trace_run(fi_plan *plan, const fi_run_args *a, gu_stream s, const cha
         const fi_work_item *it = &sc->items[item];
         double d = (double)(x[3] - x[2]);
         busy += d;
-        if (rows > 16) nwide++, wide_ns += d, wide_tiles += (it->kv_end - it->kv_start + 63) / 64;
-        else ndec++, dec_ns += d;
+        if (rows > FI_CUDA_DTC_MAX_ROWS) { /* the 128-row path's items, in 64-key tiles */
+            nwide++, wide_ns += d;
+            wide_tiles += (it->kv_end - it->kv_start + 63) / 64;
+        } else {
+            ndec++, dec_ns += d;
+        }
         if (csv)
             fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%.0f,%.0f\n", name, w, h, sm, item, rows,
                     (int)it->kv_start, (int)it->kv_end, (double)(x[2] - t0), (double)(x[3] - t0));
