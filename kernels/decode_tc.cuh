@@ -6,7 +6,8 @@
  * logit transform or custom mask. Used by persistent.cuh (FI_DTC = 1).
  *
  * One (item, KV head): its rows (tokens x GQA group, <= 16) padded to one
- * m16 tile, Q fragments held in registers for the whole item. Keys in tiles
+ * m16 tile, Q fragments held in registers for the whole item (beside the
+ * 128-row path: read from shared memory each tile, Q_REGS). Keys in tiles
  * of BN = 64, STAGES tiles in flight (16-byte cp.async through the page
  * table, the tile's page ids loaded a tile ahead, fixed shared offsets
  * per thread); warp w takes keys
@@ -56,6 +57,15 @@ constexpr int RED_BYTES = 4 * (NWARP * 16 * DVO + 2 * NWARP * 16);
 static_assert(KPW == 16, "one k16 step of P V per warp and tile");
 static_assert(STAGES_D >= 2 && (!FI_TC || SMEM_D <= fi_tc::SMEM_BYTES), "stages");
 static_assert(RED_BYTES <= STAGES_D * STAGE_BYTES, "merge buffer");
+/* Q's fragments in registers for the whole item, or (beside the 128-row
+ * path) ldmatrix'd from shared memory each tile: in that form ptxas kept
+ * the 32 registers of fragments in local memory and reloaded and stored
+ * them every tile (16 LDL.64 + 16 STL.64; 8 LDSM instead) */
+#ifdef FI_DTC_Q_REGS /* A/B builds */
+constexpr bool Q_REGS = FI_DTC_Q_REGS;
+#else
+constexpr bool Q_REGS = !FI_TC || MT == 1;
+#endif
 static_assert(!fi_v::USER && !fi_v::ELEM_MASK && !TRANSFORM && !ROWS && !fi_v::OUTPUT && FI_POS == 0,
               "built-in causal / window only on this path");
 
@@ -132,7 +142,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
     for (int d = 0; d < DT; d++)
 #pragma unroll
         for (int e = 0; e < 4; e++) o[d][e] = 0.0f;
-    uint32_t qa[DQK / 16][4];
+    uint32_t qa[Q_REGS ? DQK / 16 : 1][4];
 
     load_q<16>(a, it, 0, qs);
     Loader P;
@@ -155,7 +165,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
         fi_cp_async_commit();
         fi_cp_async_wait<STAGES_D - 1>();
         __syncthreads();
-        if (t == 0) { /* Q landed with tile 0 */
+        if (Q_REGS && t == 0) { /* Q landed with tile 0 */
 #pragma unroll
             for (int kk = 0; kk < DQK / 16; kk++)
                 ldsm_x4(qs_a + swz<KCH>(lane & 15, kk * 2 + (lane >> 4)), qa[kk][0], qa[kk][1],
@@ -175,8 +185,12 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
             uint32_t b0, b1, b2, b3;
             ldsm_x4(ks_a + swz<KCH>(kw + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)),
                     b0, b1, b2, b3);
-            mma(s[0], qa[kk], b0, b1);
-            mma(s[1], qa[kk], b2, b3);
+            const int qk = Q_REGS ? kk : 0;
+            if constexpr (!Q_REGS)
+                ldsm_x4(qs_a + swz<KCH>(lane & 15, kk * 2 + (lane >> 4)), qa[0][0], qa[0][1], qa[0][2],
+                        qa[0][3]);
+            mma(s[0], qa[qk], b0, b1);
+            mma(s[1], qa[qk], b2, b3);
         }
 
         /* masks: a tile every row sees whole skips them */
