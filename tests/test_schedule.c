@@ -678,6 +678,67 @@ static void case_weighted_chunks(int32_t count) {
     }
 }
 
+/* How a decode's span is cut (one-token tiles weigh 1, so the chunk bound
+ * is kv_chunk): chunks of kv_chunk keys from its start and the remainder
+ * last; a sliver spread over the others (not checked here); and, when
+ * fewer items run at once than there are workers (split_workers <
+ * num_workers, as on a GPU), a remainder of at least half a chunk makes k
+ * near-equal pieces of ceil(len / k) keys rounded up to 16, the last one
+ * shorter. */
+static void case_equal_pieces(int32_t count) {
+    static const int32_t tiles[] = {1};
+    static int32_t qo[MAX_B + 1], kv[MAX_B];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "equal-pieces/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        const int32_t B = tu_rng_int(&g, 1, 40), N = tu_rng_int(&g, 16, 264);
+        const bool equal = k % 2 == 0;
+        for (int32_t r = 0; r < B; r++) {
+            qo[r + 1] = qo[r] + 1;
+            kv[r] = tu_rng_int(&g, 1, 30000);
+        }
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
+                                .group_size = 4, .num_kv_heads = 8, .causal = true,
+                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
+                                .num_q_tiles = 1, .cost_per_q_row = 1, .cost_per_key = 1,
+                                .split_workers = equal ? tu_rng_int(&g, 1, N / 4) : 0};
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, B, B, N);
+        lim.max_partial_rows = B * N; /* no budget: the bound alone decides */
+        fi_schedule s;
+        double ratio;
+        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
+                  check_schedule(&s, &in, &ratio);
+        const int64_t L = s.kv_chunk;
+        for (int32_t r = 0; !bad && L > 0 && r < B; r++) {
+            const int64_t len = kv[r], k0 = (len + L - 1) / L, rem = len - (k0 - 1) * L;
+            if (k0 < 2 || (rem < FI_SCHEDULE_MIN_CHUNK && 8 * rem <= L)) continue;
+            int64_t p = L;
+            if (equal && 2 * rem >= L) p = ((len + k0 - 1) / k0 + 15) / 16 * 16;
+            for (int32_t i = 0; i < s.num_items; i++) {
+                const fi_work_item *it = &s.items[i];
+                if (it->request != r) continue;
+                const int64_t c = it->kv_start / p;
+                const int64_t want = c < k0 - 1 ? p : len - (k0 - 1) * p;
+                if (it->kv_start % p || it->kv_end - it->kv_start != want) {
+                    tu_note("B %d, N %d, split_workers %d, request %d (%lld keys, chunk %lld): "
+                            "piece [%d, %d), want %lld keys from a multiple of %lld", (int)B, (int)N,
+                            (int)in.split_workers, (int)r, (long long)len, (long long)L,
+                            (int)it->kv_start, (int)it->kv_end, (long long)want, (long long)p);
+                    bad = 1;
+                    break;
+                }
+            }
+        }
+        tu_record(equal ? "near-equal pieces" : "chunks from the start",
+                  name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&s);
+    }
+}
+
 /* The assignment against a plain LPT written here: items by cost, longest
  * first, ties in generation order (request, token, key), each to the first
  * least-loaded worker, with the scheduler's cost formula. The scheduler's
@@ -1073,6 +1134,7 @@ int main(int argc, char **argv) {
     case_bounds();
     case_decode_budget(n / 10);
     case_weighted_chunks(n / 20);
+    case_equal_pieces(n / 20);
     case_reference_lpt(n / 20);
     api_cases();
     return tu_summary("test_schedule");

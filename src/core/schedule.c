@@ -237,11 +237,16 @@ static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv
 /* A span of len > L keys cut into chunks of L keys from its start, the
  * remainder last. (Near-equal pieces would look tidier but balance worse:
  * L is the ideal load per worker, S / N, so a full chunk fills a worker and
- * the remainders are the small items LPT fills the gaps with.) Except when
- * the remainder is at least L / 2: then it is no small item, and the span's
- * longest chunk is what the batch waits for, so the span becomes k
- * near-equal pieces (aligned; H200, the hybrid mix's 10000-key spans as
- * 3344 x 3 keys instead of 3648 x 2 + 2704: 228.4 -> 220.6 us). And a
+ * the remainders are the small items LPT fills the gaps with.) Except,
+ * with `equal`, when the remainder is at least L / 2: the span becomes k
+ * near-equal pieces (aligned). `equal` is set when fewer items run at once
+ * than there are workers (split_workers < num_workers: a GPU, where each
+ * item runs as H_kv CTAs and the workers outnumber the resident slots four
+ * to one), so no worker packs a remainder beside a full chunk, and the
+ * span's longest chunk is what the batch waits for (H200, the hybrid mix's
+ * 10000-key spans as 3344 x 3 keys instead of 3648 x 2 + 2704: 228.4 ->
+ * 220.6 us; on a CPU's 16 workers the same pieces took the balance model's
+ * max/mean at batch 2 from 1.007 to 1.103). And a
  * sliver, a remainder shorter than FI_SCHEDULE_MIN_CHUNK and at most L / 8,
  * is spread over the other chunks (pieces of up to L + L / 8, aligned): on
  * a GPU it is a CTA of its own that pays an item's whole fixed
@@ -249,7 +254,7 @@ static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv
  * keys, after the full chunks took every resident slot (H200, 16 x 4096
  * keys on 33 slots: 32 chunks of 2048 instead of 32 of 2000 and 16 of 96,
  * 4% faster; 16 x 32768 kept its 16 chunks of 992: spread, they cost 1%). */
-static inline int32_t auto_chunks(int32_t len, int32_t L, int32_t *piece) {
+static inline int32_t auto_chunks(int32_t len, int32_t L, bool equal, int32_t *piece) {
     int32_t k = (int32_t)(((int64_t)len + L - 1) / L);
     const int64_t rem = (int64_t)len - (int64_t)(k - 1) * L;
     const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
@@ -259,7 +264,7 @@ static inline int32_t auto_chunks(int32_t len, int32_t L, int32_t *piece) {
         p = (p + al - 1) / al * al;
         *piece = (int32_t)p;
         k = (int32_t)(((int64_t)len + p - 1) / p);
-    } else if (k > 1 && 2 * rem >= L) {
+    } else if (equal && k > 1 && 2 * rem >= L) {
         int64_t p = ((int64_t)len + k - 1) / k; /* k near-equal pieces */
         p = (p + al - 1) / al * al;
         *piece = (int32_t)p;
@@ -293,6 +298,7 @@ typedef struct gen_state {
     double key_cost;  /* cost of one key, all KV heads */
     double pair_cost; /* cost of one (packed row, key) pair, all KV heads */
     int32_t group, rows_exact, rows_block; /* pair_rows' */
+    bool equal_pieces; /* auto_chunks' `equal` */
     /* Facts for the sort, as bits of the costs (doubles >= 0 order as their
      * bits): the last cost, whether no cost so far exceeded its
      * predecessor, the smallest nonzero cost minus 1 and the largest. */
@@ -495,7 +501,7 @@ static int64_t split_rows(const gen_state *g, int32_t n, int32_t L, int64_t *ext
     for (int32_t i = 0; i < n; i++) {
         int32_t Lt = tile_chunk(g, L, sc->cand_tok[i]);
         if (sc->cand_len[i] <= Lt) continue;
-        int32_t piece, k = auto_chunks(sc->cand_len[i], Lt, &piece);
+        int32_t piece, k = auto_chunks(sc->cand_len[i], Lt, g->equal_pieces, &piece);
         if (k == 1) continue; /* one chunk and a sliver: left whole */
         rows += (int64_t)k * sc->cand_tok[i];
         more += k - 1;
@@ -557,7 +563,7 @@ static void emit_tile(gen_state *g, const fi_schedule_input *in, int32_t r, int3
     fi_schedule *s = g->s;
     int32_t t = q1 - q0, piece = 0, k = 1;
     if (F > 0) k = fixed_chunks(a, b, F);
-    else if (L > 0 && b - a > L) k = auto_chunks(b - a, L, &piece);
+    else if (L > 0 && b - a > L) k = auto_chunks(b - a, L, g->equal_pieces, &piece);
     if (k == 1) {
         emit(g, r, q0, q1, a, b, -1);
         return;
@@ -1065,7 +1071,8 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     gen_state g = {.s = s, .sc = sc, .row_cost = heads * in->cost_per_q_row * in->group_size,
                    .key_cost = heads * in->cost_per_key,
                    .pair_cost = heads * in->cost_per_row_key, .group = in->group_size,
-                   .rows_exact = in->cost_rows_exact, .rows_block = in->cost_rows_block};
+                   .rows_exact = in->cost_rows_exact, .rows_block = in->cost_rows_block,
+                   .equal_pieces = in->split_workers > 0 && in->split_workers < in->num_workers};
     gen_reset(&g);
     survey sv;
     if (F > 0) survey_fixed(in, T, F, &sv);
