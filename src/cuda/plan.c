@@ -200,8 +200,10 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     ps->merge_grid = (unsigned)(ps->cc->sm_count * 4);
     /* With a tensor-core path, a key of a 128-row block costs ~1.9 decode
      * keys (H200: 303 TFLOP/s = 4.6e9 block-keys/s against the decode
-     * form's 4.5 TB/s / 512 B = 8.8e9 keys/s per KV head; 1.55 beside the
-     * full form's decode items at 3.65 TB/s), not 32x as on CUDA cores: cost
+     * form's 4.5 TB/s / 512 B = 8.8e9 keys/s per KV head; in the hybrid
+     * mix's trace 2.3, 59 against 25.7 ns per key and KV head, but c =
+     * 0.0102 for that ran it 3 us slower than near-equal pieces at 0.007,
+     * docs/CUDA_KERNELS.md), not 32x as on CUDA cores: cost
      * = rows + keys + 0.007 rows x keys, where an item of more than 16 rows
      * counts whole blocks (17 tokens x group 4 = 68 rows cost a 128-row
      * block), and every request in tiles of 128 rows (a decode request
