@@ -266,21 +266,45 @@ FI_DEV void put_off_spread(KVOff *slot, const fi_attn_args &a, const Item &it, i
 }
 
 /* One tile's keys into one stage (K then V) from its offset table; keys
- * from `valid` on (past the span) are zero-filled. A thread keeps one
- * 16-byte chunk column and walks keys NT / CH apart: per key one table read,
- * one compare and two 64-bit adds for its two copies. */
+ * from `valid` on (past the span) are zero-filled. A thread copies CPT
+ * 16-byte chunks of a key's row, TPK = CH / CPT apart (so each copy
+ * instruction of a warp covers whole runs of a row: coalesced), for keys
+ * NT / TPK apart: per key one table read (LDS.128) and one address, shared
+ * by its 2 CPT copies. (CPT = 1, a read per chunk: in the standalone
+ * kernel the adds after those reads were a fifth of its tile loop's
+ * short-scoreboard stalls, ncu.) */
+/* 2 in the standalone kernel (1392 -> 1350 instructions a tile, no spills,
+ * bf16 d 128 causal); 1 in the persistent kernel, whose other paths spilled
+ * more with 2 (its 128-row loop 5 -> 11 local loads, the decode loop 0 -> 8) */
+#ifndef FI_TC_LOAD_CPT
+#ifdef FI_ATTN_TC_NAME
+#define FI_TC_LOAD_CPT 2
+#else
+#define FI_TC_LOAD_CPT 1
+#endif
+#endif
 FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int valid) {
     const uint32_t ks = st, vs = st + K_BYTES; /* shared addresses: 32-bit arithmetic */
-    constexpr int CH = KCH > VCH ? KCH : VCH, KPI = NT / CH;
-    const int ch = threadIdx.x % CH, key0 = threadIdx.x / CH;
-    const char *kb = a.k + ch * 16, *vb = a.v + ch * 16;
+    constexpr int CH = KCH > VCH ? KCH : VCH, CPT = FI_TC_LOAD_CPT, TPK = CH / CPT, KPI = NT / TPK;
+    static_assert(CH % CPT == 0 && BN % KPI == 0, "chunks per thread");
+    const int cg = threadIdx.x % TPK, key0 = threadIdx.x / TPK;
+    const char *kb = a.k + cg * 16, *vb = a.v + cg * 16;
 #pragma unroll
     for (int it = 0; it < BN / KPI; it++) {
         const int key = key0 + it * KPI;
         const KVOff off = tab[key];
         const int bytes = key < valid ? 16 : 0;
-        if (ch < KCH) fi_cp_async16_to(ks + swz<KCH>(key, ch), kb + off.k, bytes);
-        if (ch < VCH) fi_cp_async16_to(vs + swz<VCH>(key, ch), vb + off.v, bytes);
+        if constexpr (CPT == 1) {
+            if (cg < KCH) fi_cp_async16_to(ks + swz<KCH>(key, cg), kb + off.k, bytes);
+            if (cg < VCH) fi_cp_async16_to(vs + swz<VCH>(key, cg), vb + off.v, bytes);
+        } else {
+#pragma unroll
+            for (int c = 0; c < CPT; c++) {
+                const int ch = cg + c * TPK;
+                if (ch < KCH) fi_cp_async16_to(ks + swz<KCH>(key, ch), kb + off.k + c * TPK * 16, bytes);
+                if (ch < VCH) fi_cp_async16_to(vs + swz<VCH>(key, ch), vb + off.v + c * TPK * 16, bytes);
+            }
+        }
     }
 }
 
