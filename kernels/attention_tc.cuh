@@ -267,15 +267,14 @@ FI_DEV void put_off_spread(KVOff *slot, const fi_attn_args &a, const Item &it, i
 
 /* One tile's keys into one stage (K then V) from its offset table; keys
  * from `valid` on (past the span) are zero-filled. A thread copies CPT
- * 16-byte chunks of a key's row, TPK = CH / CPT apart (so each copy
- * instruction of a warp covers whole runs of a row: coalesced), for keys
- * NT / TPK apart: per key one table read (LDS.128) and one address, shared
- * by its 2 CPT copies. (CPT = 1, a read per chunk: in the standalone
- * kernel the adds after those reads were a fifth of its tile loop's
- * short-scoreboard stalls, ncu.) */
-/* 2 in the standalone kernel (1392 -> 1350 instructions a tile, no spills,
- * bf16 d 128 causal); 1 in the persistent kernel, whose other paths spilled
- * more with 2 (its 128-row loop 5 -> 11 local loads, the decode loop 0 -> 8) */
+ * 16-byte chunks of a key's K and V rows, TPK = CH / CPT chunks apart (each
+ * copy instruction of a warp still covers whole runs of a row), for keys
+ * NT / TPK apart: per key one table read and one address for its copies.
+ * CPT = 2 in the standalone kernel: with 1, the adds after the table reads
+ * were a fifth of its tile loop's short-scoreboard stalls (ncu), and 2
+ * takes the loop from 1392 to 1350 instructions (bf16 d 128 causal, no
+ * spills). The persistent kernel keeps 1: with 2 its other paths spilled
+ * more (the 128-row loop 5 -> 11 local loads a tile, the decode loop 0 -> 8). */
 #ifndef FI_TC_LOAD_CPT
 #ifdef FI_ATTN_TC_NAME
 #define FI_TC_LOAD_CPT 2
