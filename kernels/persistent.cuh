@@ -28,9 +28,11 @@
  *
  * The decode form (FI_TC = 0, FI_DTC = 1) runs every item on decode
  * version 3 alone: without the 128-row path beside it, ptxas keeps decode
- * version 3 in registers (no spills; the full form spills ~280 bytes and
- * reloads them in the tile loop), and 2 stages of 68 KB. H200: 4.5 TB/s on
- * the large decode cells against 3.6 for the full form in the same run;
+ * version 3 in registers (no spills; the full form then spilled ~280 bytes
+ * and reloaded them in the tile loop, and now reads Q's fragments from
+ * shared memory each tile instead, decode_tc.cuh Q_REGS), and 2 stages of
+ * 68 KB. H200: 4.5 TB/s on the large decode cells against 3.6 for the
+ * full form in the same run (before Q_REGS);
  * three CTAs per SM (168 registers) spilled again and ran at 4.1
  * (docs/CUDA_KERNELS.md). The host launches it for batches with no item
  * wider than 16 rows; a wide item (a graph captured on a decode batch,
