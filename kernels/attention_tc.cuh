@@ -293,7 +293,9 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
         const int key = key0 + it * KPI;
         const KVOff off = tab[key];
         const int bytes = key < valid ? 16 : 0;
-        if constexpr (CPT == 1) {
+        if constexpr (CPT == 1) { /* the loop below with c = 0, kept as written
+                                     * before: ptxas allocated the persistent
+                                     * kernel differently from that form */
             if (cg < KCH) fi_cp_async16_to(ks + swz<KCH>(key, cg), kb + off.k, bytes);
             if (cg < VCH) fi_cp_async16_to(vs + swz<VCH>(key, cg), vb + off.v, bytes);
         } else {

@@ -234,6 +234,13 @@ static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv
     span_of(in->causal, in->window_left, qo, kv, q0, q1, a, b);
 }
 
+/* Items that run at once, for automatic split-KV: split_workers where it is
+ * set and below the workers (a GPU: resident CTAs / H_kv), else the workers. */
+static inline int32_t split_slots(const fi_schedule_input *in) {
+    return in->split_workers > 0 && in->split_workers < in->num_workers ? in->split_workers
+                                                                        : in->num_workers;
+}
+
 /* A span of len > L keys cut into chunks of L keys from its start, the
  * remainder last. (Near-equal pieces would look tidier but balance worse:
  * L is the ideal load per worker, S / N, so a full chunk fills a worker and
@@ -257,15 +264,13 @@ static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv
 static inline int32_t auto_chunks(int32_t len, int32_t L, bool equal, int32_t *piece) {
     int32_t k = (int32_t)(((int64_t)len + L - 1) / L);
     const int64_t rem = (int64_t)len - (int64_t)(k - 1) * L;
-    const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
     *piece = L;
-    if (k > 1 && rem < FI_SCHEDULE_MIN_CHUNK && 8 * rem <= L) {
-        int64_t p = ((int64_t)len + k - 2) / (k - 1); /* k - 1 pieces */
-        p = (p + al - 1) / al * al;
-        *piece = (int32_t)p;
-        k = (int32_t)(((int64_t)len + p - 1) / p);
-    } else if (equal && k > 1 && 2 * rem >= L) {
-        int64_t p = ((int64_t)len + k - 1) / k; /* k near-equal pieces */
+    int32_t pieces = 0; /* cut into this many near-equal pieces instead */
+    if (k > 1 && rem < FI_SCHEDULE_MIN_CHUNK && 8 * rem <= L) pieces = k - 1; /* a sliver */
+    else if (equal && k > 1 && 2 * rem >= L) pieces = k;
+    if (pieces > 0) {
+        const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
+        int64_t p = ((int64_t)len + pieces - 1) / pieces;
         p = (p + al - 1) / al * al;
         *piece = (int32_t)p;
         k = (int32_t)(((int64_t)len + p - 1) / p);
@@ -517,8 +522,7 @@ static int64_t split_rows(const gen_state *g, int32_t n, int32_t L, int64_t *ext
 static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey *sv,
                             const gen_state *g, int32_t budget, int32_t cap, int64_t *extra) {
     const int64_t al = FI_SCHEDULE_CHUNK_ALIGN;
-    int64_t N = in->split_workers > 0 && in->split_workers < in->num_workers ? in->split_workers
-                                                                              : in->num_workers;
+    int64_t N = split_slots(in);
     int64_t L0 = sv->wspan_sum == (double)sv->span_sum /* exact for alike tiles */
                      ? (sv->span_sum + N - 1) / N
                      : (int64_t)ceil(sv->wspan_sum / (double)N);
@@ -1072,7 +1076,7 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
                    .key_cost = heads * in->cost_per_key,
                    .pair_cost = heads * in->cost_per_row_key, .group = in->group_size,
                    .rows_exact = in->cost_rows_exact, .rows_block = in->cost_rows_block,
-                   .equal_pieces = in->split_workers > 0 && in->split_workers < in->num_workers};
+                   .equal_pieces = split_slots(in) < in->num_workers};
     gen_reset(&g);
     survey sv;
     if (F > 0) survey_fixed(in, T, F, &sv);

@@ -96,7 +96,7 @@ static void print_schedule(const char *name, const fi_plan *plan) {
  * (persistent.cuh keeps a record per (item, KV head): worker, head, SM,
  * start and end). Writes the records as CSV and prints where the run's
  * time went: the makespan, how busy the CTA slots were, the items per
- * kind, and the workers that finished last. */
+ * kind, and how many records had ended by each tenth of the makespan. */
 static int trace_run(fi_plan *plan, const fi_run_args *a, gu_stream s, const char *name,
                      FILE *csv) {
     const fi_cuda_plan *ps = plan->backend_state;
@@ -119,7 +119,10 @@ static int trace_run(fi_plan *plan, const fi_run_args *a, gu_stream s, const cha
     if (GU(gu.DtoH(&n, cnt, 4))) return 1;
     if ((size_t)n * 32 > rb) n = (uint32_t)(rb / 32);
     uint64_t *r = malloc((size_t)n * 32 + 32);
-    if (!r || GU(gu.DtoH(r, rec, (size_t)n * 32))) return 1;
+    if (!r || GU(gu.DtoH(r, rec, (size_t)n * 32))) {
+        free(r);
+        return 1;
+    }
     uint64_t t0 = UINT64_MAX, t1 = 0;
     for (uint32_t i = 0; i < n; i++) {
         t0 = r[4 * i + 2] < t0 ? r[4 * i + 2] : t0;

@@ -9,16 +9,18 @@
  *   graph   a CUDA graph captured around fi_plan_run on a non-blocking
  *           stream, replayed after fi_plan_update with other batches within
  *           the plan's bounds (decode, mixed, one long split request,
- *           prefill-heavy, prefill only), each twice: every replay matches the fp64 oracle, and bitwise the
- *           eager run of the same batch where both take the same kernel;
+ *           prefill-heavy, prefill only), each twice: every replay matches
+ *           the fp64 oracle, and bitwise the eager run of the same batch
+ *           where both take the same kernel;
  *           with the persistent kernel (one launch, fused merge: its decode
  *           form captured on the decode batch, replaying the wide items of
  *           the mixed batches in 16-row slices; eager, the mixed batch takes
  *           the 64-row-block full form, the prefill-heavy one the 128-row;
  *           and captured on the prefill-only batch, whose run takes the
- *           separate kernels, eager or captured), without the decode form (FLASHINFER_CUDA_DECODE_FORM=0), the
- *           separate kernels (FLASHINFER_CUDA_PERSIST=0), and with each
- *           batch's page table in its own device buffer
+ *           separate kernels, eager or captured), without the decode form
+ *           (FLASHINFER_CUDA_DECODE_FORM=0), the separate kernels
+ *           (FLASHINFER_CUDA_PERSIST=0), and with each batch's page table
+ *           in its own device buffer
  *           (fi_plan_config.device_page_table): a replay reads the table
  *           of the latest update, wherever it lives
  *   table   device page tables: bitwise a host-table plan's runs; ids out of
