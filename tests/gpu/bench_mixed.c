@@ -35,7 +35,9 @@
  *
  * --mix also takes the hybrid mix's two halves, which the default run
  * leaves out: hybrid-decode (600, 1) x 122 and hybrid-wide (10000, 17) x 8
- * (each alone on the whole GPU: what each half costs by itself).
+ * (each alone on the whole GPU: what each half costs by itself), and two
+ * of bench_decode's cells, decode-16x4096 and decode-64x1024 (to trace
+ * them; bench_decode times them over several plans).
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -67,6 +69,8 @@ static const mix mixes[] = {
     {"chunked", 0, 2, {8192, 2048}, {1, 512}, {254, 1}},
     {"hybrid-decode", 1, 1, {600}, {1}, {122}},
     {"hybrid-wide", 1, 1, {10000}, {17}, {8}},
+    {"decode-16x4096", 1, 1, {4096}, {1}, {16}},
+    {"decode-64x1024", 1, 1, {1024}, {1}, {64}},
 };
 
 /* Worker by worker: its cost-model load and items [request q0-q1 k0-k1],
