@@ -312,6 +312,20 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
 /* One (item, KV head) on tensor cores, every 128-row block; smem holds
  * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
  * CTA calls it; it ends with a barrier. */
+/* The row sums l of the 128-row path: in registers, or (inside the
+ * persistent kernel's full form, whose 128-row path ptxas gave 255
+ * registers and spilled exactly these four floats to local memory, reloaded
+ * every tile) in shared memory, [mt][h][thread]: conflict-free, and a
+ * shared load's latency, not a local one's that may reach L2. */
+#ifndef FI_TC_L_SMEM
+#ifdef FI_ATTN_TC_NAME
+#define FI_TC_L_SMEM 0
+#else
+#define FI_TC_L_SMEM (MT == 2)
+#endif
+#endif
+constexpr bool L_SMEM = FI_TC_L_SMEM;
+
 FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;
@@ -340,14 +354,19 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
         const int ntiles = kend > kbeg ? (kend - kbeg + BN - 1) / BN : 0;
 
         /* this thread's rows: [mt][h] = rb + warp*16MT + mt*16 + g + 8h */
-        float m[MT][2], l[MT][2], slope[MT][2];
+        float m[MT][2], lreg[MT][2], slope[MT][2];
+        __shared__ float lsm[L_SMEM ? MT * 2 * NT : 1];
+        auto l = [&](int mt, int h) -> float & {
+            if constexpr (L_SMEM) return lsm[(mt * 2 + h) * NT + threadIdx.x];
+            else return lreg[mt][h];
+        };
         float o[MT][DT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 m[mt][h] = FI_NEG_INF;
-                l[mt][h] = 0.0f;
+                l(mt, h) = 0.0f;
                 const int p = rb + warp * (MT * 16) + mt * 16 + g + 8 * h;
                 slope[mt][h] = p < it.rows ? fi_v::row_slope(VP, it.hkv * GROUP + p % GROUP) : 0.0f;
             }
@@ -525,7 +544,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                             s[mt][nt][2 * h + e] = pr;
                             sum += pr;
                         }
-                    l[mt][h] = fmaf(l[mt][h], scale, sum);
+                    l(mt, h) = fmaf(l(mt, h), scale, sum);
                     /* rescale O only where some row's max moved (after
                      * the first tiles it rarely does) */
                     if (__any_sync(0xffffffffu, mold != mx)) {
@@ -579,7 +598,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float L = l[mt][h];
+                float L = l(mt, h);
                 L += __shfl_xor_sync(0xffffffffu, L, 1);
                 L += __shfl_xor_sync(0xffffffffu, L, 2);
                 const int p = rb + warp * (MT * 16) + mt * 16 + g + 8 * h;
@@ -661,7 +680,13 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
             if (fi_item_rows(items, n, GROUP) < a.tc_min_rows) continue; /* the CUDA-core kernel's */
+#ifdef FI_TRACE
+            const unsigned long long t0 = fi_trace_clock();
+#endif
             run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
+#ifdef FI_TRACE
+            if (threadIdx.x == 0) fi_trace_item(blockIdx.x, hkv, n, fi_item_rows(items, n, GROUP), t0);
+#endif
         }
 }
 #endif

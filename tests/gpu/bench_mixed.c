@@ -22,7 +22,8 @@
  * diagnostic: its K/V from L2 where they fit, what DRAM costs the kernels;
  * the requests of a group must not be longer than the first).
  * --trace FILE: with FLASHINFER_CUDA_DEFINES=-DFI_TRACE=65536 (the
- * persistent kernel records each item's start and end), one eager run per
+ * persistent kernel, or for a prefill-only batch the standalone
+ * tensor-core one, records each item's start and end), one eager run per
  * mix traced: CSV rows (mix, worker, KV head, SM, item, rows, k0, k1, start
  * ns, end ns) appended to FILE and a summary printed (trace_run).
  * --device-table: the page table in device memory
@@ -106,16 +107,17 @@ static int trace_run(fi_plan *plan, const fi_run_args *a, gu_stream s, const cha
     const fi_cuda_plan *ps = plan->backend_state;
     void *mod = NULL;
     if (fi_plan_run(plan, a) || GU(gu.CtxSynchronize())) return 1; /* loads the kernel */
+    /* the persistent kernel's form, or (a prefill-only batch) the
+     * standalone tensor-core kernel */
+    const CUfunction fn = ps->last_form ? ps->last_form : ps->attn_tc;
     for (const fi_cuda_module *m = ps->cc->modules; m; m = m->next)
-        if (m->function == ps->last_form) mod = m->module;
+        if (fn && m->function == fn) mod = m->module;
     gu_ptr rec = 0, cnt = 0;
     size_t rb = 0, cb = 0;
     if (!mod || gu.ModuleGetGlobal(&rec, &rb, mod, "fi_trace") ||
         gu.ModuleGetGlobal(&cnt, &cb, mod, "fi_trace_count")) {
-        printf("--trace %s: no traced persistent kernel ran (build it with "
-               "FLASHINFER_CUDA_DEFINES=-DFI_TRACE=65536; a prefill-only batch runs eagerly on "
-               "the standalone tensor-core kernel unless FLASHINFER_CUDA_PREFILL_SEPARATE=0)\n",
-               name);
+        printf("--trace %s: no traced kernel ran (build it with "
+               "FLASHINFER_CUDA_DEFINES=-DFI_TRACE=65536)\n", name);
         return 1;
     }
     if (GU(gu.MemsetD8(cnt, 0, 4)) || fi_plan_run(plan, a) || GU(gu.StreamSynchronize(s))) return 1;
