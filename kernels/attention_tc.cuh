@@ -321,7 +321,7 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
 #ifdef FI_ATTN_TC_NAME
 #define FI_TC_L_SMEM 0
 #else
-#define FI_TC_L_SMEM (MT == 2)
+#define FI_TC_L_SMEM (MT == 2 && DQK + DVO > 128) /* d 64 x 64 did not spill them */
 #endif
 #endif
 constexpr bool L_SMEM = FI_TC_L_SMEM;
