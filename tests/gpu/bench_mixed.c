@@ -36,9 +36,10 @@
  *
  * --mix also takes the hybrid mix's two halves, which the default run
  * leaves out: hybrid-decode (600, 1) x 122 and hybrid-wide (10000, 17) x 8
- * (each alone on the whole GPU: what each half costs by itself), and two
- * of bench_decode's cells, decode-16x4096 and decode-64x1024 (to trace
- * them; bench_decode times them over several plans).
+ * (each alone on the whole GPU: what each half costs by itself), and three
+ * of bench_decode's cells, decode-16x4096, decode-64x1024 and
+ * decode-1x32768 (to trace them; bench_decode times them over several
+ * plans).
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -72,6 +73,7 @@ static const mix mixes[] = {
     {"hybrid-wide", 1, 1, {10000}, {17}, {8}},
     {"decode-16x4096", 1, 1, {4096}, {1}, {16}},
     {"decode-64x1024", 1, 1, {1024}, {1}, {64}},
+    {"decode-1x32768", 1, 1, {32768}, {1}, {1}},
 };
 
 /* Worker by worker: its cost-model load and items [request q0-q1 k0-k1],
