@@ -63,13 +63,7 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
     static_assert(DVO % 4 == 0, "float4 columns");
     constexpr int C4 = DVO / 4, PERL = (C4 + LPP - 1) / LPP; /* float4 columns per lane */
-    /* sources in flight: H200, batch-1 decode (33 sources of a row), 16
-     * against 8: 1 x 4096 14.3 -> 14.0 us, 1 x 16384 27.3 -> 26.6, 1 x 32768
-     * 43.9 -> 43.3; 32 lost 1 x 4096 (16.6) */
-#ifndef FI_MERGE_UNROLL
-#define FI_MERGE_UNROLL 16
-#endif
-    constexpr int UNROLL = PERL <= 2 ? FI_MERGE_UNROLL : 1;
+    constexpr int UNROLL = PERL <= 2 ? 8 : 1;                /* sources in flight */
     const int32_t *out_row = (const int32_t *)(a.meta + meta->off_merge_out_row);
     const int32_t *src = (const int32_t *)(a.meta + meta->off_merge_src);
     const int lane = threadIdx.x & 31, sub = lane & (LPP - 1);
