@@ -39,3 +39,9 @@ while read -r out rest; do
 done < "$tmp/jobs"
 echo "nvcc: $n configurations compiled in $(( $(date +%s) - start )) s"
 "$BUILD/jit_compile" | tail -1
+# the diagnostic build read by bench_mixed --trace (FI_TRACE: the persistent
+# kernel's forms and the standalone tensor-core kernel record each item)
+FLASHINFER_CUDA_DEFINES=-DFI_TRACE=64 "$BUILD/jit_compile" \
+    --filter d128x128_q2k2o2_g4r4_paged_m1w0c0p0_t | tail -1
+FLASHINFER_CUDA_DEFINES=-DFI_TRACE=64 "$BUILD/jit_compile" \
+    --filter fi_attn_tc_d128x128_q2o2_g4_paged_m1w0c0p0 | tail -1
