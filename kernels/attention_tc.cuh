@@ -309,9 +309,6 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
     }
 }
 
-/* One (item, KV head) on tensor cores, every 128-row block; smem holds
- * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
- * CTA calls it; it ends with a barrier. */
 /* The row sums l of the 128-row path: in registers, or (inside the
  * persistent kernel's full form, whose 128-row path ptxas gave 255
  * registers and spilled exactly these four floats to local memory, reloaded
@@ -326,6 +323,9 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
 #endif
 constexpr bool L_SMEM = FI_TC_L_SMEM;
 
+/* One (item, KV head) on tensor cores, every 128-row block; smem holds
+ * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
+ * CTA calls it; it ends with a barrier. */
 FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;

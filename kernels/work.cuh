@@ -93,8 +93,9 @@ FI_DEV fi_item fi_item_load(const fi_item_rec *items, int n, int hkv, int group)
 #ifdef FI_TRACE
 /* A diagnostic build (FLASHINFER_CUDA_DEFINES=-DFI_TRACE=N, read by
  * bench_mixed --trace): the persistent kernel and the standalone
- * tensor-core one append a record per (item, KV head) of four words, {worker << 32 | KV head << 16 | SM, item << 32 | rows, start ns,
- * end ns} (the global timer), the first N kept. */
+ * tensor-core one append a record per (item, KV head) of four words,
+ * {worker << 32 | KV head << 16 | SM, item << 32 | rows, start ns, end ns}
+ * (the global timer), the first N kept. */
 extern "C" { /* unmangled: the host finds them by name (cuModuleGetGlobal) */
 __device__ unsigned long long fi_trace[4 * FI_TRACE];
 __device__ unsigned int fi_trace_count;

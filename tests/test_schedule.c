@@ -621,6 +621,17 @@ static void case_decode_budget(int32_t count) {
     }
 }
 
+/* Build `in`'s schedule with no budget on partial rows (the chunk bound
+ * alone decides the splits) and check it; non-zero on failure. */
+static int build_unbudgeted(fi_schedule *s, const fi_schedule_input *in) {
+    const int32_t total_qo = in->qo_indptr[in->batch_size];
+    fi_schedule_limits lim;
+    fi_schedule_limits_for(&lim, in->batch_size, total_qo, in->num_workers);
+    lim.max_partial_rows = total_qo * in->num_workers;
+    double ratio;
+    return fi_schedule_init(s, &lim) || fi_schedule_build(s, in) || check_schedule(s, in, &ratio);
+}
+
 /* A wide tile's chunks are shorter than a decode's by its key weight (the
  * cost of one of its keys over a one-token tile's), so that its chunks cost
  * about what a decode's full chunk does: decodes beside a few wide tiles,
@@ -650,13 +661,8 @@ static void case_weighted_chunks(int32_t count) {
                                 .num_q_tiles = 1, .cost_per_q_row = 1, .cost_per_key = 1,
                                 .cost_per_row_key = 0.007, .cost_rows_exact = 16,
                                 .cost_rows_block = k % 2 ? 128 : 0};
-        fi_schedule_limits lim;
-        fi_schedule_limits_for(&lim, B, qo[B], N);
-        lim.max_partial_rows = qo[B] * N; /* no budget: the bound alone decides */
         fi_schedule s;
-        double ratio;
-        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
-                  check_schedule(&s, &in, &ratio);
+        int bad = build_unbudgeted(&s, &in);
         /* with a chunk bound, every item (split or whole) keeps within its
          * tile's: a longer tile would have been split */
         for (int32_t i = 0; !bad && s.kv_chunk > 0 && i < s.num_items; i++) {
@@ -705,13 +711,8 @@ static void case_equal_pieces(int32_t count) {
                                 .window_left = -1, .num_workers = N, .q_tiles = tiles,
                                 .num_q_tiles = 1, .cost_per_q_row = 1, .cost_per_key = 1,
                                 .split_workers = equal ? tu_rng_int(&g, 1, N / 4) : 0};
-        fi_schedule_limits lim;
-        fi_schedule_limits_for(&lim, B, B, N);
-        lim.max_partial_rows = B * N; /* no budget: the bound alone decides */
         fi_schedule s;
-        double ratio;
-        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
-                  check_schedule(&s, &in, &ratio);
+        int bad = build_unbudgeted(&s, &in);
         const int64_t L = s.kv_chunk;
         for (int32_t r = 0; !bad && L > 0 && r < B; r++) {
             const int64_t len = kv[r], k0 = (len + L - 1) / L, rem = len - (k0 - 1) * L;

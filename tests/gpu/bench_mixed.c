@@ -100,8 +100,8 @@ static void print_schedule(const char *name, const fi_plan *plan) {
 }
 
 /* --trace: one eager run of a build with FLASHINFER_CUDA_DEFINES=-DFI_TRACE=N
- * (persistent.cuh keeps a record per (item, KV head): worker, head, SM,
- * start and end). Writes the records as CSV and prints where the run's
+ * (the persistent kernel, or the standalone tensor-core one, keeps a record
+ * per (item, KV head): worker, head, SM, start and end; work.cuh). Writes the records as CSV and prints where the run's
  * time went: the makespan, how busy the CTA slots were, the items per
  * kind, and how many records had ended by each tenth of the makespan. */
 static int trace_run(fi_plan *plan, const fi_run_args *a, gu_stream s, const char *name,
