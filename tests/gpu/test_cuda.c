@@ -28,6 +28,11 @@
  *           rows bitwise unchanged; a host address or a range past its
  *           allocation refused. `test_cuda --table` runs only this (for
  *           compute-sanitizer memcheck: the clamped ids stay in the cache)
+ *   merge   one decode split into 8, 16, 21, 32, 33 and 47 chunks
+ *           (fi_plan_config.fixed_split_size): the merge takes a row's
+ *           sources in rounds of 32, each round 32, 16 or 8 at a time, and
+ *           every width against the oracle, in the persistent kernel's fused
+ *           merge and in the separate merge kernel
  *   device  device_id out of range gives FI_STATUS_NO_DEVICE
  */
 #include "flashinfer.h"
@@ -430,6 +435,46 @@ static void test_table(void) {
     fi_context_destroy(ctx);
 }
 
+/* ------------------------------------------------------------ merge */
+
+static void test_merge_widths(const char *mode) {
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    bufs B;
+    fi_context *ctx = open_cuda(&B, &rng);
+    if (!ctx) return;
+    enum { CHUNK = 128 };
+    const int32_t sources[] = {8, 16, 21, 32, 33, 47}; /* 47 * 128 keys: within POOL */
+    gu_stream s = NULL;
+    GU(gu.StreamCreate(&s, 1));
+    fi_run_args a = run_args(&B, s);
+    uint16_t *o = malloc((size_t)MAXQ * HQ * D * 2);
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        fi_attention_params p = make_params();
+        fi_plan_config cfg;
+        fi_plan_config_init(&cfg);
+        cfg.max_batch_size = 1, cfg.max_total_qo = 1, cfg.max_total_kv = POOL;
+        cfg.fixed_split_size = CHUNK;
+        fi_plan *plan = NULL;
+        int32_t q[] = {1}, k[] = {sources[i] * CHUNK};
+        batch b;
+        make_batch(&b, 1, q, k, &rng);
+        prepare(&B, &b, &rng);
+        fi_plan_info info = {.struct_size = sizeof info};
+        CHECK(fi_plan_create(ctx, &p, &cfg, &plan) == FI_OK && fi_plan_update(plan, &b.view) == FI_OK &&
+                  fi_plan_get_info(plan, &info) == FI_OK && fi_plan_run(plan, &a) == FI_OK,
+              "merge plan/run: %s", fi_last_error());
+        CHECK(info.num_split_items == sources[i], "%d sources planned as %d split items",
+              (int)sources[i], (int)info.num_split_items);
+        char what[64];
+        snprintf(what, sizeof what, "merge: %s, %d sources", mode, (int)sources[i]);
+        check_oracle(what, &B, &b, o);
+        fi_plan_destroy(plan);
+    }
+    free(o);
+    fi_context_destroy(ctx);
+}
+
 /* ------------------------------------------------------------ device */
 
 static void test_device(void) {
@@ -464,6 +509,7 @@ int main(int argc, char **argv) {
     test_jit();
     test_device();
     test_table();
+    test_merge_widths("fused");
     test_graph("persistent kernel", 0, 0);
     test_graph("persistent kernel, device page tables", 1, 0);
     /* a prefill-only batch's run, captured, holds the separate kernels */
@@ -472,6 +518,7 @@ int main(int argc, char **argv) {
     test_graph("persistent kernel, no decode form", 0, 0);
     unsetenv("FLASHINFER_CUDA_DECODE_FORM");
     setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
+    test_merge_widths("merge kernel");
     test_graph("separate kernels", 0, 0);
     test_graph("separate kernels, device page tables", 1, 0);
     unsetenv("FLASHINFER_CUDA_PERSIST");
