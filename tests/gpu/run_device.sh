@@ -48,7 +48,16 @@ export PATH=$PATH:/usr/local/cuda/bin
 JOBS=$(nproc)
 status=0
 t0=$(date +%s)
-stamp() { pack; echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+# each stage's GPU clocks, temperature, power and throttle reasons, and the
+# background processes still running (FlashInfer's module builds), into
+# gpu_state.txt: what a benchmark ran under, for comparing runs
+stamp() {
+    pack
+    echo "== [$(( $(date +%s) - t0 )) s] $*"
+    { echo "[$(( $(date +%s) - t0 )) s] $* (background jobs running: $(jobs -rp | wc -l))"
+      nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_event_reasons.active \
+          --format=csv,noheader 2>&1; } >> "$OUT/gpu_state.txt"
+}
 
 stamp "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv \
