@@ -323,6 +323,23 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
 #endif
 constexpr bool L_SMEM = FI_TC_L_SMEM;
 
+/* 1: write-through 16-bit O rows, where contiguous, leave in 4-byte
+ * stores of two elements (0: 2-byte stores of one, for A/B runs). The
+ * 2-byte stores cost a short prefill's items ~3 us each: 128 x 1024 causal
+ * went 235 -> 262-268 TFLOP/s with pairs (H200); staging the rows through
+ * shared memory for 16-byte stores measured the same as pairs and made
+ * ptxas spill in the non-causal tile loops. */
+#ifndef FI_TC_O_PAIRS
+#define FI_TC_O_PAIRS 1
+#endif
+
+/* Two adjacent output elements in OT (16-bit), the first in the low half:
+ * the bits fi_store_elem writes for each. */
+FI_DEV uint32_t out_pair(float lo, float hi) {
+    if constexpr (OT == FI_T_F16) return fi_f32_to_f16(lo) | fi_f32_to_f16(hi) << 16;
+    else return fi_f32_to_bf16(lo) | fi_f32_to_bf16(hi) << 16;
+}
+
 /* One (item, KV head) on tensor cores, every 128-row block; smem holds
  * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
  * CTA calls it; it ends with a barrier. */
@@ -594,6 +611,9 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
         const bool hook = fi_v::OUTPUT && it.prow < 0; /* uniform */
         float *orow = reinterpret_cast<float *>(smem), *olse = orow + BM * DVO;
         if (hook) __syncthreads(); /* Q and the stages are free */
+        /* 16-bit rows, contiguous and 16-byte aligned: a thread's two
+         * adjacent elements in one 4-byte store (uniform) */
+        const bool opairs = FI_TC_O_PAIRS && OT != FI_T_F32 && a.o_vec_ok;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -623,6 +643,14 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                         *reinterpret_cast<float2 *>(po + d * 8 + 2 * tq) = v2;
                     }
                     if (tq == 0) a.partial_lse[row] = lse;
+                } else if (opairs) {
+                    const int64_t tok = it.qo_base + t;
+                    char *ob = a.o + tok * a.o_tok + (int64_t)head * a.o_head + 4 * tq;
+#pragma unroll
+                    for (int d = 0; d < DT; d++)
+                        *reinterpret_cast<uint32_t *>(ob + d * 16) =
+                            out_pair(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
+                    if (tq == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
                 } else {
                     const int64_t tok = it.qo_base + t;
                     char *ob = a.o + tok * a.o_tok + (int64_t)head * a.o_head;

@@ -102,6 +102,7 @@ typedef struct fi_attn_args {
                                   on the tensor-core kernel (attention_tc.cuh),
                                   the CUDA-core kernel skips them; 0: none */
     int32_t q_vec_ok;          /* Q rows 16-byte aligned and contiguous */
+    int32_t o_vec_ok;          /* O rows 16-byte aligned and contiguous */
     int32_t heads_x;           /* persistent.cuh: grid x = KV heads, y = workers
                                   (a worker's heads dispatched together) */
     float q_scale;             /* sm_scale * k_scale (* log2 e when no transform) */

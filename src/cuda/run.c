@@ -76,6 +76,8 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     a->kv_vec_ok = rows_aligned(&ra->k, ks) && rows_aligned(&ra->v, vs);
     int64_t qs[4] = {bstride(&ra->q, 0), bstride(&ra->q, 1), 16, bstride(&ra->q, 2)};
     a->q_vec_ok = rows_aligned(&ra->q, qs);
+    int64_t os[4] = {bstride(&ra->o, 0), bstride(&ra->o, 1), 16, bstride(&ra->o, 2)};
+    a->o_vec_ok = rows_aligned(&ra->o, os);
     /* the tensor-core kernel gathers K/V rows with 16-byte copies only */
     a->tc_min_rows = ps->has_tc_path && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
     a->window_left = p->window_left;

@@ -39,7 +39,8 @@
  * (each alone on the whole GPU: what each half costs by itself), and three
  * of bench_decode's cells, decode-16x4096, decode-64x1024 and
  * decode-1x32768 (to trace them; bench_decode times them over several
- * plans).
+ * plans), and a short prefill, prefill-32x1024 (32 requests of 1024
+ * queries over their 1024 keys: bench_prefill's short cells, to trace).
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -55,7 +56,7 @@
 
 /* POOL: the largest mix's pages (chunked: 130176), a batch never holding a
  * page twice (gu_draw_pages) */
-enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 131072, MAXQ = 1024, MAXG = 2 };
+enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 131072, MAXQ = 32768, MAXG = 2 };
 
 typedef struct mix {
     const char *name;
@@ -74,6 +75,7 @@ static const mix mixes[] = {
     {"decode-16x4096", 1, 1, {4096}, {1}, {16}},
     {"decode-64x1024", 1, 1, {1024}, {1}, {64}},
     {"decode-1x32768", 1, 1, {32768}, {1}, {1}},
+    {"prefill-32x1024", 1, 1, {1024}, {1024}, {32}},
 };
 
 /* Worker by worker: its cost-model load and items [request q0-q1 k0-k1],
