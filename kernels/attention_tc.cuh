@@ -612,8 +612,10 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
         float *orow = reinterpret_cast<float *>(smem), *olse = orow + BM * DVO;
         if (hook) __syncthreads(); /* Q and the stages are free */
         /* 16-bit rows, contiguous and 16-byte aligned: a thread's two
-         * adjacent elements in one 4-byte store (uniform) */
-        const bool opairs = FI_TC_O_PAIRS && OT != FI_T_F32 && a.o_vec_ok;
+         * adjacent elements in one 4-byte store (uniform). Not in a user
+         * variant's kernel: there (block_mask) ptxas spilled in the tile
+         * loop with it. */
+        const bool opairs = FI_TC_O_PAIRS && !fi_v::USER && OT != FI_T_F32 && a.o_vec_ok;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
