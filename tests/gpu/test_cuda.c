@@ -29,10 +29,10 @@
  *           allocation refused. `test_cuda --table` runs only this (for
  *           compute-sanitizer memcheck: the clamped ids stay in the cache)
  *   merge   one decode split into 8, 16, 21, 32, 33 and 47 chunks
- *           (fi_plan_config.fixed_split_size): the merge takes a row's
- *           sources in rounds of 32, each round 32, 16 or 8 at a time, and
- *           every width against the oracle, in the persistent kernel's fused
- *           merge and in the separate merge kernel
+ *           (fi_plan_config.fixed_split_size), so the merge's rounds of up
+ *           to 32 sources take every path of its loop (32, 16 and 8 at a
+ *           time): each against the oracle, in the persistent kernel's
+ *           fused merge and in the separate merge kernel
  *   device  device_id out of range gives FI_STATUS_NO_DEVICE
  */
 #include "flashinfer.h"
@@ -472,6 +472,7 @@ static void test_merge_widths(const char *mode) {
         fi_plan_destroy(plan);
     }
     free(o);
+    gu.StreamDestroy(s);
     fi_context_destroy(ctx);
 }
 
