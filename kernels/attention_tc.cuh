@@ -150,10 +150,12 @@ FI_DEV void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     }
 }
 
-/* Two f32 as a pair of 16-bit values, lo in the low half. */
+/* Two f32 as a pair of 16-bit values (bf16 where B16, else f16; the
+ * operands' type by default), lo in the low half. */
+template <bool B16 = BF16>
 FI_DEV uint32_t pack2(float lo, float hi) {
     uint32_t r;
-    if constexpr (BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    if constexpr (B16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
@@ -332,13 +334,6 @@ constexpr bool L_SMEM = FI_TC_L_SMEM;
 #ifndef FI_TC_O_PAIRS
 #define FI_TC_O_PAIRS 1
 #endif
-
-/* Two adjacent output elements in OT (16-bit), the first in the low half:
- * the bits fi_store_elem writes for each. */
-FI_DEV uint32_t out_pair(float lo, float hi) {
-    if constexpr (OT == FI_T_F16) return fi_f32_to_f16(lo) | fi_f32_to_f16(hi) << 16;
-    else return fi_f32_to_bf16(lo) | fi_f32_to_bf16(hi) << 16;
-}
 
 /* One (item, KV head) on tensor cores, every 128-row block; smem holds
  * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
@@ -651,7 +646,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
 #pragma unroll
                     for (int d = 0; d < DT; d++)
                         *reinterpret_cast<uint32_t *>(ob + d * 16) =
-                            out_pair(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
+                            pack2<OT == FI_T_BF16>(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
                     if (tq == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
                 } else {
                     const int64_t tok = it.qo_base + t;
