@@ -11,10 +11,12 @@
  * measured bf16 GEMM rate (785 TFLOP/s, BENCH.md).
  *
  *   build/bench_prefill [--json FILE] [--reps N] [--cells 128x1024,1x32768]
- *                       [--ragged-only | --paged-only] [--contiguous]
+ *                       [--ragged-only | --paged-only] [--contiguous] [--workers N]
  * --contiguous: the paged cells' pages in order (page i holds tokens
  * 16 i ..) instead of a random permutation: the paged kernel on the ragged
  * cells' addresses, which tells its own cost from the scattered pages'.
+ * --workers N: the plan's workers (fi_plan_config.num_workers; default the
+ * backend's, one per SM).
  * FLASHINFER_CUDA_TC=0 in the environment times the CUDA-core kernel.
  */
 #include "flashinfer.h"
@@ -31,7 +33,7 @@ static const double GEMM = 785e12;
 
 int main(int argc, char **argv) {
     const char *json = NULL, *cells = NULL;
-    int reps = 30, want_paged = 1, want_ragged = 1, contiguous = 0;
+    int reps = 30, want_paged = 1, want_ragged = 1, contiguous = 0, workers = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -39,6 +41,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ragged-only")) want_paged = 0;
         else if (!strcmp(argv[i], "--paged-only")) want_ragged = 0;
         else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
+        else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
     }
     if (reps < 30) reps = 30;
     const char *tc = getenv("FLASHINFER_CUDA_TC");
@@ -78,6 +81,7 @@ int main(int argc, char **argv) {
             fi_plan_config_init(&cfg);
             cfg.max_batch_size = B, cfg.max_total_qo = (int32_t)T;
             cfg.max_total_kv = (int32_t)(paged ? pages : T);
+            cfg.num_workers = workers; /* 0: the backend's choice */
             int32_t *qo = malloc(sizeof(int32_t) * (B + 1)), *kv = malloc(sizeof(int32_t) * (B + 1));
             int32_t *last = malloc(sizeof(int32_t) * B), *idx = malloc(sizeof(int32_t) * pages);
             for (int i = 0; i <= B; i++) qo[i] = i * L, kv[i] = paged ? i * (L / PS) : i * L;
