@@ -12,6 +12,9 @@
 # Env: FLASHINFER_CUDA_* tuning switches pass through to ours; TAG names its
 # column; MIXES_FI=1 also profiles FlashInfer's BatchAttention on each
 # --mix (the four mixes; even with --no-flashinfer, which skips its decode).
+# A --prefill cell is profiled paged and ragged, ours and (unless
+# --no-flashinfer) FlashInfer's fa2 kernels on the same cell (its prefill
+# module built first: bench_flashinfer.py --warm prefill).
 # Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,7 +81,15 @@ for m in $MIXES; do
 done
 for c in $PREFILLS; do
     ./build/bench_prefill --cells "$c" --reps 3 > /dev/null 2>&1
-    profile "prefill_$c${TAG:-}" "fi_(pers|attn)" ./build/bench_prefill --cells "$c" --reps 3
+    for kv in paged ragged; do
+        profile "prefill_${kv}_$c${TAG:-}" "fi_(pers|attn)" ./build/bench_prefill --cells "$c" \
+            --"$kv"-only --reps 3
+        if [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/null; then
+            Kv=$([ "$kv" = paged ] && echo Paged || echo Ragged)
+            profile "fi_prefill_${kv}_$c" "BatchPrefillWith${Kv}KVCache" \
+                python3 tests/gpu/bench_flashinfer.py --prefill --cells "$c"
+        fi
+    done
 done
 if [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/null; then
     # its tensor-core decode (use_tensor_cores=True runs the batch prefill
