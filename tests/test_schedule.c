@@ -843,6 +843,77 @@ static void case_reference_lpt(int32_t count) {
     }
 }
 
+/* Queues in request order (the CUDA backend's): the same workers hold the
+ * same items as with longest-first queues, each queue in generation order
+ * (request, tokens, keys). */
+static int item_order(const void *x, const void *y) {
+    const fi_work_item *a = x, *b = y;
+    if (a->request != b->request) return a->request < b->request ? -1 : 1;
+    if (a->q_start != b->q_start) return a->q_start < b->q_start ? -1 : 1;
+    if (a->kv_start != b->kv_start) return a->kv_start < b->kv_start ? -1 : 1;
+    return 0;
+}
+
+static void case_request_order(int32_t count) {
+    static const int32_t tiles[] = {16, 64, 128};
+    static int32_t qo[MAX_B + 1], kv[MAX_B];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "request-order/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        int32_t B = tu_rng_int(&g, 1, MAX_B), N = tu_rng_int(&g, 1, 300);
+        for (int32_t r = 0; r < B; r++) {
+            qo[r + 1] = qo[r] + (tu_rng_int(&g, 0, 3) == 0 ? tu_rng_int(&g, 2, 300) : 1);
+            kv[r] = tu_rng_int(&g, 1, 8192);
+        }
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
+                                .group_size = 4, .num_kv_heads = 8, .causal = k % 2 == 0,
+                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
+                                .num_q_tiles = 3, .cost_per_q_row = 1, .cost_per_key = 1,
+                                .cost_per_row_key = 0.007,
+                                .split_workers = tu_rng_int(&g, 0, N)};
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, B, qo[B], N);
+        fi_schedule a, b;
+        int bad = fi_schedule_init(&a, &lim) || fi_schedule_init(&b, &lim) ||
+                  fi_schedule_build(&a, &in);
+        in.queues_in_request_order = true;
+        bad = bad || fi_schedule_build(&b, &in);
+        if (!bad && (a.num_items != b.num_items || a.num_workers != b.num_workers)) {
+            tu_note("%d / %d items, %d / %d workers", (int)a.num_items, (int)b.num_items,
+                    (int)a.num_workers, (int)b.num_workers);
+            bad = 1;
+        }
+        for (int32_t w = 0; !bad && w < a.num_workers; w++) {
+            const int32_t i0 = a.worker_indptr[w], i1 = a.worker_indptr[w + 1];
+            if (b.worker_indptr[w] != i0 || b.worker_indptr[w + 1] != i1 ||
+                a.worker_cost[w] != b.worker_cost[w]) {
+                tu_note("worker %d: a different range or cost", (int)w);
+                bad = 1;
+                break;
+            }
+            for (int32_t i = i0 + 1; i < i1 && !bad; i++)
+                if (item_order(&b.items[i - 1], &b.items[i]) >= 0) {
+                    tu_note("worker %d: item %d not after item %d in request order", (int)w, (int)i,
+                            (int)i - 1);
+                    bad = 1;
+                }
+            /* the same items: a's queue sorted equals b's */
+            qsort(a.items + i0, (size_t)(i1 - i0), sizeof a.items[0], item_order);
+            if (!bad && memcmp(a.items + i0, b.items + i0, (size_t)(i1 - i0) * sizeof a.items[0])) {
+                tu_note("worker %d: other items than the longest-first queue's", (int)w);
+                bad = 1;
+            }
+        }
+        if (bad) tu_note("B %d, N %d", (int)B, (int)N);
+        tu_record("queues in request order", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&a);
+        fi_schedule_free(&b);
+    }
+}
+
 /* ------------------------------------------------ through the public API */
 
 enum { A_HQO = 8, A_HKV = 2, A_D = 64, A_MAXB = 16 };
@@ -1137,6 +1208,7 @@ int main(int argc, char **argv) {
     case_weighted_chunks(n / 20);
     case_equal_pieces(n / 20);
     case_reference_lpt(n / 20);
+    case_request_order(n / 20);
     api_cases();
     return tu_summary("test_schedule");
 }

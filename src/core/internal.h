@@ -170,6 +170,9 @@ typedef struct fi_schedule_input {
     int32_t cost_rows_block;  /*   of this many (0: rows as they are) */
     bool disable_split_kv;
     int32_t fixed_split_size; /* > 0: chunks of exactly this many keys */
+    bool queues_in_request_order; /* each worker's queue in generation order
+                                     (request, tokens, keys) instead of longest
+                                     first; the same items on each worker */
 } fi_schedule_input;
 
 fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits);
@@ -194,6 +197,7 @@ struct fi_plan {
     double cost_per_q_row, cost_per_key, cost_per_row_key;
     int32_t cost_rows_exact, cost_rows_block; /* fi_schedule_input's */
     int32_t split_workers;        /* 0: num_workers (fi_schedule_input) */
+    bool queues_in_request_order; /* fi_schedule_input's (the backend's choice) */
 
     /* The batch of the last fi_plan_update, copied (capacity from config). */
     bool planned;

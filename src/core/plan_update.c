@@ -121,6 +121,7 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
         .window_left = plan->params.window_left,
         .num_workers = plan->config.num_workers,
         .split_workers = plan->split_workers,
+        .queues_in_request_order = plan->queues_in_request_order,
         .q_tiles = plan->q_tiles,
         .num_q_tiles = plan->num_q_tiles,
         .cost_per_q_row = plan->cost_per_q_row,

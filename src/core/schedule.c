@@ -987,14 +987,22 @@ static void assign_tree(scratch *sc, int32_t from, int32_t n, int32_t N, double 
     for (int32_t k = 0; k < N; k++) wcost[k] = bitsd(val[P + k]);
 }
 
-/* Items grouped by worker, each queue longest first; cursor[w] arrives as
- * worker w's item count. */
-static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N) {
+/* Items grouped by worker, each queue longest first, or with
+ * request_order in generation order (request, tokens, keys: a GPU's
+ * workers then sweep the batch's requests together, and the causal tiles
+ * of a request, which read the same keys, run close in time and share
+ * them in L2); cursor[w] arrives as worker w's item count. */
+static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool request_order) {
     int32_t *ptr = s->worker_indptr;
     ptr[0] = 0;
     for (int32_t w = 0; w < N; w++) {
         ptr[w + 1] = ptr[w] + sc->cursor[w];
         sc->cursor[w] = ptr[w];
+    }
+    if (request_order) { /* tmp[g]: the worker of generated item g */
+        for (int32_t i = 0; i < n; i++) sc->tmp[sc->order[i]] = sc->worker[i];
+        for (int32_t g = 0; g < n; g++) s->items[sc->cursor[sc->tmp[g]]++] = sc->gen[g];
+        return;
     }
     for (int32_t i = 0; i < n; i++) {
         s->items[sc->cursor[sc->worker[i]]++] = sc->gen[sc->order[i]];
@@ -1110,7 +1118,7 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     if (N > 1) sort_longest_first(sc, g.n, &g);
     else for (int32_t i = 0; i < g.n; i++) sc->order[i] = i;
     assign_lpt(sc, g.n, N, s->worker_cost);
-    emit_queues(s, sc, g.n, N);
+    emit_queues(s, sc, g.n, N, in->queues_in_request_order);
     s->total_cost = 0.0;
     s->max_worker_cost = 0.0;
     for (int32_t w = 0; w < N; w++) {
