@@ -586,6 +586,8 @@ extern "C" __global__ void __launch_bounds__(fi_attn::NT, fi_attn::MIN_BLOCKS)
 FI_ATTN_NAME(const fi_attn_args a) {
     using namespace fi_attn;
     __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
+    fi_pdl_launch_dependents();
+    fi_pdl_wait();
     const fi_view v = fi_view_of(a);
     const fi_item_rec *items = fi_items(a, gridDim.x);
     int ib, ie;

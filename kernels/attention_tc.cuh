@@ -331,6 +331,21 @@ constexpr bool L_SMEM = FI_TC_L_SMEM;
  * went 235 -> 262-268 TFLOP/s with pairs (H200); staging the rows through
  * shared memory for 16-byte stores measured the same as pairs and made
  * ptxas spill in the non-causal tile loops. */
+/* 1: the online softmax steps over all of a thread's rows at once (the
+ * maxes as trees, the shuffles side by side, one vote for the rescale of
+ * O, before the exponentials); 0: row by row, one vote per row pair. The
+ * standalone kernel takes 1 (its tile loop 16-20 instructions shorter, no
+ * spills; H200 prefill +0.5-1.5%); the persistent kernel keeps 0: with 1
+ * ptxas spilled 4-20 bytes in its full forms, and the mixes measured the
+ * same */
+#ifndef FI_TC_SOFTMAX_ROWS
+#ifdef FI_ATTN_TC_NAME
+#define FI_TC_SOFTMAX_ROWS 1
+#else
+#define FI_TC_SOFTMAX_ROWS 0
+#endif
+#endif
+
 #ifndef FI_TC_O_PAIRS
 #define FI_TC_O_PAIRS 1
 #endif
@@ -532,6 +547,73 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             /* online softmax, a row's four lanes together; m is in
              * the log2 domain, s raw (times qs) */
             const float qs = TRANSFORM ? 1.0f : a.q_scale;
+#if FI_TC_SOFTMAX_ROWS
+            /* the thread's 2 MT rows side by side, each step over all of
+             * them: the maxes as trees, then the shuffles, the exponentials
+             * and the sums, so the rows' latency chains overlap; one vote
+             * for all rows decides the rescale of O */
+            if constexpr (SOFTMAX) {
+                float mx[MT][2];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        float r[NTILE];
+#pragma unroll
+                        for (int nt = 0; nt < NTILE; nt++) r[nt] = fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
+#pragma unroll
+                        for (int half = NTILE / 2; half > 0; half /= 2)
+#pragma unroll
+                            for (int i = 0; i < half; i++) r[i] = fmaxf(r[i], r[i + half]);
+                        mx[mt][h] = r[0];
+                    }
+#pragma unroll
+                for (int lanes = 1; lanes <= 2; lanes *= 2)
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], lanes));
+                bool moved = false;
+                float mref[MT][2], scale[MT][2];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float mold = m[mt][h], mnew = fmaxf(mold, mx[mt][h] * qs);
+                        mref[mt][h] = mnew == FI_NEG_INF ? 0.0f : mnew;
+                        scale[mt][h] = fi_exp2(mold - mref[mt][h]);
+                        moved = moved || mold != mnew;
+                        m[mt][h] = mnew;
+                        l(mt, h) *= scale[mt][h];
+                    }
+                /* rescale O only where some row's max moved (after the
+                 * first tiles it rarely does; an unmoved row's scale is 1) */
+                if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int d = 0; d < DT; d++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) o[mt][d][e] *= scale[mt][e >> 1];
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        float sum[2] = {0.0f, 0.0f}; /* two chains: even and odd keys */
+#pragma unroll
+                        for (int nt = 0; nt < NTILE; nt++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const float pr = fi_exp2(fmaf(s[mt][nt][2 * h + e], qs, -mref[mt][h]));
+                                s[mt][nt][2 * h + e] = pr;
+                                sum[e] += pr;
+                            }
+                        l(mt, h) += sum[0] + sum[1];
+                    }
+            }
+#else
 #pragma unroll
             for (int mt = 0; mt < MT && SOFTMAX; mt++)
 #pragma unroll
@@ -567,6 +649,8 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                         }
                     }
                 }
+
+#endif
 
             /* O += P V */
 #pragma unroll
@@ -692,6 +776,8 @@ extern "C" __global__ void __launch_bounds__(fi_tc::NT, 2)
 FI_ATTN_TC_NAME(const fi_attn_args a) {
     using namespace fi_tc;
     extern __shared__ __align__(128) unsigned char smem[];
+    fi_pdl_launch_dependents();
+    fi_pdl_wait();
     if (a.tc_min_rows <= 0) return;
     {
         uint32_t dyn;

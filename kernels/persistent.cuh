@@ -152,8 +152,12 @@ FI_PERSIST_NAME(const fi_attn_args a) {
     }
     const int w = a.heads_x ? blockIdx.y : blockIdx.x, W = a.heads_x ? gridDim.y : gridDim.x;
     const int h0 = a.heads_x ? blockIdx.x : blockIdx.y, hs = a.heads_x ? gridDim.x : gridDim.y;
+    fi_pdl_launch_dependents();
+    /* the worker's range is the plan's (uploaded before any kernel this
+     * launch may overlap): loaded while the kernel before still runs */
     int ib, ie;
     fi_worker_range(a, W, w, ib, ie);
+    fi_pdl_wait();
     for (int hkv = h0; hkv < a.num_kv_heads; hkv += hs)
         for (int n = ib; n < ie; n++) {
 #ifdef FI_TRACE

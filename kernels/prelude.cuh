@@ -32,6 +32,27 @@ typedef unsigned long long uint64_t;
 #define FI_DEV __device__ __forceinline__
 #define FI_NEG_INF (__int_as_float(0xff800000))
 
+/* Programmatic dependent launch (sm_90 on; the host launches the attention
+ * kernels with it there, src/cuda/run.c). fi_pdl_launch_dependents: the
+ * next kernel in the stream may start its CTAs once every CTA of this grid
+ * has said so or ended (they then wait in fi_pdl_wait while this grid
+ * finishes: their launch and first loads overlap its tail).
+ * fi_pdl_wait: returns once the grid before this one in the stream has
+ * completed and its writes are visible; nothing of the caller's tensors or
+ * of the plan's scratch (partial rows, merge counts) may be touched before
+ * it. Every CTA calls it, before it may end: a grid then never completes
+ * ahead of the grid it follows. No-ops in a launch without the attribute. */
+FI_DEV void fi_pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+FI_DEV void fi_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <int T> struct fi_dtype_bytes { static constexpr int value = T == FI_T_F32 ? 4 : (T == FI_T_F16 || T == FI_T_BF16) ? 2 : 1; };
 
 /* ------------------------------------------------------------ conversions */

@@ -51,6 +51,8 @@ static fi_status device_facts(fi_cuda_ctx *cc) {
     FI_CU(cu, DeviceGetName, cc->name, (int)sizeof cc->name, cc->dev);
     fi_cuda_arch_name(cc->cc_major, cc->cc_minor, cc->arch, sizeof cc->arch);
     cc->use_aot = fi_cuda_aot_enabled();
+    const char *pdl = getenv("FLASHINFER_CUDA_PDL");
+    cc->pdl = cc->cc_major >= 9 && cu->LaunchKernelEx && !(pdl && !strcmp(pdl, "0"));
     return FI_OK;
 }
 

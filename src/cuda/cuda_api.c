@@ -70,6 +70,7 @@ static void cu_load_once(void) {
     LOAD(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     LOAD(FuncSetAttribute, "cuFuncSetAttribute");
 #undef LOAD
+    sym(lib, "cuLaunchKernelEx", &a->LaunchKernelEx); /* optional: NULL where missing */
     if (missing) {
         snprintf(cu_why, sizeof cu_why, "CUDA driver too old: libcuda lacks %s", missing);
         return;

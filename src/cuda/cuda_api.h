@@ -31,7 +31,26 @@ enum {
     FI_CU_CAPTURE_MODE_RELAXED = 2,      /* CU_STREAM_CAPTURE_MODE_RELAXED */
     FI_CU_ERROR_NOT_READY = 600,         /* CUDA_ERROR_NOT_READY */
     FI_CU_FUNC_MAX_DYN_SMEM = 8,         /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    FI_CU_LAUNCH_PDL = 6, /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
 };
+
+/* cuLaunchKernelEx's CUlaunchAttribute and CUlaunchConfig (cuda.h layout:
+ * the id, padding to 8 bytes, a 64-byte value union). */
+typedef struct fi_cu_launch_attr {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int value;               /* programmaticStreamSerializationAllowed, ... */
+        unsigned long long align;
+    } v;
+} fi_cu_launch_attr;
+typedef struct fi_cu_launch_config {
+    unsigned gx, gy, gz, bx, by, bz, smem;
+    CUstream stream;
+    fi_cu_launch_attr *attrs;
+    unsigned num_attrs;
+} fi_cu_launch_config;
 
 /* The driver entry points (symbol names as exported by libcuda.so.1). */
 typedef struct fi_cu_api {
@@ -72,6 +91,9 @@ typedef struct fi_cu_api {
     CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction f,
                                                           int block_size, size_t dyn_smem);
     CUresult (*FuncSetAttribute)(CUfunction f, int attr, int value);
+    /* optional (CUDA 12.0 on; NULL where the driver lacks it) */
+    CUresult (*LaunchKernelEx)(const fi_cu_launch_config *cfg, CUfunction f, void **params,
+                               void **extra);
 } fi_cu_api;
 
 /* NVRTC (nvrtc.h), loaded from libnvrtc.so*. */

@@ -190,6 +190,9 @@ typedef struct fi_cuda_ctx {
     int sm_count, cc_major, cc_minor;
     char arch[16];  /* "sm_90a" */
     int use_aot;    /* fi_cuda_aot_enabled() at creation */
+    int pdl;        /* the attention kernels launched with programmatic
+                       dependent launch (sm_90 on, cuLaunchKernelEx;
+                       FLASHINFER_CUDA_PDL=0 turns it off) */
     char name[128];
     pthread_mutex_t lock; /* guards modules and stats */
     fi_cuda_module *modules;

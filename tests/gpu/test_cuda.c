@@ -33,6 +33,11 @@
  *           to 32 sources take every path of its loop (32, 16 and 8 at a
  *           time): each against the oracle, in the persistent kernel's
  *           fused merge and in the separate merge kernel
+ *   chain   runs that feed each other on one stream, no host wait between
+ *           (run k's query is run k - 1's output): with programmatic
+ *           dependent launch (sm_90 on) each run waits in the kernel for the
+ *           one before; every step against the oracle, on the persistent
+ *           kernel and the separate kernels
  *   device  device_id out of range gives FI_STATUS_NO_DEVICE
  */
 #include "flashinfer.h"
@@ -476,6 +481,79 @@ static void test_merge_widths(const char *mode) {
     fi_context_destroy(ctx);
 }
 
+/* ------------------------------------------------------------- chain */
+
+/* Runs that feed each other on one stream with no host wait between them:
+ * run k's query is run k - 1's output (buffers X[k] -> X[k + 1], the later
+ * ones poisoned). With programmatic dependent launch a run's CTAs start
+ * while the run before still writes its output; each must wait for it
+ * (kernels/prelude.cuh, fi_pdl_wait) before reading its query. Every step
+ * against the oracle on the query it should have read. */
+static void test_chain(const char *mode) {
+    tu_rng rng;
+    tu_rng_seed(&rng, 777);
+    bufs B;
+    fi_context *ctx = open_cuda(&B, &rng);
+    if (!ctx) return;
+    enum { STEPS = 4 };
+    /* a long split decode beside short ones, and one with a prefill chunk
+     * (the full form, or the separate tensor-core kernel) */
+    int32_t qa[] = {1, 1, 1}, ka[] = {5000, 300, 1200};
+    int32_t qb[] = {1, 9, 1}, kb[] = {3000, 640, 2000};
+    batch bs[2];
+    make_batch(&bs[0], 3, qa, ka, &rng);
+    make_batch(&bs[1], 3, qb, kb, &rng);
+    fi_plan *plan = bounds_plan(ctx, 0);
+    gu_stream s = NULL;
+    GU(gu.StreamCreate(&s, 1));
+    gu_ptr x[STEPS + 1] = {0};
+    size_t xb = B.qb;
+    uint16_t *host[STEPS + 1];
+    for (int k = 0; k <= STEPS; k++) {
+        GU(gu.MemAlloc(&x[k], xb));
+        host[k] = malloc(xb);
+    }
+    for (int bi = 0; plan && bi < 2; bi++) {
+        batch *b = &bs[bi];
+        CHECK(update(plan, b, 0) == FI_OK, "chain update: %s", fi_last_error());
+        tu_fill_uniform(&rng, &B.q.t, -1, 1, 0);
+        GU(gu.HtoD(x[0], B.q.base, xb));
+        for (int k = 1; k <= STEPS; k++) GU(gu.MemsetD8(x[k], 0xff, xb));
+        GU(gu.CtxSynchronize());
+        fi_run_args a = run_args(&B, s);
+        for (int k = 0; k < STEPS; k++) {
+            a.q.data = (void *)(uintptr_t)x[k];
+            a.o.data = (void *)(uintptr_t)x[k + 1];
+            CHECK(fi_plan_run(plan, &a) == FI_OK, "chain run %d: %s", k, fi_last_error());
+        }
+        GU(gu.StreamSynchronize(s));
+        for (int k = 0; k <= STEPS; k++) GU(gu.DtoH(host[k], x[k], xb));
+        fi_attention_params p = make_params();
+        int nq = b->qo_indptr[b->n];
+        int64_t n = (int64_t)nq * HQ * D;
+        double *ref = malloc((size_t)n * 8), *got = malloc((size_t)n * 8);
+        for (int k = 0; k < STEPS; k++) {
+            memcpy(B.q.base, host[k], xb); /* the query run k read */
+            oracle_attention(&p, &b->view, &B.q.t, &B.k.t, &B.v.t, NULL, ref, NULL);
+            for (int64_t i = 0; i < n; i++) got[i] = tu_load(host[k + 1], FI_DTYPE_BF16, i);
+            tu_cmp c;
+            int64_t bad = tu_compare(got, ref, n, 1e-2, 2e-2, &c);
+            printf("chain (%s): batch %d step %d O max err %.2e: %s\n", mode, bi, k + 1,
+                   c.max_abs_err, bad ? "FAIL" : "ok");
+            CHECK(!bad, "chain (%s) batch %d step %d: %lld values off (worst %g vs %g)", mode, bi,
+                  k + 1, (long long)bad, c.worst_got, c.worst_ref);
+        }
+        free(ref), free(got);
+    }
+    for (int k = 0; k <= STEPS; k++) {
+        gu.MemFree(x[k]);
+        free(host[k]);
+    }
+    gu.StreamDestroy(s);
+    fi_plan_destroy(plan);
+    fi_context_destroy(ctx);
+}
+
 /* ------------------------------------------------------------ device */
 
 static void test_device(void) {
@@ -518,7 +596,9 @@ int main(int argc, char **argv) {
     setenv("FLASHINFER_CUDA_DECODE_FORM", "0", 1);
     test_graph("persistent kernel, no decode form", 0, 0);
     unsetenv("FLASHINFER_CUDA_DECODE_FORM");
+    test_chain("persistent kernel");
     setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
+    test_chain("separate kernels");
     test_merge_widths("merge kernel");
     test_graph("separate kernels", 0, 0);
     test_graph("separate kernels, device page tables", 1, 0);

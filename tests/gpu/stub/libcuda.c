@@ -87,6 +87,11 @@ API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsi
         (void)params, (void)extra;
     return 0;
 }
+/* the launch with attributes (programmatic dependent launch on sm_90) */
+API CUresult cuLaunchKernelEx(const void *cfg, void *f, void **params, void **extra) {
+    (void)cfg, (void)f, (void)params, (void)extra;
+    return 0;
+}
 API CUresult cuModuleGetGlobal_v2(dptr *p, size_t *n, void *m, const char *name) {
     (void)m, (void)name;
     *p = 0;
