@@ -418,7 +418,14 @@ FI_API fi_status fi_plan_get_info(const fi_plan *plan, fi_plan_info *info);
  *   o    [total_q, H_qo, D_vo]                        o_dtype
  *   lse  [total_q, H_qo] f32, base 2; data NULL = not wanted
  *   custom_mask [mask bytes] u8, when mask_mode is FI_MASK_CUSTOM
- * stream: a cudaStream_t for the CUDA backend; ignored on the CPU. */
+ * stream: a cudaStream_t for the CUDA backend; ignored on the CPU. On
+ * sm_90 and later the attention kernels are launched with programmatic
+ * dependent launch: their CTAs may start while the kernel before them in
+ * the stream ends, and wait for it before touching any tensor (the same
+ * stream order as a plain launch); they also let a kernel after them that
+ * was launched with that attribute start early, which must then wait in
+ * its turn (cudaGridDependencySynchronize). FLASHINFER_CUDA_PDL=0 turns
+ * it off. */
 typedef struct fi_run_args {
     fi_tensor q;
     fi_tensor k;
