@@ -42,6 +42,14 @@ static bool rows_aligned(const fi_tensor *t, const int64_t *s) {
            s[2] % 16 == 0 && s[3] == e;
 }
 
+/* Q or O [tokens, heads, dim]: 16-byte aligned rows of contiguous elements
+ * (rows_aligned with the token and head strides in the page's and slot's
+ * places, and 16, always aligned, in the head's) */
+static bool token_rows_aligned(const fi_tensor *t) {
+    int64_t s[4] = {bstride(t, 0), bstride(t, 1), 16, bstride(t, 2)};
+    return rows_aligned(t, s);
+}
+
 static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_args *ra,
                       fi_attn_args *a) {
     const fi_attention_params *p = &plan->params;
@@ -74,10 +82,8 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     for (int s = 0; s < 31; s++)
         if ((1 << s) == a->page_size) a->page_shift = s;
     a->kv_vec_ok = rows_aligned(&ra->k, ks) && rows_aligned(&ra->v, vs);
-    int64_t qs[4] = {bstride(&ra->q, 0), bstride(&ra->q, 1), 16, bstride(&ra->q, 2)};
-    a->q_vec_ok = rows_aligned(&ra->q, qs);
-    int64_t os[4] = {bstride(&ra->o, 0), bstride(&ra->o, 1), 16, bstride(&ra->o, 2)};
-    a->o_vec_ok = rows_aligned(&ra->o, os);
+    a->q_vec_ok = token_rows_aligned(&ra->q);
+    a->o_vec_ok = token_rows_aligned(&ra->o);
     /* the tensor-core kernel gathers K/V rows with 16-byte copies only */
     a->tc_min_rows = ps->has_tc_path && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
     a->window_left = p->window_left;
