@@ -14,7 +14,7 @@
  *
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
  *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
- *                      [--split N] [--device-table]
+ *                      [--split N] [--device-table] [--hnd]
  * --contiguous: the requests' pages are consecutive runs, back to back (as
  * FlashInfer's benchmarks lay them out), instead of pages drawn at random.
  * --cells: any cells B x L (not only the grid above).
@@ -22,6 +22,9 @@
  * (fi_plan_config.device_page_table: the kernels that clamp page ids).
  * --split N: fixed split-KV chunks of N keys (fi_plan_config.fixed_split_size)
  * instead of the scheduler's own choice (experiments on the chunk size).
+ * --hnd: the cache laid out HND ([pages, H_kv, page, D]: a KV head's page is
+ * one 4 KB run) instead of NHD (a head's keys are 256-byte runs 2 KB apart
+ * in the page): tells the scattered runs' cost from the pages' own.
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -51,6 +54,7 @@ typedef struct cell_plan {
 int main(int argc, char **argv) {
     const char *json = NULL;
     int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0, split = 0, dtable = 0;
+    int hnd = 0;
     const char *cells = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -60,6 +64,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
         else if (!strcmp(argv[i], "--device-table")) dtable = 1;
+        else if (!strcmp(argv[i], "--hnd")) hnd = 1;
         else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
@@ -95,15 +100,19 @@ int main(int argc, char **argv) {
         if (need > pool) pool = (int32_t)need;
     }
     gu_bench bench;
+    char what[64];
+    snprintf(what, sizeof what, "%spages %s", hnd ? "HND, " : "",
+             contiguous ? "contiguous per request" : "random");
     int st = gu_bench_init(&bench, (size_t)max_b * HQ * D * 2, (size_t)pool * PS * HKV * D * 2, 42,
-                           contiguous ? "pages contiguous per request" : "pages random");
+                           what);
     if (st) return st < 0;
     fi_context *ctx = bench.ctx;
     tu_rng rng = bench.rng;
     gu_ptr dk = bench.k, dv = bench.v, dq = bench.q, dout = bench.o;
     gu_stream s = bench.s;
     fi_attention_params p = gu_bench_params(HQ, HKV, D, PS);
-    int64_t ks[4] = {pool, PS, HKV, D};
+    if (hnd) p.kv_layout = FI_KV_LAYOUT_HND;
+    int64_t ks[4] = {pool, hnd ? HKV : PS, hnd ? PS : HKV, D};
 
     FILE *jf = json ? fopen(json, "w") : NULL;
     char table[8192];
@@ -196,11 +205,12 @@ int main(int argc, char **argv) {
             if (jf)
                 fprintf(jf,
                         "{\"workload\":\"decode\",\"batch\":%d,\"kv_len\":%d,\"h_qo\":%d,"
-                        "\"h_kv\":%d,\"d\":%d,\"page\":%d,\"dtype\":\"bf16\",\"us\":%.2f,"
+                        "\"h_kv\":%d,\"d\":%d,\"page\":%d,\"layout\":\"%s\",\"dtype\":\"bf16\","
+                        "\"us\":%.2f,"
                         "\"tb_s\":%.3f,\"bytes\":%.0f,\"plans\":%d,\"items\":%d,\"split_items\":%d,"
                         "\"plan_update_us\":%.1f,\"reps\":%d}\n",
-                        B, L, HQ, HKV, D, PS, us, tbs, bytes, R, info.num_items,
-                        info.num_split_items, upd[R / 2], reps);
+                        B, L, HQ, HKV, D, PS, hnd ? "HND" : "NHD", us, tbs, bytes, R,
+                        info.num_items, info.num_split_items, upd[R / 2], reps);
             free(ms);
             gu.GraphExecDestroy(ex);
             gu.GraphDestroy(g);
