@@ -150,6 +150,12 @@ $(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BENCH_SUPPORT_OBJ) $(TEST_SUPPORT_O
 $(GPU_BIN): $(BUILD)/%: $(BUILD)/tests/gpu/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 gpu: $(GPU_BIN)
+# The access pattern's ceiling (loads only, no attention): a CUDA runtime
+# program, so nvcc builds it (run_device.sh on the GPU, ci_compile.sh in CI).
+$(BUILD)/bench_gather: tests/gpu/bench_gather.cu
+	@test -n "$(NVCC)" || { echo "bench_gather needs nvcc (not found; NVCC=path)"; exit 1; }
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -arch=sm_90a -o $@ $<
 aot: lib
 	@[ "$(AOT)" = 1 ] || echo "make aot: no nvcc found (NVCC=path): the library has no AOT table"
 

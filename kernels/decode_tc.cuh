@@ -173,6 +173,9 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
         }
         const int j0 = it.k0 + t * BN, kw = warp * KPW;
         const uint32_t ks_a = kvs_a + (t % STAGES_D) * STAGE_BYTES, vs_a = ks_a + K_BYTES;
+#ifdef FI_DTC_NO_MATH /* diagnostic: loads only */
+        if (t < ntiles) { __syncthreads(); continue; }
+#endif
 
         /* S = Q K^T for this warp's 16 keys */
         float s[2][4];

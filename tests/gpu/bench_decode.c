@@ -14,7 +14,7 @@
  *
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
  *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
- *                      [--split N] [--device-table] [--hnd]
+ *                      [--split N] [--device-table] [--hnd] [--pool PAGES]
  * --contiguous: the requests' pages are consecutive runs, back to back (as
  * FlashInfer's benchmarks lay them out), instead of pages drawn at random.
  * --cells: any cells B x L (not only the grid above).
@@ -25,6 +25,9 @@
  * --hnd: the cache laid out HND ([pages, H_kv, page, D]: a KV head's page is
  * one 4 KB run) instead of NHD (a head's keys are 256-byte runs 2 KB apart
  * in the page): tells the scattered runs' cost from the pages' own.
+ * --pool PAGES: draw from a pool of this many pages (at least the largest
+ * cell's) instead of 4 GiB: how far apart random pages lie, apart from
+ * their order.
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
@@ -54,7 +57,7 @@ typedef struct cell_plan {
 int main(int argc, char **argv) {
     const char *json = NULL;
     int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0, split = 0, dtable = 0;
-    int hnd = 0;
+    int hnd = 0, pool_pages = POOL;
     const char *cells = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -65,6 +68,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
         else if (!strcmp(argv[i], "--device-table")) dtable = 1;
         else if (!strcmp(argv[i], "--hnd")) hnd = 1;
+        else if (!strcmp(argv[i], "--pool") && i + 1 < argc) pool_pages = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
@@ -91,18 +95,18 @@ int main(int argc, char **argv) {
                 cell_l[ncells++] = lens[li];
             }
     }
-    /* the pool: 4 GiB of pages, or the largest cell's pages (a batch never
-     * holds a page twice: gu_draw_pages) */
-    int32_t pool = POOL;
+    /* the pool: 4 GiB of pages (or --pool), at least the largest cell's pages
+     * (a batch never holds a page twice: gu_draw_pages) */
+    int32_t pool = pool_pages > 0 ? pool_pages : POOL;
     for (int i = 0; i < ncells; i++) {
         max_b = cell_b[i] > max_b ? cell_b[i] : max_b;
         int64_t need = (int64_t)cell_b[i] * (cell_l[i] / PS);
         if (need > pool) pool = (int32_t)need;
     }
     gu_bench bench;
-    char what[64];
-    snprintf(what, sizeof what, "%spages %s", hnd ? "HND, " : "",
-             contiguous ? "contiguous per request" : "random");
+    char what[96];
+    snprintf(what, sizeof what, "%spages %s, pool of %d", hnd ? "HND, " : "",
+             contiguous ? "contiguous per request" : "random", (int)pool);
     int st = gu_bench_init(&bench, (size_t)max_b * HQ * D * 2, (size_t)pool * PS * HKV * D * 2, 42,
                            what);
     if (st) return st < 0;

@@ -39,6 +39,9 @@ while read -r out rest; do
 done < "$tmp/jobs"
 echo "nvcc: $n configurations compiled in $(( $(date +%s) - start )) s"
 "$BUILD/jit_compile" | tail -1
+# the loads-only program of the decode cells' access pattern (nvcc, runtime API)
+make -s "$BUILD/bench_gather" NVCC="$NVCC" BUILD="$BUILD" || { echo "nvcc FAILED: bench_gather"; exit 1; }
+echo "nvcc: $BUILD/bench_gather built"
 # the diagnostic build read by bench_mixed --trace (FI_TRACE: the persistent
 # kernel's forms and the standalone tensor-core kernel record each item)
 FLASHINFER_CUDA_DEFINES=-DFI_TRACE=64 "$BUILD/jit_compile" \

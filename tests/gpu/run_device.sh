@@ -9,7 +9,8 @@
 # PYTHONPATH, see HELPER_RULES/BENCH.md), then the per-cell table of ours
 # against each peer; cascades / block-sparse attention
 # (tests/gpu/run_cascade.sh) and user-defined variants (test_cuda_variants,
-# bench_variant). Logs and JSON under $LOGS (or /tmp/fi-logs), packed into
+# bench_variant); and the decode cells' reads alone (bench_gather). Logs
+# and JSON under $LOGS (or /tmp/fi-logs), packed into
 # $OUT/logs.tgz (or /tmp/fi-out) however the script ends: the device tool
 # returns only a handful of files from $OUT.
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
@@ -204,6 +205,10 @@ if [ "$BENCH" = 1 ]; then
         stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
         ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
             | tee "$OUT/bench_contig.log" | grep -v "^|"
+        stamp "the decode cells' reads alone (bench_gather: loads only, the access pattern's ceiling)"
+        { make -s build/bench_gather && ./build/bench_gather --json "$OUT/bench_gather.json"; } \
+            > "$OUT/bench_gather.log" 2>&1 || status=1
+        grep "65536 | random" "$OUT/bench_gather.log"
     fi
     if [ "$TORCH" = 1 ] && python3 -c "import torch" 2>/dev/null; then
         stamp "torch SDPA (flash, cuDNN) on the prefill and decode cells"

@@ -1,0 +1,240 @@
+/*
+ * bench_gather.cu — how fast the GPU reads a decode step's paged KV cache
+ * when nothing but the reads is done: the ceiling of the access pattern,
+ * apart from any attention math, beside the flat read of the same bytes.
+ *
+ * The cache is bench_decode's: NHD pages of 16 tokens x 8 KV heads x 128
+ * bf16 (32 KB of K and 32 KB of V per page), random bytes (never zeros), a
+ * pool of `pool` pages per cache; a batch of B requests x L keys whose pages
+ * are drawn at random from the pool (never twice), or consecutive per
+ * request. The reads (16-byte cp.async into shared-memory stages, as the
+ * kernels do; a ring of 3 stages, the next tile issued once the current one
+ * is read back: up to 2 tiles in flight per CTA, as in the decode form):
+ *   head    a CTA per (KV head, worker), 128 threads, 2 CTAs per SM, tiles
+ *           of 64 keys of one head: 16 rows of 256 bytes per page, 2 KB
+ *           apart (the decode form of kernels/decode_tc.cuh)
+ *   4 heads a CTA per (4 KV heads, worker), 128 threads, 2 CTAs per SM,
+ *           tiles of 16 keys: 1 KB runs
+ *   page    a CTA per worker, 256 threads, 1 CTA per SM, tiles of one page
+ *           with every head: K and V each one 32 KB run
+ *   flat    the same number of bytes from one run of each cache
+ * Worker w of W reads pages [w P / W, (w + 1) P / W) of the batch's P
+ * pages, so every form reads the same bytes, evenly spread. Time: device
+ * events around each launch, median of 50 after 5 warm-ups; TB/s decimal.
+ *
+ *   make build/bench_gather    (nvcc)
+ *   build/bench_gather [--json FILE] [B L pool ...]
+ *       default cells: 16 x 4096 and 64 x 1024 from pools of 65536 pages (4
+ *       GiB, bench_decode's) and 4096; 1 x 32768, 256 x 4096 from 65536
+ */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));          \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+enum { PS = 16, HKV = 8, D = 128, ROW = D * 2, PAGE_BYTES = PS * HKV * ROW, STAGES = 3 };
+
+__global__ void fill(uint4 *p, size_t n, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned x = (unsigned)i * 2654435761u ^ seed;
+        x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
+        p[i] = make_uint4(x | 1, x * 3 + 1, x ^ 0x9e3779b9u, x + 7);
+    }
+}
+
+__device__ __forceinline__ void cp16(char *dst, const char *src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
+}
+
+/* G adjacent KV heads per CTA, tiles of TK keys: a stage holds TK x G rows
+ * of 256 bytes of K, then the same of V. Grid (8 / G head groups, W). */
+template <int NT, int TK, int G>
+__global__ void __launch_bounds__(NT) read_paged(const char *k, const char *v, const int *indices,
+                                                 int P, unsigned *sink) {
+    extern __shared__ __align__(16) char sm[];
+    const int W = gridDim.y, w = blockIdx.y, h = blockIdx.x * G;
+    const int p0 = (int)((long)w * P / W), p1 = (int)((long)(w + 1) * P / W);
+    constexpr int HALF = TK * G * ROW, PER = HALF / 16 / NT, CPK = G * ROW / 16; /* chunks per key */
+    static_assert(PER * 16 * NT == HALF, "whole chunks per thread");
+    const int ntiles = ((p1 - p0) * PS + TK - 1) / TK;
+    auto issue = [&](int t) {
+        char *st = sm + (t % STAGES) * 2 * HALF;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int c = i * NT + threadIdx.x; /* 16-byte chunk of the tile's K (and V) */
+            const int key = t * TK + c / CPK;
+            const int pg = indices[min(p0 + key / PS, p1 - 1)];
+            const size_t off = (size_t)pg * PAGE_BYTES + ((key % PS) * HKV + h) * ROW + (c % CPK) * 16;
+            cp16(st + c * 16, k + off);
+            cp16(st + HALF + c * 16, v + off);
+        }
+    };
+    unsigned acc = 0;
+    for (int t = 0; t < STAGES - 1; t++) {
+        if (t < ntiles) issue(t);
+        asm volatile("cp.async.commit_group;");
+    }
+    for (int t = 0; t < ntiles; t++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2));
+        __syncthreads();
+        const char *st = sm + (t % STAGES) * 2 * HALF;
+        acc += *(const unsigned *)(st + threadIdx.x * 16) ^ *(const unsigned *)(st + HALF + threadIdx.x * 16);
+        __syncthreads();
+        if (t + STAGES - 1 < ntiles) issue(t + STAGES - 1);
+        asm volatile("cp.async.commit_group;");
+    }
+    asm volatile("cp.async.wait_group 0;");
+    if (acc == 0x12345678u) sink[threadIdx.x] = acc; /* never on random data: no load is dead */
+}
+
+__device__ __forceinline__ uint4 ld16(const char *p) { /* streamed: not kept in L1 */
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+/* flat: `bytes` from the start of each cache, 16 bytes per load, 8 in flight */
+__global__ void read_flat(const char *k, const char *v, size_t bytes, unsigned *sink) {
+    unsigned acc = 0;
+    const size_t step = (size_t)gridDim.x * blockDim.x * 16;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 16; i < bytes; i += 4 * step) {
+        uint4 x[8];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const size_t j = i + u * step < bytes ? i + u * step : i;
+            x[2 * u] = ld16(k + j), x[2 * u + 1] = ld16(v + j);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc += x[u].x ^ x[u].y ^ x[u].z ^ x[u].w;
+    }
+    if (acc == 0x12345678u) sink[threadIdx.x] = acc;
+}
+
+template <class F> static double median_us(F launch) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> t;
+    for (int i = 0; i < 55; i++) {
+        CK(cudaEventRecord(a));
+        launch();
+        CK(cudaGetLastError());
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (i >= 5) t.push_back(ms);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return 1e3 * t[t.size() / 2];
+}
+
+/* One form: NT threads, TK keys, G heads, `per_sm` CTAs per SM (its shared
+ * memory sized so), `workers` workers. */
+template <int NT, int TK, int G>
+static double time_paged(const char *k, const char *v, const int *di, int P, int per_sm, int workers,
+                         unsigned *sink) {
+    auto f = read_paged<NT, TK, G>;
+    const int smem = per_sm == 1 ? 200 * 1024 : 100 * 1024;
+    static_assert(STAGES * 2 * TK * G * ROW <= 100 * 1024 || NT == 256, "stages fit");
+    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return median_us([&] { f<<<dim3(HKV / G, workers), NT, smem>>>(k, v, di, P, sink); });
+}
+
+static unsigned rng_state = 12345;
+static unsigned rnd(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return rng_state >> 8;
+}
+
+int main(int argc, char **argv) {
+    const char *json = NULL;
+    std::vector<int> cells; /* B, L, pool */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else cells.push_back(atoi(argv[i]));
+    }
+    if (cells.size() < 3)
+        cells = {16, 4096, 65536, 64, 1024, 65536, 16, 4096, 4096, 64, 1024, 4096,
+                 1,  32768, 65536, 256, 4096, 65536};
+    cells.resize(cells.size() / 3 * 3);
+    int max_pool = 0, sms = 0;
+    for (size_t c = 0; c < cells.size(); c += 3) {
+        if (cells[c] < 1 || cells[c + 1] < PS || (long)cells[c] * (cells[c + 1] / PS) > cells[c + 2]) {
+            printf("cell %d x %d: needs a pool of at least its pages\n", cells[c], cells[c + 1]);
+            return 1;
+        }
+        max_pool = std::max(max_pool, cells[c + 2]);
+    }
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    char *k, *v;
+    unsigned *sink;
+    const size_t pool_bytes = (size_t)max_pool * PAGE_BYTES;
+    CK(cudaMalloc(&k, pool_bytes));
+    CK(cudaMalloc(&v, pool_bytes));
+    CK(cudaMalloc(&sink, 256 * 4));
+    fill<<<1024, 256>>>((uint4 *)k, pool_bytes / 16, 1);
+    fill<<<1024, 256>>>((uint4 *)v, pool_bytes / 16, 2);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    if (jf) fprintf(jf, "[\n");
+    printf("loads only, %d SMs; us and TB/s (decimal)\n\n", sms);
+    printf("| B x L | pool (pages) | pages | head | 4 heads | page | flat |\n|---|---|---|---|---|---|---|\n");
+    const char *names[4] = {"head", "4 heads", "page", "flat"};
+    for (size_t c = 0; c < cells.size(); c += 3) {
+        const int B = cells[c], L = cells[c + 1], pool = cells[c + 2], ppr = L / PS, P = B * ppr;
+        for (int contiguous = 0; contiguous < 2; contiguous++) {
+            std::vector<int> perm(pool), idx(P);
+            for (int i = 0; i < pool; i++) perm[i] = i;
+            const int start = (int)(rnd() % pool);
+            for (int i = 0; i < P; i++) {
+                if (contiguous) { idx[i] = (start + i) % pool; continue; }
+                std::swap(perm[i], perm[i + (int)(rnd() % (unsigned)(pool - i))]);
+                idx[i] = perm[i];
+            }
+            int *di;
+            CK(cudaMalloc(&di, idx.size() * 4));
+            CK(cudaMemcpy(di, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+            const double bytes = 2.0 * P * PAGE_BYTES;
+            double t[4];
+            t[0] = time_paged<128, 64, 1>(k, v, di, P, 2, 2 * sms / HKV, sink);
+            t[1] = time_paged<128, 16, 4>(k, v, di, P, 2, 2 * sms / (HKV / 4), sink);
+            t[2] = time_paged<256, 16, 8>(k, v, di, P, 1, sms, sink);
+            t[3] = median_us([&] { read_flat<<<8 * sms, 256>>>(k, v, (size_t)P * PAGE_BYTES, sink); });
+            const char *layout = contiguous ? "contiguous" : "random";
+            printf("| %d x %d | %d | %s |", B, L, pool, layout);
+            for (int f = 0; f < 4; f++) {
+                printf(" %.1f, %.2f |", t[f], bytes / t[f] * 1e-6);
+                if (jf)
+                    fprintf(jf,
+                            "%s  {\"batch\": %d, \"kv_len\": %d, \"pool_pages\": %d, \"pages\": \"%s\", "
+                            "\"form\": \"%s\", \"us\": %.2f, \"tb_s\": %.3f}",
+                            c + contiguous + f ? ",\n" : "", B, L, pool, layout, names[f], t[f],
+                            bytes / t[f] * 1e-6);
+            }
+            printf("\n");
+            CK(cudaFree(di));
+        }
+    }
+    if (jf) fprintf(jf, "\n]\n"), fclose(jf);
+    return 0;
+}
