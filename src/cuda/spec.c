@@ -255,7 +255,11 @@ void fi_cuda_persist_mix_spec(const fi_attn_config *c, fi_attn_config *mixed,
  * with room for a third stage (FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=3:
  * two CTAs per SM either way). */
 int fi_cuda_persist_decode_smem(const fi_attn_config *c) {
-    return 16 * c->dqk * 2 + 3 * 64 * (c->dqk + c->dvo) * 2;
+    /* room for 3 stages; FLASHINFER_CUDA_DECODE_ROOM=N (tuning, with
+     * FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=N): N, up to 6 */
+    const char *env = getenv("FLASHINFER_CUDA_DECODE_ROOM");
+    int stages = env && atoi(env) >= 3 && atoi(env) <= 6 ? atoi(env) : 3;
+    return 16 * c->dqk * 2 + stages * 64 * (c->dqk + c->dvo) * 2;
 }
 
 /* The larger of the tensor-core path's bytes and 48 KB, the most any

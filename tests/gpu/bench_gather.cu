@@ -18,6 +18,9 @@
  *   page    a CTA per worker, 256 threads, 1 CTA per SM, tiles of one page
  *           with every head: K and V each one 32 KB run
  *   flat    the same number of bytes from one run of each cache
+ * First, the ceiling the decode targets are stated against (BENCH.md): a
+ * device-to-device cudaMemcpy of 2 GiB, bytes read + written, on this
+ * machine in this run (the JSON's "d2d copy" row; report_peers.py's %).
  * Worker w of W reads pages [w P / W, (w + 1) P / W) of the batch's P
  * pages, so every form reads the same bytes, evenly spread. Time: device
  * events around each launch, median of 50 after 5 warm-ups; TB/s decimal.
@@ -200,6 +203,18 @@ int main(int argc, char **argv) {
     CK(cudaFuncSetAttribute(read_flat, cudaFuncAttributePreferredSharedMemoryCarveout, 0));
     FILE *jf = json ? fopen(json, "w") : NULL;
     if (jf) fprintf(jf, "[\n");
+    {
+        const size_t cb = std::min(pool_bytes, (size_t)2 << 30);
+        char *dst;
+        CK(cudaMalloc(&dst, cb));
+        const double t = median_us([&] { CK(cudaMemcpyAsync(dst, k, cb, cudaMemcpyDeviceToDevice)); });
+        CK(cudaFree(dst));
+        printf("device-to-device copy of %.2f GB: %.1f us, %.3f TB/s (read + written)\n\n", cb * 1e-9, t,
+               2.0 * cb / t * 1e-6);
+        if (jf)
+            fprintf(jf, "  {\"form\": \"d2d copy\", \"bytes\": %zu, \"us\": %.2f, \"tb_s\": %.3f},\n", cb, t,
+                    2.0 * cb / t * 1e-6);
+    }
     printf("loads only, %d SMs; us and TB/s (decimal)\n\n", sms);
     printf("| B x L | pool (pages) | pages | head | 4 heads | page | flat |\n|---|---|---|---|---|---|---|\n");
     const char *names[4] = {"head", "4 heads", "page", "flat"};

@@ -11,8 +11,11 @@ lines the benchmarks wrote into DIR:
   bench_torch.json                               torch SDPA (bench_torch.py)
   bench_flashinfer.json                          FlashInfer (bench_flashinfer.py)
 
+  bench_gather.json                              its "d2d copy" row: this run's copy ceiling
+
 Ratios are the peer's time over ours: above 1, ours is faster. Decode also
-shows % of the measured device-to-device copy ceiling (4.22 TB/s, BENCH.md).
+shows % of the measured device-to-device copy ceiling: BENCH.md's 4.22 TB/s,
+and the same copy measured on this machine in this run (bench_gather).
 Markdown on stdout; missing files or cells print as '-'."""
 import json
 import os
@@ -40,6 +43,16 @@ def ratio(peer, ours):
     return "-" if not peer or not ours or peer != peer or ours != ours else "%.2fx" % (peer / ours)
 
 
+def run_ceiling(d):
+    """This run's device-to-device copy, TB/s (read + written), or None."""
+    p = os.path.join(d, "bench_gather.json")
+    try:
+        rows = json.load(open(p))
+    except (OSError, ValueError):
+        return None
+    return next((r["tb_s"] for r in rows if r.get("form") == "d2d copy"), None)
+
+
 def decode_table(d, ours_file, layout, torch_rows, fi_rows):
     ours = {(r["batch"], r["kv_len"]): r for r in load(d, ours_file)}
     if not ours:
@@ -47,9 +60,11 @@ def decode_table(d, ours_file, layout, torch_rows, fi_rows):
     tr = {(r["peer"], r["batch"], r["kv_len"]): r for r in torch_rows if r.get("workload") == "decode"}
     fi = {(r["batch"], r["kv_len"]): r for r in fi_rows
           if r.get("peer") == "flashinfer-decode" and r.get("pages") == layout}
+    here = run_ceiling(d)
     print(f"\nDecode, {layout} pages (bf16, 32/8 heads, d 128, page 16; time in us; x = peer time / ours)\n")
-    print("| batch | kv_len | ours | TB/s | % of 4.22 | torch flash | cuDNN | FlashInfer | vs flash | vs cuDNN | vs FlashInfer |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| batch | kv_len | ours | TB/s | % of 4.22 | % of {f(here, '%.2f')} (this run's copy) | torch flash | cuDNN | "
+          "FlashInfer | vs flash | vs cuDNN | vs FlashInfer |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (b, l), r in sorted(ours.items()):
         tf = tr.get(("torch-sdpa-flash", b, l), {}).get("us")
         tc = tr.get(("torch-sdpa-cudnn", b, l), {}).get("us")
@@ -57,6 +72,7 @@ def decode_table(d, ours_file, layout, torch_rows, fi_rows):
         fu = fr.get("us")
         path = {"flashinfer-decode-tc": " (tc)", "flashinfer-decode-cc": " (cc)"}.get(fr.get("path"), "")
         print(f"| {b} | {l} | {f(r['us'])} | {f(r['tb_s'], '%.2f')} | {f(100 * r['tb_s'] / CEILING, '%.0f')}% | "
+              f"{f(100 * r['tb_s'] / here if here else None, '%.1f%%')} | "
               f"{f(tf)} | {f(tc)} | {f(fu)}{path} | {ratio(tf, r['us'])} | {ratio(tc, r['us'])} | "
               f"{ratio(fu, r['us'])} |")
 
