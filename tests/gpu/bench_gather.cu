@@ -21,6 +21,9 @@
  * First, the ceiling the decode targets are stated against (BENCH.md): a
  * device-to-device cudaMemcpy of 2 GiB, bytes read + written, on this
  * machine in this run (the JSON's "d2d copy" row; report_peers.py's %).
+ * Last, the depth: the "head" form with 32 to 96 KB of K + V in flight per
+ * CTA (64-key tiles, 1 or 2 in flight; 32-key tiles, 2, 4 or 6), on the
+ * cells of at most 4096 pages (JSON forms "head, in flight TKxN").
  * Worker w of W reads pages [w P / W, (w + 1) P / W) of the batch's P
  * pages, so every form reads the same bytes, evenly spread. Time: device
  * events around each launch, median of 50 after 5 warm-ups; TB/s decimal.
@@ -64,8 +67,9 @@ __device__ __forceinline__ void cp16(char *dst, const char *src) {
 }
 
 /* G adjacent KV heads per CTA, tiles of TK keys: a stage holds TK x G rows
- * of 256 bytes of K, then the same of V. Grid (8 / G head groups, W). */
-template <int NT, int TK, int G>
+ * of 256 bytes of K, then the same of V; a ring of S stages (up to S - 1
+ * tiles in flight). Grid (8 / G head groups, W). */
+template <int NT, int TK, int G, int S = STAGES>
 __global__ void __launch_bounds__(NT) read_paged(const char *k, const char *v, const int *indices,
                                                  int P, unsigned *sink) {
     extern __shared__ __align__(16) char sm[];
@@ -75,7 +79,7 @@ __global__ void __launch_bounds__(NT) read_paged(const char *k, const char *v, c
     static_assert(PER * 16 * NT == HALF, "whole chunks per thread");
     const int ntiles = ((p1 - p0) * PS + TK - 1) / TK;
     auto issue = [&](int t) {
-        char *st = sm + (t % STAGES) * 2 * HALF;
+        char *st = sm + (t % S) * 2 * HALF;
 #pragma unroll
         for (int i = 0; i < PER; i++) {
             const int c = i * NT + threadIdx.x; /* 16-byte chunk of the tile's K (and V) */
@@ -87,17 +91,17 @@ __global__ void __launch_bounds__(NT) read_paged(const char *k, const char *v, c
         }
     };
     unsigned acc = 0;
-    for (int t = 0; t < STAGES - 1; t++) {
+    for (int t = 0; t < S - 1; t++) {
         if (t < ntiles) issue(t);
         asm volatile("cp.async.commit_group;");
     }
     for (int t = 0; t < ntiles; t++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2));
+        asm volatile("cp.async.wait_group %0;" ::"n"(S - 2));
         __syncthreads();
-        const char *st = sm + (t % STAGES) * 2 * HALF;
+        const char *st = sm + (t % S) * 2 * HALF;
         acc += *(const unsigned *)(st + threadIdx.x * 16) ^ *(const unsigned *)(st + HALF + threadIdx.x * 16);
         __syncthreads();
-        if (t + STAGES - 1 < ntiles) issue(t + STAGES - 1);
+        if (t + S - 1 < ntiles) issue(t + S - 1);
         asm volatile("cp.async.commit_group;");
     }
     asm volatile("cp.async.wait_group 0;");
@@ -150,14 +154,15 @@ template <class F> static double median_us(F launch) {
     return 1e3 * t[t.size() / 2];
 }
 
-/* One form: NT threads, TK keys, G heads, `per_sm` CTAs per SM (its shared
- * memory sized so), `workers` workers. */
-template <int NT, int TK, int G>
+/* One form: NT threads, TK keys, G heads, S stages, `per_sm` CTAs per SM
+ * (its shared memory sized so), `workers` workers. */
+template <int NT, int TK, int G, int S = STAGES>
 static double time_paged(const char *k, const char *v, const int *di, int P, int per_sm, int workers,
                          unsigned *sink) {
-    auto f = read_paged<NT, TK, G>;
-    const int smem = per_sm == 1 ? 200 * 1024 : 100 * 1024;
-    static_assert(STAGES * 2 * TK * G * ROW <= 100 * 1024 || NT == 256, "stages fit");
+    auto f = read_paged<NT, TK, G, S>;
+    constexpr int need = S * 2 * TK * G * ROW; /* the 3-stage forms: 100 KB, as always */
+    const int smem = per_sm == 1 ? 200 * 1024 : need > 100 * 1024 ? 112 * 1024 : 100 * 1024;
+    static_assert(S * 2 * TK * G * ROW <= 112 * 1024 || NT == 256, "stages fit");
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return median_us([&] { f<<<dim3(HKV / G, workers), NT, smem>>>(k, v, di, P, sink); });
 }
@@ -166,6 +171,23 @@ static unsigned rng_state = 12345;
 static unsigned rnd(void) {
     rng_state = rng_state * 1664525u + 1013904223u;
     return rng_state >> 8;
+}
+
+/* P page ids from a pool: consecutive from a random start, or the first P
+ * of a random permutation (never a page twice); on the device. */
+static int *upload_pages(int pool, int P, int contiguous) {
+    std::vector<int> perm(pool), idx(P);
+    for (int i = 0; i < pool; i++) perm[i] = i;
+    const int start = (int)(rnd() % pool);
+    for (int i = 0; i < P; i++) {
+        if (contiguous) { idx[i] = (start + i) % pool; continue; }
+        std::swap(perm[i], perm[i + (int)(rnd() % (unsigned)(pool - i))]);
+        idx[i] = perm[i];
+    }
+    int *di;
+    CK(cudaMalloc(&di, idx.size() * 4));
+    CK(cudaMemcpy(di, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    return di;
 }
 
 int main(int argc, char **argv) {
@@ -221,17 +243,7 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < cells.size(); c += 3) {
         const int B = cells[c], L = cells[c + 1], pool = cells[c + 2], ppr = L / PS, P = B * ppr;
         for (int contiguous = 0; contiguous < 2; contiguous++) {
-            std::vector<int> perm(pool), idx(P);
-            for (int i = 0; i < pool; i++) perm[i] = i;
-            const int start = (int)(rnd() % pool);
-            for (int i = 0; i < P; i++) {
-                if (contiguous) { idx[i] = (start + i) % pool; continue; }
-                std::swap(perm[i], perm[i + (int)(rnd() % (unsigned)(pool - i))]);
-                idx[i] = perm[i];
-            }
-            int *di;
-            CK(cudaMalloc(&di, idx.size() * 4));
-            CK(cudaMemcpy(di, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+            int *di = upload_pages(pool, P, contiguous);
             const double bytes = 2.0 * P * PAGE_BYTES;
             double t[4];
             t[0] = time_paged<128, 64, 1>(k, v, di, P, 2, 2 * sms / HKV, sink);
@@ -252,6 +264,39 @@ int main(int argc, char **argv) {
             printf("\n");
             CK(cudaFree(di));
         }
+    }
+    /* How the reads alone take depth: one head per CTA (the decode form's
+     * CTA), 2 CTAs per SM, K + V bytes in flight per CTA from 32 to 96 KB,
+     * in 64-key tiles (1 or 2 in flight) or 32-key tiles (2, 4, 6): does a
+     * deeper pipeline read these pages faster? Random pages, the cells of at
+     * most 4096 pages. */
+    printf("\nK + V in flight per CTA (one head per CTA, 2 CTAs per SM, random pages); us and TB/s\n\n");
+    printf("| B x L | pool (pages) | 32 KB (64-key tiles x 1) | 32 KB (32 x 2) | 64 KB (64 x 2) | "
+           "64 KB (32 x 4) | 96 KB (32 x 6) |\n|---|---|---|---|---|---|---|\n");
+    const char *depths[5] = {"64x1", "32x2", "64x2", "32x4", "32x6"};
+    for (size_t c = 0; c < cells.size(); c += 3) {
+        const int B = cells[c], L = cells[c + 1], pool = cells[c + 2], P = B * (L / PS);
+        if (P > 4096) continue;
+        int *di = upload_pages(pool, P, 0);
+        const double bytes = 2.0 * P * PAGE_BYTES;
+        const int W = 2 * sms / HKV;
+        double t[5];
+        t[0] = time_paged<128, 64, 1, 2>(k, v, di, P, 2, W, sink);
+        t[1] = time_paged<128, 32, 1, 3>(k, v, di, P, 2, W, sink);
+        t[2] = time_paged<128, 64, 1, 3>(k, v, di, P, 2, W, sink);
+        t[3] = time_paged<128, 32, 1, 5>(k, v, di, P, 2, W, sink);
+        t[4] = time_paged<128, 32, 1, 7>(k, v, di, P, 2, W, sink);
+        printf("| %d x %d | %d |", B, L, pool);
+        for (int f = 0; f < 5; f++) {
+            printf(" %.1f, %.2f |", t[f], bytes / t[f] * 1e-6);
+            if (jf)
+                fprintf(jf,
+                        ",\n  {\"batch\": %d, \"kv_len\": %d, \"pool_pages\": %d, \"pages\": \"random\", "
+                        "\"form\": \"head, in flight %s\", \"us\": %.2f, \"tb_s\": %.3f}",
+                        B, L, pool, depths[f], t[f], bytes / t[f] * 1e-6);
+        }
+        printf("\n");
+        CK(cudaFree(di));
     }
     if (jf) fprintf(jf, "\n]\n"), fclose(jf);
     return 0;

@@ -208,7 +208,8 @@ if [ "$BENCH" = 1 ]; then
         stamp "the decode cells' reads alone (bench_gather: loads only, the access pattern's ceiling)"
         { make -s build/bench_gather && ./build/bench_gather --json "$OUT/bench_gather.json"; } \
             > "$OUT/bench_gather.log" 2>&1 || status=1
-        grep "65536 | random" "$OUT/bench_gather.log"
+        grep -E "copy of|65536 \| random" "$OUT/bench_gather.log"
+        sed -n '/in flight per CTA/,$p' "$OUT/bench_gather.log" | grep "^| [0-9]"
     fi
     if [ "$TORCH" = 1 ] && python3 -c "import torch" 2>/dev/null; then
         stamp "torch SDPA (flash, cuDNN) on the prefill and decode cells"
