@@ -190,6 +190,17 @@ static int *upload_pages(int pool, int P, int contiguous) {
     return di;
 }
 
+/* One table cell (us, TB/s) and its JSON row (after the copy's row). */
+static void print_time(FILE *jf, int B, int L, int pool, const char *pages, const char *form, double us,
+                       double bytes) {
+    printf(" %.1f, %.2f |", us, bytes / us * 1e-6);
+    if (jf)
+        fprintf(jf,
+                ",\n  {\"batch\": %d, \"kv_len\": %d, \"pool_pages\": %d, \"pages\": \"%s\", "
+                "\"form\": \"%s\", \"us\": %.2f, \"tb_s\": %.3f}",
+                B, L, pool, pages, form, us, bytes / us * 1e-6);
+}
+
 int main(int argc, char **argv) {
     const char *json = NULL;
     std::vector<int> cells; /* B, L, pool */
@@ -234,7 +245,7 @@ int main(int argc, char **argv) {
         printf("device-to-device copy of %.2f GB: %.1f us, %.3f TB/s (read + written)\n\n", cb * 1e-9, t,
                2.0 * cb / t * 1e-6);
         if (jf)
-            fprintf(jf, "  {\"form\": \"d2d copy\", \"bytes\": %zu, \"us\": %.2f, \"tb_s\": %.3f},\n", cb, t,
+            fprintf(jf, "  {\"form\": \"d2d copy\", \"bytes\": %zu, \"us\": %.2f, \"tb_s\": %.3f}", cb, t,
                     2.0 * cb / t * 1e-6);
     }
     printf("loads only, %d SMs; us and TB/s (decimal)\n\n", sms);
@@ -252,15 +263,7 @@ int main(int argc, char **argv) {
             t[3] = median_us([&] { read_flat<<<8 * sms, 256>>>(k, v, (size_t)P * PAGE_BYTES, sink); });
             const char *layout = contiguous ? "contiguous" : "random";
             printf("| %d x %d | %d | %s |", B, L, pool, layout);
-            for (int f = 0; f < 4; f++) {
-                printf(" %.1f, %.2f |", t[f], bytes / t[f] * 1e-6);
-                if (jf)
-                    fprintf(jf,
-                            "%s  {\"batch\": %d, \"kv_len\": %d, \"pool_pages\": %d, \"pages\": \"%s\", "
-                            "\"form\": \"%s\", \"us\": %.2f, \"tb_s\": %.3f}",
-                            c + contiguous + f ? ",\n" : "", B, L, pool, layout, names[f], t[f],
-                            bytes / t[f] * 1e-6);
-            }
+            for (int f = 0; f < 4; f++) print_time(jf, B, L, pool, layout, names[f], t[f], bytes);
             printf("\n");
             CK(cudaFree(di));
         }
@@ -273,7 +276,8 @@ int main(int argc, char **argv) {
     printf("\nK + V in flight per CTA (one head per CTA, 2 CTAs per SM, random pages); us and TB/s\n\n");
     printf("| B x L | pool (pages) | 32 KB (64-key tiles x 1) | 32 KB (32 x 2) | 64 KB (64 x 2) | "
            "64 KB (32 x 4) | 96 KB (32 x 6) |\n|---|---|---|---|---|---|---|\n");
-    const char *depths[5] = {"64x1", "32x2", "64x2", "32x4", "32x6"};
+    const char *depths[5] = {"head, in flight 64x1", "head, in flight 32x2", "head, in flight 64x2",
+                             "head, in flight 32x4", "head, in flight 32x6"};
     for (size_t c = 0; c < cells.size(); c += 3) {
         const int B = cells[c], L = cells[c + 1], pool = cells[c + 2], P = B * (L / PS);
         if (P > 4096) continue;
@@ -287,14 +291,7 @@ int main(int argc, char **argv) {
         t[3] = time_paged<128, 32, 1, 5>(k, v, di, P, 2, W, sink);
         t[4] = time_paged<128, 32, 1, 7>(k, v, di, P, 2, W, sink);
         printf("| %d x %d | %d |", B, L, pool);
-        for (int f = 0; f < 5; f++) {
-            printf(" %.1f, %.2f |", t[f], bytes / t[f] * 1e-6);
-            if (jf)
-                fprintf(jf,
-                        ",\n  {\"batch\": %d, \"kv_len\": %d, \"pool_pages\": %d, \"pages\": \"random\", "
-                        "\"form\": \"head, in flight %s\", \"us\": %.2f, \"tb_s\": %.3f}",
-                        B, L, pool, depths[f], t[f], bytes / t[f] * 1e-6);
-        }
+        for (int f = 0; f < 5; f++) print_time(jf, B, L, pool, "random", depths[f], t[f], bytes);
         printf("\n");
         CK(cudaFree(di));
     }
