@@ -111,7 +111,8 @@ static fi_status cuda_context_init(fi_context *ctx) {
 static int32_t cuda_num_workers(const fi_context *ctx) {
     const fi_cuda_ctx *cc = ctx->backend_state;
     const char *env = getenv("FLASHINFER_CUDA_WORKERS"); /* tuning experiments */
-    if (env && atoi(env) > 0) return atoi(env);
+    const int asked = env ? atoi(env) : 0;
+    if (asked > 0) return asked;
     return cc && cc->sm_count > 0 ? cc->sm_count : 1;
 }
 

@@ -258,7 +258,7 @@ int fi_cuda_persist_decode_smem(const fi_attn_config *c) {
     /* room for 3 stages; FLASHINFER_CUDA_DECODE_ROOM=N (tuning, with
      * FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=N): N, up to 6 */
     const char *env = getenv("FLASHINFER_CUDA_DECODE_ROOM");
-    int stages = env && atoi(env) >= 3 && atoi(env) <= 6 ? atoi(env) : 3;
+    const int asked = env ? atoi(env) : 0, stages = asked >= 3 && asked <= 6 ? asked : 3;
     return 16 * c->dqk * 2 + stages * 64 * (c->dqk + c->dvo) * 2;
 }
 

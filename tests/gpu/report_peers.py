@@ -10,7 +10,6 @@ lines the benchmarks wrote into DIR:
   bench_decode_dtable.json, bench_mixed_dtable.json  ours with device page tables
   bench_torch.json                               torch SDPA (bench_torch.py)
   bench_flashinfer.json                          FlashInfer (bench_flashinfer.py)
-
   bench_gather.json                              its "d2d copy" row: this run's copy ceiling
 
 Ratios are the peer's time over ours: above 1, ours is faster. Decode also
