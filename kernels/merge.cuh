@@ -84,6 +84,21 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
         row = (int64_t)__ldg(src + s0 + sub) * H + h;
         l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
     }
+    /* The first round's first PRE rows, loaded now beside the LSEs: the
+     * row of a decode's few sources then waits on two loads in a row (the
+     * index; the LSE and the row together), not three. Every lane's row
+     * exists (lanes past s1 hold row 0). */
+    constexpr int PRE = UNROLL;
+    float4 xp[PRE][PERL];
+#pragma unroll
+    for (int k = 0; k < PRE; k++) {
+        const int64_t rk = __shfl_sync(gmask, row, k, LPP);
+        const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
+#pragma unroll
+        for (int j = 0; j < PERL; j++)
+            xp[k][j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
+                                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     float M = 0.0f; /* no softmax: weights 1, the partial sums add */
     if (SOFTMAX) {
         M = l;
@@ -106,19 +121,10 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
             const int ok = b + sub < s1 && l != FI_NEG_INF;
             const float w = !SOFTMAX ? 1.0f : ok ? exp2f(l - M) : 0.0f;
             const int nb = s1 - b < LPP ? s1 - b : LPP;
-            /* source k of this round into the sums */
-            auto add_source = [&](int k) {
+            /* source k of this round (its row x) into the sums */
+            auto add_row = [&](int k, const float4 *x) {
                 const int okk = __shfl_sync(gmask, ok, k, LPP);
                 const float wk = __shfl_sync(gmask, w, k, LPP);
-                const int64_t rk = __shfl_sync(gmask, row, k, LPP);
-                /* loaded whether or not the state counts: a source's row
-                 * always exists, and the loads need not wait on the test */
-                const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
-                float4 x[PERL];
-#pragma unroll
-                for (int j = 0; j < PERL; j++)
-                    x[j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
-                                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (okk) {
                     L += wk;
 #pragma unroll
@@ -130,19 +136,40 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
                     }
                 }
             };
+            auto add_source = [&](int k) {
+                const int64_t rk = __shfl_sync(gmask, row, k, LPP);
+                /* loaded whether or not the state counts: a source's row
+                 * always exists, and the loads need not wait on the test */
+                const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
+                float4 x[PERL];
+#pragma unroll
+                for (int j = 0; j < PERL; j++)
+                    x[j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
+                                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                add_row(k, x);
+            };
+            /* the first round's rows loaded above */
+            int k = 0;
+            if (b == s0) {
+#pragma unroll
+                for (int u = 0; u < PRE; u++)
+                    if (u < nb) add_row(u, xp[u]);
+                k = PRE < nb ? PRE : nb;
+            }
             /* Sources in flight: a whole round of 32 or a run of 16 at
              * once, fully unrolled (fixed counts: no remainder loops), the
              * rest 8 at a time. One unroll for every round lost either
              * way (H200, batch-1 decode: unroll 16 cost 1 x 1024's rounds
              * of 8 sources 12%, unroll 32 1 x 4096's rounds of 16 16%). */
-            int k = 0;
             if (FI_MERGE_WIDE && UNROLL > 1 && LPP == 32 && nb == 32) {
 #pragma unroll
-                for (int u = 0; u < 32; u++) add_source(u);
+                for (int u = 0; u < 32; u++)
+                    if (u >= k) add_source(u);
                 k = 32;
             } else if (FI_MERGE_WIDE && UNROLL > 1 && LPP >= 16 && nb >= 16) {
 #pragma unroll
-                for (int u = 0; u < 16; u++) add_source(u);
+                for (int u = 0; u < 16; u++)
+                    if (u >= k) add_source(u);
                 k = 16;
             }
 #pragma unroll UNROLL

@@ -53,6 +53,17 @@ FI_DEV void fi_pdl_wait() {
 #endif
 }
 
+/* *p += v at GPU scope with acquire-release semantics, returning the old
+ * value: it publishes the writes this CTA made before a barrier that
+ * precedes it (the barrier orders them before it at CTA scope, the release
+ * carries them on), and a later barrier makes what it acquired visible to
+ * the whole CTA. One atomic in place of a fence before and a fence after. */
+FI_DEV int fi_atomic_add_acq_rel(int32_t *p, int v) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
 template <int T> struct fi_dtype_bytes { static constexpr int value = T == FI_T_F32 ? 4 : (T == FI_T_F16 || T == FI_T_BF16) ? 2 : 1; };
 
 /* ------------------------------------------------------------ conversions */
