@@ -25,12 +25,6 @@
 #endif
 #include "variant.cuh"
 
-/* 1: a round of 16 or 32 sources runs unrolled that wide (0: 8 for every
- * round, as before; for A/B runs) */
-#ifndef FI_MERGE_WIDE
-#define FI_MERGE_WIDE 1
-#endif
-
 namespace fi_merge {
 constexpr int DVO = FI_DVO, OT = FI_OT, NT = 128;
 constexpr bool SOFTMAX = fi_v::SOFTMAX;
@@ -156,22 +150,10 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
                     if (u < nb) add_row(u, xp[u]);
                 k = PRE < nb ? PRE : nb;
             }
-            /* Sources in flight: a whole round of 32 or a run of 16 at
-             * once, fully unrolled (fixed counts: no remainder loops), the
-             * rest 8 at a time. One unroll for every round lost either
-             * way (H200, batch-1 decode: unroll 16 cost 1 x 1024's rounds
-             * of 8 sources 12%, unroll 32 1 x 4096's rounds of 16 16%). */
-            if (FI_MERGE_WIDE && UNROLL > 1 && LPP == 32 && nb == 32) {
-#pragma unroll
-                for (int u = 0; u < 32; u++)
-                    if (u >= k) add_source(u);
-                k = 32;
-            } else if (FI_MERGE_WIDE && UNROLL > 1 && LPP >= 16 && nb >= 16) {
-#pragma unroll
-                for (int u = 0; u < 16; u++)
-                    if (u >= k) add_source(u);
-                k = 16;
-            }
+            /* the rest UNROLL at a time. (Rounds of 16 or 32 sources fully
+             * unrolled gained ~1 us at 1 x 16384 and 1 x 32768 on one H200
+             * and lost 1.4-4 us at 1 x 4096-32768 on another: the merge's
+             * code doubled, docs/CUDA_KERNELS.md.) */
 #pragma unroll UNROLL
             for (; k < nb; k++) add_source(k);
         }
