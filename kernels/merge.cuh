@@ -82,17 +82,21 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
      * row of a decode's few sources then waits on two loads in a row (the
      * index; the LSE and the row together), not three. Every lane's row
      * exists (lanes past s1 hold row 0). */
-    constexpr int PRE = UNROLL;
-    float4 xp[PRE][PERL];
-#pragma unroll
-    for (int k = 0; k < PRE; k++) {
+    /* this lane's columns of the row of the group's lane k's source (loaded
+     * whether or not the state counts: a source's row always exists, and
+     * the loads need not wait on the test) */
+    auto load_row = [&](int k, float4 *x) {
         const int64_t rk = __shfl_sync(gmask, row, k, LPP);
         const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
 #pragma unroll
         for (int j = 0; j < PERL; j++)
-            xp[k][j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
-                                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+            x[j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
+                                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    };
+    constexpr int PRE = UNROLL;
+    float4 xp[PRE][PERL];
+#pragma unroll
+    for (int k = 0; k < PRE; k++) load_row(k, xp[k]);
     float M = 0.0f; /* no softmax: weights 1, the partial sums add */
     if (SOFTMAX) {
         M = l;
@@ -131,15 +135,8 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
                 }
             };
             auto add_source = [&](int k) {
-                const int64_t rk = __shfl_sync(gmask, row, k, LPP);
-                /* loaded whether or not the state counts: a source's row
-                 * always exists, and the loads need not wait on the test */
-                const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
                 float4 x[PERL];
-#pragma unroll
-                for (int j = 0; j < PERL; j++)
-                    x[j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
-                                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                load_row(k, x);
                 add_row(k, x);
             };
             /* the first round's rows loaded above */
