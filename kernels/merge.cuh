@@ -78,10 +78,6 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
         row = (int64_t)__ldg(src + s0 + sub) * H + h;
         l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
     }
-    /* The first round's first PRE rows, loaded now beside the LSEs: the
-     * row of a decode's few sources then waits on two loads in a row (the
-     * index; the LSE and the row together), not three. Every lane's row
-     * exists (lanes past s1 hold row 0). */
     /* this lane's columns of the row of the group's lane k's source (loaded
      * whether or not the state counts: a source's row always exists, and
      * the loads need not wait on the test) */
@@ -93,6 +89,10 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
             x[j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
                                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     };
+    /* The first round's first PRE rows, loaded now beside the LSEs: the
+     * row of a decode's few sources then waits on two loads in a row (the
+     * index; the LSE and the row together), not three. Every lane's row
+     * exists (lanes past s1 hold row 0). */
     constexpr int PRE = UNROLL;
     float4 xp[PRE][PERL];
 #pragma unroll
