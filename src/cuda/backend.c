@@ -110,8 +110,7 @@ static fi_status cuda_context_init(fi_context *ctx) {
  * CTAs also split the KV heads (grid.y, chosen at plan creation). */
 static int32_t cuda_num_workers(const fi_context *ctx) {
     const fi_cuda_ctx *cc = ctx->backend_state;
-    const char *env = getenv("FLASHINFER_CUDA_WORKERS"); /* tuning experiments */
-    const int asked = env ? atoi(env) : 0;
+    const int asked = fi_cuda_env_count("FLASHINFER_CUDA_WORKERS"); /* tuning experiments */
     if (asked > 0) return asked;
     return cc && cc->sm_count > 0 ? cc->sm_count : 1;
 }

@@ -174,8 +174,8 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     FI_CU(cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, occ, 128, occ_smem);
     ps->blocks_per_sm = blocks > 0 ? blocks : 1;
     int32_t hkv = p->num_kv_heads, gy = hkv;
-    const char *env = getenv("FLASHINFER_CUDA_GRID_Y"); /* tuning experiments */
-    if (env && atoi(env) > 0) gy = atoi(env) < hkv ? atoi(env) : hkv;
+    const int asked_y = fi_cuda_env_count("FLASHINFER_CUDA_GRID_Y"); /* tuning experiments */
+    if (asked_y > 0) gy = asked_y < hkv ? asked_y : hkv;
     ps->grid_x = (unsigned)plan->config.num_workers;
     ps->grid_y = (unsigned)gy;
     /* A worker's items run as grid_y CTAs, `blocks_per_sm` CTAs per SM at

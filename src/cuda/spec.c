@@ -107,6 +107,12 @@ void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     fi_cuda_env_defines(s);
 }
 
+int fi_cuda_env_count(const char *name) {
+    const char *env = getenv(name);
+    const int n = env ? atoi(env) : 0;
+    return n > 0 ? n : 0;
+}
+
 /* Tuning experiments and A/B runs: FLASHINFER_CUDA_DEFINES="-DFI_STAGES=4
  * -DFI_ROPE_ACCURATE=1 ..." (while room is left; part of the disk-cache key,
  * not of the name, so a context's module cache keeps the first one). */
@@ -257,8 +263,8 @@ void fi_cuda_persist_mix_spec(const fi_attn_config *c, fi_attn_config *mixed,
 int fi_cuda_persist_decode_smem(const fi_attn_config *c) {
     /* room for 3 stages; FLASHINFER_CUDA_DECODE_ROOM=N (tuning, with
      * FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=N): N, up to 6 */
-    const char *env = getenv("FLASHINFER_CUDA_DECODE_ROOM");
-    const int asked = env ? atoi(env) : 0, stages = asked >= 3 && asked <= 6 ? asked : 3;
+    const int asked = fi_cuda_env_count("FLASHINFER_CUDA_DECODE_ROOM");
+    const int stages = asked >= 3 && asked <= 6 ? asked : 3;
     return 16 * c->dqk * 2 + stages * 64 * (c->dqk + c->dvo) * 2;
 }
 
