@@ -81,22 +81,26 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
     /* this lane's columns of the row of the group's lane k's source (loaded
      * whether or not the state counts: a source's row always exists, and
      * the loads need not wait on the test) */
-    auto load_row = [&](int k, float4 *x) {
+    auto load_row = [&](int k, float4 *x, bool source = true) {
         const int64_t rk = __shfl_sync(gmask, row, k, LPP);
         const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
 #pragma unroll
         for (int j = 0; j < PERL; j++)
-            x[j] = C4 % LPP == 0 || sub + j * LPP < C4 ? __ldcg(po + sub + j * LPP)
-                                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            x[j] = source && (C4 % LPP == 0 || sub + j * LPP < C4)
+                       ? __ldcg(po + sub + j * LPP)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     };
     /* The first round's first PRE rows, loaded now beside the LSEs: the
      * row of a decode's few sources then waits on two loads in a row (the
-     * index; the LSE and the row together), not three. Every lane's row
-     * exists (lanes past s1 hold row 0). */
+     * index; the LSE and the row together), not three. Only the round's
+     * sources: a lane past s1 holds row 0, and every warp of the grid
+     * loading that one row for its missing sources made one L2 line hot
+     * (the separate merge kernel of 2-source rows 22 -> 37 us, H200) */
     constexpr int PRE = UNROLL;
+    const int n0 = s1 - s0 < PRE ? s1 - s0 : PRE;
     float4 xp[PRE][PERL];
 #pragma unroll
-    for (int k = 0; k < PRE; k++) load_row(k, xp[k]);
+    for (int k = 0; k < PRE; k++) load_row(k, xp[k], k < n0);
     float M = 0.0f; /* no softmax: weights 1, the partial sums add */
     if (SOFTMAX) {
         M = l;

@@ -205,7 +205,13 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const char *pf = getenv("FLASHINFER_CUDA_PREFILL_SEPARATE");
     ps->prefill_separate =
         ps->persist && ps->has_tc_path && !ps->persist_b64 && !(pf && pf[0] == '0');
-    ps->merge_grid = (unsigned)(ps->cc->sm_count * 4);
+    /* The merge kernel: 16 CTAs of 4 warps per SM, more than fit at once
+     * (6 at its 78 registers), so that every SM keeps all the warps it can
+     * on the rows' chains of dependent loads (H200, the prefill mix's 16384
+     * two-source rows: 132.2 us at 4 per SM, 129.3 at 16, 132.7 at 8;
+     * FLASHINFER_CUDA_MERGE_CTAS=N: N per SM, tuning) */
+    const int merge_ctas = fi_cuda_env_count("FLASHINFER_CUDA_MERGE_CTAS");
+    ps->merge_grid = (unsigned)(ps->cc->sm_count * (merge_ctas ? merge_ctas : 16));
     /* With a tensor-core path, a key of a 128-row block costs ~1.9 decode
      * keys (H200: 303 TFLOP/s = 4.6e9 block-keys/s against the decode
      * form's 4.5 TB/s / 512 B = 8.8e9 keys/s per KV head; in the hybrid
