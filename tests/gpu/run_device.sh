@@ -21,6 +21,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 PACK=${OUT:-/tmp/fi-out}
 OUT=${LOGS:-/tmp/fi-logs} # every log below goes here
+# a device machine may be lent again with /tmp kept: the default log
+# directory starts empty, so no earlier run's logs or JSON join this run's
+[ -n "${LOGS:-}" ] || rm -rf "$OUT"
 mkdir -p "$OUT" "$PACK"
 pack() { tar czf "$PACK/logs.tgz.tmp" -C "$OUT" . 2>/dev/null && mv "$PACK/logs.tgz.tmp" "$PACK/logs.tgz"; }
 trap pack EXIT # and at every stage (stamp): a run killed at its time limit keeps its logs
