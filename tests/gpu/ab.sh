@@ -17,8 +17,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PACK=${OUT:-/tmp/fi-out}
+# a device machine may be lent again with /tmp kept: the default log
+# directory starts empty, so no earlier call's rounds join this table
+[ -n "${LOGS:-}" ] || rm -rf /tmp/fi-ab
 LOGS=${LOGS:-/tmp/fi-ab}
-[ "$LOGS" != /tmp/fi-ab ] || rm -rf "$LOGS" # no earlier call's rounds in this table (machines keep /tmp)
 mkdir -p "$LOGS" "$PACK"
 ROUNDS=2 CELLS=1x1024,1x32768,16x1024,16x4096,64x1024,256x4096 MIXED=0
 SUITES="format graph edge plan" CHECK=1
