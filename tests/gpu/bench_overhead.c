@@ -12,7 +12,9 @@
  * graph captured once around fi_plan_run; medians. Each with the page table
  * in host memory (fi_plan_update: validated and copied with the metadata)
  * and in device memory (a plan with fi_plan_config.device_page_table: the
- * host never reads it).
+ * host never reads it). The four cells run --rounds times (default 3), one
+ * round after the other; a cell's number is the median of its rounds'
+ * medians (each round's update + run is printed too).
  * For scale, the same
  * fi_plan_update on a CPU context with the same worker count (the
  * backend-independent part: validation and the schedule), and the device
@@ -21,12 +23,13 @@
  * into pinned memory costs when a copy has just read it (as staging is
  * rewritten every step), plain and write-combined: medians of 1000.
  *
- *   build/bench_overhead [--json FILE] [--steps N]
+ *   build/bench_overhead [--json FILE] [--steps N] [--rounds N]
  */
 #include "flashinfer.h"
 #include "gpu_util.h"
 #include "../util.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +55,7 @@ static float median(float *v, int n) {
     return v[n / 2];
 }
 
-enum { NCALL = 1000 };
+enum { NCALL = 1000, MAX_ROUNDS = 9 };
 
 /* Median host time (us) of one call of `what` on stream s (drained after
  * each call, outside the clock). */
@@ -117,153 +120,206 @@ static int driver_costs(gu_stream s, FILE *jf) {
     return 0;
 }
 
+/* One cell's medians (us): eager update, run, update + run; the same with
+ * a spinning wait; update + graph launch; the CPU-context update; the
+ * step's device time. */
+typedef struct cell_times {
+    float upd, run, both, spin_both, spin_upd, graph, cpu_upd, gpu;
+    int items, split, workers;
+} cell_times;
+
+/* The fixed parts of a run: contexts, stream, events, tensors. */
+typedef struct bench_env {
+    fi_context *ctx, *cpu;
+    gu_stream s;
+    gu_event e0, e1;
+    fi_attention_params p;
+    fi_run_args a;
+} bench_env;
+
+/* Times one cell: `steps` steps of each loop after 20 warm-up steps. */
+static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch *fdev,
+                        int32_t pages, int dt, int steps, cell_times *out) {
+    fi_plan_config cfg;
+    fi_plan_config_init(&cfg);
+    cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = pages;
+    cfg.device_page_table = dt;
+    fi_plan *plan = NULL, *cplan = NULL;
+    if (fi_plan_create(env->ctx, &env->p, &cfg, &plan) || update(plan, fb, fdev, dt)) {
+        printf("plan: %s\n", fi_last_error());
+        return 1;
+    }
+    fi_plan_info info = {.struct_size = sizeof info};
+    fi_plan_get_info(plan, &info);
+    fi_plan_config ccfg = cfg;
+    ccfg.num_workers = info.num_workers;
+    if (fi_plan_create(env->cpu, &env->p, &ccfg, &cplan)) return 1;
+    const fi_run_args *a = &env->a;
+    gu_stream s = env->s;
+    float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
+    float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
+    float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
+    if (!upd || !run || !both || !graph || !cupd || !dev) return 1;
+    /* eager: update, run; then the step is waited for by a blocking
+     * cuStreamSynchronize (spin = 0), or by polling cuStreamQuery
+     * (spin = 1: the thread stays on its core, as a serving loop that
+     * spins on the step's results) */
+    for (int spin = 0; spin < 2; spin++) {
+        for (int t = -20; t < steps; t++) {
+            double t0 = now();
+            int bad = update(plan, fb, fdev, dt);
+            double t1 = now();
+            bad |= fi_plan_run(plan, a) != FI_OK;
+            double t2 = now();
+            int r = 0;
+            if (spin)
+                while ((r = gu.StreamQuery(s)) == 600 /* CUDA_ERROR_NOT_READY */) continue;
+            else
+                r = gu.StreamSynchronize(s);
+            if (bad || GU(r)) {
+                printf("step: %s\n", fi_last_error());
+                return 1;
+            }
+            if (t >= 0) upd[t] = (float)(1e6 * (t1 - t0)), run[t] = (float)(1e6 * (t2 - t1)),
+                        both[t] = (float)(1e6 * (t2 - t0));
+        }
+        if (spin) out->spin_both = median(both, steps), out->spin_upd = median(upd, steps);
+        else out->upd = median(upd, steps), out->run = median(run, steps), out->both = median(both, steps);
+    }
+    gu_graph g = NULL;
+    gu_exec ex = NULL;
+    GU(gu.BeginCapture(s, 0));
+    fi_plan_run(plan, a);
+    if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
+    for (int t = -20; t < steps; t++) { /* graph: update, replay */
+        double t0 = now();
+        int bad = update(plan, fb, fdev, dt);
+        bad |= GU(gu.EventRecord(env->e0, s)) || GU(gu.GraphLaunch(ex, s));
+        double t1 = now();
+        bad |= GU(gu.EventRecord(env->e1, s)) || GU(gu.EventSynchronize(env->e1));
+        if (bad) return 1;
+        if (t >= 0) {
+            graph[t] = (float)(1e6 * (t1 - t0));
+            GU(gu.EventElapsedTime(&dev[t], env->e0, env->e1));
+            dev[t] *= 1e3f;
+        }
+    }
+    for (int t = -20; t < steps; t++) { /* the same update on a CPU context */
+        double t0 = now();
+        if (update(cplan, fb, fb, dt)) return 1; /* CPU: device memory is host memory */
+        if (t >= 0) cupd[t] = (float)(1e6 * (now() - t0));
+    }
+    out->graph = median(graph, steps), out->cpu_upd = median(cupd, steps);
+    out->gpu = median(dev, steps);
+    out->items = info.num_items, out->split = info.num_split_items, out->workers = info.num_workers;
+    free(upd), free(run), free(both), free(graph), free(cupd), free(dev);
+    gu.GraphExecDestroy(ex);
+    gu.GraphDestroy(g);
+    fi_plan_destroy(plan);
+    fi_plan_destroy(cplan);
+    return 0;
+}
+
+/* The median over rounds of one field (offset into cell_times). */
+static float over_rounds(const cell_times *r, int rounds, size_t off) {
+    float v[MAX_ROUNDS];
+    for (int i = 0; i < rounds; i++) v[i] = *(const float *)((const char *)&r[i] + off);
+    return median(v, rounds);
+}
+
 int main(int argc, char **argv) {
     const char *json = NULL;
-    int steps = 300;
+    int steps = 300, rounds = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
     }
     if (steps < 30) steps = 30;
+    if (rounds < 1) rounds = 1;
+    if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
     gu_bench bench;
     int st = gu_bench_init(&bench, (size_t)B * HQ * D * 2, (size_t)POOL * PS * HKV * D * 2, 99,
                            "decode step of 256 requests");
     if (st) return st < 0;
-    fi_context *ctx = bench.ctx, *cpu = NULL;
+    bench_env env;
+    memset(&env, 0, sizeof env);
+    env.ctx = bench.ctx, env.s = bench.s, env.e0 = bench.e0, env.e1 = bench.e1;
     fi_context_options opt;
     fi_context_options_init(&opt);
     opt.num_threads = 1;
-    if (fi_context_create(&opt, &cpu)) return 1;
-    gu_stream s = bench.s;
-    gu_event e0 = bench.e0, e1 = bench.e1;
-    fi_attention_params p = gu_bench_params(HQ, HKV, D, PS);
+    if (fi_context_create(&opt, &env.cpu)) return 1;
+    env.p = gu_bench_params(HQ, HKV, D, PS);
     int64_t ks[4] = {POOL, PS, HKV, D}, qs[3] = {B, HQ, D};
-    FILE *jf = json ? fopen(json, "w") : NULL;
+    env.a.q = fi_tensor_contiguous((void *)(uintptr_t)bench.q, FI_DTYPE_BF16, 3, qs);
+    env.a.o = fi_tensor_contiguous((void *)(uintptr_t)bench.o, FI_DTYPE_BF16, 3, qs);
+    env.a.k = fi_tensor_contiguous((void *)(uintptr_t)bench.k, FI_DTYPE_BF16, 4, ks);
+    env.a.v = fi_tensor_contiguous((void *)(uintptr_t)bench.v, FI_DTYPE_BF16, 4, ks);
+    env.a.stream = env.s;
+    /* the two batches (kv 1024, 4096), each with its page table in host
+     * and in device memory */
     static const int lens[] = {1024, 4096};
+    gu_batch b[2];
+    fi_batch fb[2], fdev[2];
+    gu_ptr dtab[2] = {0, 0};
+    for (int li = 0; li < 2; li++) {
+        int32_t qo[B], kv[B];
+        for (int i = 0; i < B; i++) qo[i] = 1, kv[i] = lens[li];
+        if (gu_batch_make(&b[li], B, qo, kv, PS, POOL, 0, &bench.rng)) return 1;
+        fb[li] = fdev[li] = gu_batch_view(&b[li]);
+        if (GU(gu.MemAlloc(&dtab[li], (size_t)b[li].pages * 4)) ||
+            GU(gu.HtoD(dtab[li], fb[li].kv_indices, (size_t)b[li].pages * 4)))
+            return 1;
+        fdev[li].kv_indices = (const int32_t *)(uintptr_t)dtab[li];
+    }
+    /* every cell once per round, the rounds one after another: a host
+     * that runs slower for a while (lent machines ran a whole first
+     * second at half speed) moves one round, not one cell */
+    static cell_times res[2][2][MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++)
+        for (int li = 0; li < 2; li++)
+            for (int dt = 0; dt < 2; dt++)
+                if (measure_cell(&env, &fb[li], &fdev[li], b[li].pages, dt, steps, &res[li][dt][r]))
+                    return 1;
+    FILE *jf = json ? fopen(json, "w") : NULL;
     char table[4096];
     int tl = snprintf(table, sizeof table,
                       "| kv_len | page table | update (us) | run (us) | update + run (us) | update + run, "
                       "spin-wait (us) | update + graph launch (us) | update, CPU context (us) | "
                       "step on the GPU (us) |\n|---|---|---|---|---|---|---|---|---|\n");
-    for (int li = 0; li < 2; li++) {
-        int32_t qo[B], kv[B];
-        for (int i = 0; i < B; i++) qo[i] = 1, kv[i] = lens[li];
-        gu_batch b;
-        if (gu_batch_make(&b, B, qo, kv, PS, POOL, 0, &bench.rng)) return 1;
-        fi_batch fb = gu_batch_view(&b), fdev = fb;
-        gu_ptr dtab = 0;
-        if (GU(gu.MemAlloc(&dtab, (size_t)b.pages * 4)) ||
-            GU(gu.HtoD(dtab, fb.kv_indices, (size_t)b.pages * 4)))
-            return 1;
-        fdev.kv_indices = (const int32_t *)(uintptr_t)dtab;
+    for (int li = 0; li < 2; li++)
         for (int dt = 0; dt < 2; dt++) {
-            fi_plan_config cfg;
-            fi_plan_config_init(&cfg);
-            cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = b.pages;
-            cfg.device_page_table = dt;
-            fi_plan *plan = NULL, *cplan = NULL;
-            if (fi_plan_create(ctx, &p, &cfg, &plan) || update(plan, &fb, &fdev, dt)) {
-                printf("plan: %s\n", fi_last_error());
-                return 1;
-            }
-            fi_plan_info info = {.struct_size = sizeof info};
-            fi_plan_get_info(plan, &info);
-            fi_plan_config ccfg = cfg;
-            ccfg.num_workers = info.num_workers;
-            if (fi_plan_create(cpu, &p, &ccfg, &cplan)) return 1;
-            fi_run_args a;
-            memset(&a, 0, sizeof a);
-            a.q = fi_tensor_contiguous((void *)(uintptr_t)bench.q, FI_DTYPE_BF16, 3, qs);
-            a.o = fi_tensor_contiguous((void *)(uintptr_t)bench.o, FI_DTYPE_BF16, 3, qs);
-            a.k = fi_tensor_contiguous((void *)(uintptr_t)bench.k, FI_DTYPE_BF16, 4, ks);
-            a.v = fi_tensor_contiguous((void *)(uintptr_t)bench.v, FI_DTYPE_BF16, 4, ks);
-            a.stream = s;
-            float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
-            float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
-            float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
-            float mu = 0, mr = 0, mb = 0;
-            /* eager: update, run; then the step is waited for by a blocking
-             * cuStreamSynchronize (spin = 0), or by polling cuStreamQuery
-             * (spin = 1: the thread stays on its core, as a serving loop that
-             * spins on the step's results) */
-            float spin_both = 0, spin_upd = 0;
-            for (int spin = 0; spin < 2; spin++) {
-                for (int t = -20; t < steps; t++) {
-                    double t0 = now();
-                    int bad = update(plan, &fb, &fdev, dt);
-                    double t1 = now();
-                    bad |= fi_plan_run(plan, &a) != FI_OK;
-                    double t2 = now();
-                    int r = 0;
-                    if (spin)
-                        while ((r = gu.StreamQuery(s)) == 600 /* CUDA_ERROR_NOT_READY */) continue;
-                    else
-                        r = gu.StreamSynchronize(s);
-                    if (bad || GU(r)) {
-                        printf("step: %s\n", fi_last_error());
-                        return 1;
-                    }
-                    if (t >= 0) upd[t] = (float)(1e6 * (t1 - t0)), run[t] = (float)(1e6 * (t2 - t1)),
-                                both[t] = (float)(1e6 * (t2 - t0));
-                }
-                if (spin) spin_both = median(both, steps), spin_upd = median(upd, steps);
-                else mu = median(upd, steps), mr = median(run, steps), mb = median(both, steps);
-            }
-            gu_graph g = NULL;
-            gu_exec ex = NULL;
-            GU(gu.BeginCapture(s, 0));
-            fi_plan_run(plan, &a);
-            if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
-            for (int t = -20; t < steps; t++) { /* graph: update, replay */
-                double t0 = now();
-                int bad = update(plan, &fb, &fdev, dt);
-                bad |= GU(gu.EventRecord(e0, s)) || GU(gu.GraphLaunch(ex, s));
-                double t1 = now();
-                bad |= GU(gu.EventRecord(e1, s)) || GU(gu.EventSynchronize(e1));
-                if (bad) return 1;
-                if (t >= 0) {
-                    graph[t] = (float)(1e6 * (t1 - t0));
-                    GU(gu.EventElapsedTime(&dev[t], e0, e1));
-                    dev[t] *= 1e3f;
-                }
-            }
-            for (int t = -20; t < steps; t++) { /* the same update on a CPU context */
-                double t0 = now();
-                if (update(cplan, &fb, &fb, dt)) return 1; /* CPU: device memory is host memory */
-                if (t >= 0) cupd[t] = (float)(1e6 * (now() - t0));
-            }
-            float mg = median(graph, steps), mc = median(cupd, steps), md = median(dev, steps);
+            const cell_times *rs = res[li][dt];
+#define MED(field) over_rounds(rs, rounds, offsetof(cell_times, field))
+            const float mu = MED(upd), mr = MED(run), mb = MED(both), sb = MED(spin_both),
+                        su = MED(spin_upd), mg = MED(graph), mc = MED(cpu_upd), md = MED(gpu);
+#undef MED
             const char *where = dt ? "device" : "host";
             printf("decode %d x %d, %s page table (%d items, %d split, %d workers): update %.1f us, "
                    "run %.1f us, update + run %.1f us (spin-wait: %.1f, update %.1f), update + graph "
-                   "launch %.1f us; CPU-context update %.1f us; GPU step %.1f us\n", B, lens[li], where,
-                   info.num_items, info.num_split_items, info.num_workers, mu, mr, mb, spin_both,
-                   spin_upd, mg, mc, md);
+                   "launch %.1f us; CPU-context update %.1f us; GPU step %.1f us; update + run per "
+                   "round:",
+                   B, lens[li], where, rs[0].items, rs[0].split, rs[0].workers, mu, mr, mb, sb, su, mg,
+                   mc, md);
+            for (int r = 0; r < rounds; r++) printf(" %.1f", rs[r].both);
+            printf("\n");
             tl += snprintf(table + tl, sizeof table - (size_t)tl,
                            "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", lens[li],
-                           where, mu, mr, mb, spin_both, mg, mc, md);
+                           where, mu, mr, mb, sb, mg, mc, md);
             if (jf)
                 fprintf(jf,
                         "{\"workload\":\"overhead\",\"page_table\":\"%s\",\"batch\":%d,\"kv_len\":%d,\"items\":%d,"
                         "\"update_us\":%.2f,\"run_us\":%.2f,\"update_run_us\":%.2f,"
                         "\"update_run_spin_us\":%.2f,\"update_spin_us\":%.2f,"
                         "\"update_graph_us\":%.2f,\"update_cpu_ctx_us\":%.2f,\"gpu_step_us\":%.2f,"
-                        "\"steps\":%d}\n",
-                        where, B, lens[li], info.num_items, mu, mr, mb, spin_both, spin_upd, mg, mc, md,
-                        steps);
-            free(upd), free(run), free(both), free(graph), free(cupd), free(dev);
-            gu.GraphExecDestroy(ex);
-            gu.GraphDestroy(g);
-            fi_plan_destroy(plan);
-            fi_plan_destroy(cplan);
+                        "\"steps\":%d,\"rounds\":%d}\n",
+                        where, B, lens[li], rs[0].items, mu, mr, mb, sb, su, mg, mc, md, steps, rounds);
         }
-        gu.MemFree(dtab);
-        gu_batch_free(&b);
-    }
+    for (int li = 0; li < 2; li++) gu.MemFree(dtab[li]), gu_batch_free(&b[li]);
     printf("\n%s", table);
-    if (driver_costs(s, jf)) return 1;
+    if (driver_costs(env.s, jf)) return 1;
     if (jf) fclose(jf);
-    fi_context_destroy(ctx);
-    fi_context_destroy(cpu);
+    fi_context_destroy(env.ctx);
+    fi_context_destroy(env.cpu);
     return 0;
 }
