@@ -38,7 +38,9 @@
  *           dependent launch (sm_90 on) each run waits in the kernel for the
  *           one before; every step against the oracle, on the persistent
  *           kernel and the separate kernels
- *   device  device_id out of range gives FI_STATUS_NO_DEVICE
+ *   device  device_id out of range gives FI_STATUS_NO_DEVICE; with two or
+ *           more GPUs, tensors on device 1 and a context of device_id 1: a
+ *           decode, a mixed and a prefill-only batch against the oracle
  */
 #include "flashinfer.h"
 #include "cuda/cuda_backend.h"
@@ -186,6 +188,14 @@ static int bufs_init(bufs *B, tu_rng *rng) {
         GU(gu.HtoD(B->dv, B->v.base, B->kb)))
         return -1;
     return 0;
+}
+
+/* What bufs_init allocated (in the context current then). */
+static void bufs_free(bufs *B) {
+    gu_ptr *dev[] = {&B->dq, &B->dk, &B->dv, &B->do_, &B->dl};
+    for (int i = 0; i < 5; i++)
+        if (*dev[i]) gu.MemFree(*dev[i]), *dev[i] = 0;
+    tu_buf_free(&B->q), tu_buf_free(&B->k), tu_buf_free(&B->v);
 }
 
 static fi_run_args run_args(const bufs *B, gu_stream s) {
@@ -566,14 +576,56 @@ static void test_device(void) {
     fi_context *ctx = NULL;
     CHECK(fi_context_create(&opt, &ctx) == FI_STATUS_NO_DEVICE, "device_id=%d of %d", n, n);
     printf("device: device_id=%d -> \"%s\"\n", n, fi_last_error());
-    if (n > 1) {
-        opt.device_id = 1;
-        CHECK(fi_context_create(&opt, &ctx) == FI_OK, "device 1");
-        if (ctx) printf("device: %s\n", fi_context_describe(ctx));
-        fi_context_destroy(ctx);
-    } else {
+    if (n < 2) {
         printf("device: one GPU here; device_id 1 not checked\n");
+        return;
     }
+    /* Tensors on device 1: its primary context current while the test
+     * allocates them and makes its stream; a context of device_id 1 runs
+     * a decode, a mixed and a prefill-only batch against the oracle. */
+    int dev1 = 0;
+    gu_ctx c1 = NULL;
+    if (GU(gu.DeviceGet(&dev1, 1)) || GU(gu.PrimaryCtxRetain(&c1, dev1)) ||
+        GU(gu.CtxPushCurrent(c1))) {
+        CHECK(0, "device 1: its primary context");
+        return;
+    }
+    tu_rng rng;
+    tu_rng_seed(&rng, 77);
+    bufs B;
+    memset(&B, 0, sizeof B);
+    opt.device_id = 1;
+    CHECK(fi_context_create(&opt, &ctx) == FI_OK, "device 1: %s", fi_last_error());
+    gu_stream s = NULL;
+    if (ctx && !bufs_init(&B, &rng) && !GU(gu.StreamCreate(&s, 1 /* non-blocking */))) {
+        printf("device: %s\n", fi_context_describe(ctx));
+        fi_plan *plan = bounds_plan(ctx, 0);
+        int32_t qa[] = {1, 1, 1}, ka[] = {700, 35, 1500};
+        int32_t qb[] = {1, 4, 1, 1, 9}, kb[] = {2000, 40, 300, 17, 640};
+        int32_t qe[] = {40, 20}, ke[] = {700, 1200};
+        batch bs[3];
+        make_batch(&bs[0], 3, qa, ka, &rng);
+        make_batch(&bs[1], 5, qb, kb, &rng);
+        make_batch(&bs[2], 2, qe, ke, &rng);
+        const char *names[3] = {"device 1: decode 3 requests", "device 1: mixed 5 requests",
+                                "device 1: prefill only"};
+        uint16_t *o = malloc((size_t)MAXQ * HQ * D * 2);
+        fi_run_args a = run_args(&B, s);
+        for (int i = 0; plan && o && i < 3; i++) {
+            CHECK(update(plan, &bs[i], 0) == FI_OK, "%s: update: %s", names[i], fi_last_error());
+            prepare(&B, &bs[i], &rng);
+            CHECK(fi_plan_run(plan, &a) == FI_OK, "%s: run: %s", names[i], fi_last_error());
+            check_oracle(names[i], &B, &bs[i], o);
+        }
+        free(o);
+        fi_plan_destroy(plan);
+    } else {
+        CHECK(0, "device 1: context, buffers or stream");
+    }
+    if (s) gu.StreamDestroy(s);
+    bufs_free(&B);
+    fi_context_destroy(ctx);
+    gu.CtxPopCurrent(&c1);
 }
 
 int main(int argc, char **argv) {
