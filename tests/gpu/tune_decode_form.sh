@@ -13,6 +13,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fi-out}
+# a device machine may be lent again with /tmp kept: the default log
+# directory starts empty
+[ -n "${LOGS:-}" ] || rm -rf /tmp/fi-logs
 LOGS=${LOGS:-/tmp/fi-logs}
 mkdir -p "$OUT" "$LOGS"
 HARNESS=1 NCU=0 CASCADE=1
