@@ -39,8 +39,8 @@
  *           one before; every step against the oracle, on the persistent
  *           kernel and the separate kernels
  *   device  device_id out of range gives FI_STATUS_NO_DEVICE; with two or
- *           more GPUs, tensors on device 1 and a context of device_id 1: a
- *           decode, a mixed and a prefill-only batch against the oracle
+ *           more GPUs, tensors on device 1 and a context of device_id 1: the
+ *           graph test's five batches, eager, against the oracle
  */
 #include "flashinfer.h"
 #include "cuda/cuda_backend.h"
@@ -286,7 +286,27 @@ static fi_plan *bounds_plan(fi_context *ctx, int device_table) {
     return plan;
 }
 
-/* Graph capture and replay across the batches below, captured on batch
+/* The batches of the graph and device tests, in this order. The mixed
+ * batch's wide item is a small part of its work (the 64-row block full
+ * form), the prefill-heavy one's most of it (128-row blocks). */
+enum { NB = 5 };
+static const char *const names[NB] = {"decode 3 requests", "mixed 5 requests",
+                                      "one long request (split)", "prefill-heavy 2 requests",
+                                      "prefill only"};
+static void make_batches(batch bs[NB], tu_rng *rng) {
+    int32_t qa[] = {1, 1, 1}, ka[] = {700, 35, 1500};
+    int32_t qb[] = {1, 4, 1, 1, 9}, kb[] = {2000, 40, 300, 17, 640}; /* the last: 10 key tiles on tensor cores */
+    int32_t qc[] = {1}, kc[] = {7000};
+    int32_t qd[] = {1, 15}, kd[] = {100, 1000};
+    int32_t qe[] = {40, 20}, ke[] = {700, 1200}; /* tensor-core items only */
+    make_batch(&bs[0], 3, qa, ka, rng);
+    make_batch(&bs[1], 5, qb, kb, rng);
+    make_batch(&bs[2], 1, qc, kc, rng);
+    make_batch(&bs[3], 2, qd, kd, rng);
+    make_batch(&bs[4], 2, qe, ke, rng);
+}
+
+/* Graph capture and replay across make_batches' batches, captured on batch
  * `first`'s run. */
 static void test_graph(const char *mode, int device_table, int first) {
     tu_rng rng;
@@ -298,23 +318,9 @@ static void test_graph(const char *mode, int device_table, int first) {
     fi_plan *plan = bounds_plan(ctx, device_table);
     if (!plan) return;
 
-    /* the mixed batch's wide item is a small part of its work (the 64-row
-     * block full form), the prefill-heavy one's most of it (128-row blocks) */
-    enum { NB = 5 };
     batch bs[NB];
-    int32_t qa[] = {1, 1, 1}, ka[] = {700, 35, 1500};
-    int32_t qb[] = {1, 4, 1, 1, 9}, kb[] = {2000, 40, 300, 17, 640}; /* the last: 10 key tiles on tensor cores */
-    int32_t qc[] = {1}, kc[] = {7000};
-    int32_t qd[] = {1, 15}, kd[] = {100, 1000};
-    int32_t qe[] = {40, 20}, ke[] = {700, 1200}; /* tensor-core items only */
-    make_batch(&bs[0], 3, qa, ka, &rng);
-    make_batch(&bs[1], 5, qb, kb, &rng);
-    make_batch(&bs[2], 1, qc, kc, &rng);
-    make_batch(&bs[3], 2, qd, kd, &rng);
-    make_batch(&bs[4], 2, qe, ke, &rng);
+    make_batches(bs, &rng);
     for (int i = 0; device_table && i < NB; i++) CHECK(!upload_table(&bs[i]), "table %d", i);
-    const char *names[NB] = {"decode 3 requests", "mixed 5 requests", "one long request (split)",
-                             "prefill-heavy 2 requests", "prefill only"};
     size_t obytes = (size_t)MAXQ * HQ * D * 2;
     uint16_t *eager = malloc(obytes), *replay = malloc(obytes);
 
@@ -582,7 +588,7 @@ static void test_device(void) {
     }
     /* Tensors on device 1: its primary context current while the test
      * allocates them and makes its stream; a context of device_id 1 runs
-     * a decode, a mixed and a prefill-only batch against the oracle. */
+     * make_batches' batches against the oracle. */
     int dev1 = 0;
     gu_ctx c1 = NULL;
     if (GU(gu.DeviceGet(&dev1, 1)) || GU(gu.PrimaryCtxRetain(&c1, dev1)) ||
@@ -600,22 +606,17 @@ static void test_device(void) {
     if (ctx && !bufs_init(&B, &rng) && !GU(gu.StreamCreate(&s, 1 /* non-blocking */))) {
         printf("device: %s\n", fi_context_describe(ctx));
         fi_plan *plan = bounds_plan(ctx, 0);
-        int32_t qa[] = {1, 1, 1}, ka[] = {700, 35, 1500};
-        int32_t qb[] = {1, 4, 1, 1, 9}, kb[] = {2000, 40, 300, 17, 640};
-        int32_t qe[] = {40, 20}, ke[] = {700, 1200};
-        batch bs[3];
-        make_batch(&bs[0], 3, qa, ka, &rng);
-        make_batch(&bs[1], 5, qb, kb, &rng);
-        make_batch(&bs[2], 2, qe, ke, &rng);
-        const char *names[3] = {"device 1: decode 3 requests", "device 1: mixed 5 requests",
-                                "device 1: prefill only"};
+        batch bs[NB];
+        make_batches(bs, &rng);
         uint16_t *o = malloc((size_t)MAXQ * HQ * D * 2);
         fi_run_args a = run_args(&B, s);
-        for (int i = 0; plan && o && i < 3; i++) {
-            CHECK(update(plan, &bs[i], 0) == FI_OK, "%s: update: %s", names[i], fi_last_error());
+        for (int i = 0; plan && o && i < NB; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "device 1: %s", names[i]);
+            CHECK(update(plan, &bs[i], 0) == FI_OK, "%s: update: %s", what, fi_last_error());
             prepare(&B, &bs[i], &rng);
-            CHECK(fi_plan_run(plan, &a) == FI_OK, "%s: run: %s", names[i], fi_last_error());
-            check_oracle(names[i], &B, &bs[i], o);
+            CHECK(fi_plan_run(plan, &a) == FI_OK, "%s: run: %s", what, fi_last_error());
+            check_oracle(what, &B, &bs[i], o);
         }
         free(o);
         fi_plan_destroy(plan);
