@@ -58,8 +58,8 @@ void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
  * spec: the attention kernels and the RoPE op take them. */
 void fi_cuda_env_defines(fi_kernel_spec *spec);
 /* A tuning variable's value as a positive integer, 0 where unset or not
- * positive (FLASHINFER_CUDA_WORKERS, _GRID_Y, _DECODE_ROOM; read at context
- * or plan creation). */
+ * positive (FLASHINFER_CUDA_WORKERS, _GRID_Y, _DECODE_ROOM, _MERGE_CTAS;
+ * read at context or plan creation). */
 int fi_cuda_env_count(const char *name);
 /* The merge kernel of c's output (the built-in one unless c's variant has an
  * output hook or use_softmax = 0). */

@@ -128,11 +128,11 @@ typedef struct cell_times {
     int items, split, workers;
 } cell_times;
 
-/* The fixed parts of a run: contexts, stream, events, tensors. */
+/* The fixed parts of a run: gu_bench's context, stream, events and
+ * tensors; the CPU context; the parameters and run arguments. */
 typedef struct bench_env {
-    fi_context *ctx, *cpu;
-    gu_stream s;
-    gu_event e0, e1;
+    const gu_bench *bench;
+    fi_context *cpu;
     fi_attention_params p;
     fi_run_args a;
 } bench_env;
@@ -145,7 +145,7 @@ static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch
     cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = pages;
     cfg.device_page_table = dt;
     fi_plan *plan = NULL, *cplan = NULL;
-    if (fi_plan_create(env->ctx, &env->p, &cfg, &plan) || update(plan, fb, fdev, dt)) {
+    if (fi_plan_create(env->bench->ctx, &env->p, &cfg, &plan) || update(plan, fb, fdev, dt)) {
         printf("plan: %s\n", fi_last_error());
         return 1;
     }
@@ -155,7 +155,8 @@ static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch
     ccfg.num_workers = info.num_workers;
     if (fi_plan_create(env->cpu, &env->p, &ccfg, &cplan)) return 1;
     const fi_run_args *a = &env->a;
-    gu_stream s = env->s;
+    gu_stream s = env->bench->s;
+    gu_event e0 = env->bench->e0, e1 = env->bench->e1;
     float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
     float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
     float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
@@ -194,13 +195,13 @@ static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch
     for (int t = -20; t < steps; t++) { /* graph: update, replay */
         double t0 = now();
         int bad = update(plan, fb, fdev, dt);
-        bad |= GU(gu.EventRecord(env->e0, s)) || GU(gu.GraphLaunch(ex, s));
+        bad |= GU(gu.EventRecord(e0, s)) || GU(gu.GraphLaunch(ex, s));
         double t1 = now();
-        bad |= GU(gu.EventRecord(env->e1, s)) || GU(gu.EventSynchronize(env->e1));
+        bad |= GU(gu.EventRecord(e1, s)) || GU(gu.EventSynchronize(e1));
         if (bad) return 1;
         if (t >= 0) {
             graph[t] = (float)(1e6 * (t1 - t0));
-            GU(gu.EventElapsedTime(&dev[t], env->e0, env->e1));
+            GU(gu.EventElapsedTime(&dev[t], e0, e1));
             dev[t] *= 1e3f;
         }
     }
@@ -244,7 +245,7 @@ int main(int argc, char **argv) {
     if (st) return st < 0;
     bench_env env;
     memset(&env, 0, sizeof env);
-    env.ctx = bench.ctx, env.s = bench.s, env.e0 = bench.e0, env.e1 = bench.e1;
+    env.bench = &bench;
     fi_context_options opt;
     fi_context_options_init(&opt);
     opt.num_threads = 1;
@@ -255,7 +256,7 @@ int main(int argc, char **argv) {
     env.a.o = fi_tensor_contiguous((void *)(uintptr_t)bench.o, FI_DTYPE_BF16, 3, qs);
     env.a.k = fi_tensor_contiguous((void *)(uintptr_t)bench.k, FI_DTYPE_BF16, 4, ks);
     env.a.v = fi_tensor_contiguous((void *)(uintptr_t)bench.v, FI_DTYPE_BF16, 4, ks);
-    env.a.stream = env.s;
+    env.a.stream = bench.s;
     /* the two batches (kv 1024, 4096), each with its page table in host
      * and in device memory */
     static const int lens[] = {1024, 4096};
@@ -317,9 +318,9 @@ int main(int argc, char **argv) {
         }
     for (int li = 0; li < 2; li++) gu.MemFree(dtab[li]), gu_batch_free(&b[li]);
     printf("\n%s", table);
-    if (driver_costs(env.s, jf)) return 1;
+    if (driver_costs(bench.s, jf)) return 1;
     if (jf) fclose(jf);
-    fi_context_destroy(env.ctx);
+    fi_context_destroy(bench.ctx);
     fi_context_destroy(env.cpu);
     return 0;
 }
