@@ -78,9 +78,10 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
         row = (int64_t)__ldg(src + s0 + sub) * H + h;
         l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
     }
-    /* this lane's columns of the row of the group's lane k's source (loaded
-     * whether or not the state counts: a source's row always exists, and
-     * the loads need not wait on the test) */
+    /* this lane's columns of the row of the group's lane k's source, or
+     * zeros where `source` is false (no such source in the row). Loaded
+     * whether or not the state counts (its LSE may be -inf): a source's
+     * row always exists, and the loads need not wait on that test. */
     auto load_row = [&](int k, float4 *x, bool source = true) {
         const int64_t rk = __shfl_sync(gmask, row, k, LPP);
         const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + rk * DVO);
