@@ -23,7 +23,8 @@
  * machine in this run (the JSON's "d2d copy" row; report_peers.py's %).
  * Last, the depth: the "head" form with 32 to 96 KB of K + V in flight per
  * CTA (64-key tiles, 1 or 2 in flight; 32-key tiles, 2, 4 or 6), on the
- * cells of at most 4096 pages (JSON forms "head, in flight TKxN").
+ * cells of at most 4096 pages (JSON forms "head, in flight TKxN"); and the
+ * "head" form by bulk copies, a row each (read_bulk; "head bulk, ...").
  * Worker w of W reads pages [w P / W, (w + 1) P / W) of the batch's P
  * pages, so every form reads the same bytes, evenly spread. Time: device
  * events around each launch, median of 50 after 5 warm-ups; TB/s decimal.
@@ -108,6 +109,55 @@ __global__ void __launch_bounds__(NT) read_paged(const char *k, const char *v, c
     if (acc == 0x12345678u) sink[threadIdx.x] = acc; /* never on random data: no load is dead */
 }
 
+/* The same reads as read_paged<128, 64, 1, S> (one head per CTA, 64-key
+ * tiles, up to S - 1 in flight), each K or V row one bulk copy
+ * (cp.async.bulk, 256 bytes) by one thread, counted on the stage's
+ * mbarrier; rows padded to 272 bytes (the decode form's FI_DTC_BULK). */
+template <int S>
+__global__ void __launch_bounds__(128) read_bulk(const char *k, const char *v, const int *indices, int P,
+                                                 unsigned *sink) {
+    extern __shared__ __align__(16) char sm[];
+    __shared__ __align__(8) unsigned long long bar[S];
+    constexpr int TK = 64, PITCH = ROW + 16, HALF = TK * PITCH;
+    const int W = gridDim.y, w = blockIdx.y, h = blockIdx.x;
+    const int p0 = (int)((long)w * P / W), p1 = (int)((long)(w + 1) * P / W);
+    const int nkeys = (p1 - p0) * PS, ntiles = (nkeys + TK - 1) / TK;
+    const int key = threadIdx.x % TK, is_v = threadIdx.x / TK;
+    const unsigned bar0 = (unsigned)__cvta_generic_to_shared(bar);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int t) {
+        const unsigned b = bar0 + 8 * (t % S);
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(sm + (t % S) * 2 * HALF + is_v * HALF + key * PITCH);
+        const int j = t * TK + key, nk = min(TK, nkeys - t * TK);
+        if (threadIdx.x == 0)
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(nk * 2 * ROW)
+                         : "memory");
+        if (j < nkeys) {
+            const size_t off = (size_t)indices[p0 + j / PS] * PAGE_BYTES + ((j % PS) * HKV + h) * ROW;
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         ::"r"(dst), "l"((is_v ? v : k) + off), "r"(ROW), "r"(b)
+                         : "memory");
+        }
+    };
+    unsigned acc = 0;
+    for (int t = 0; t < S - 1 && t < ntiles; t++) issue(t);
+    for (int t = 0; t < ntiles; t++) {
+        asm volatile("{\n .reg .pred done;\nWAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                     " @!done bra WAIT;\n}" ::"r"(bar0 + 8 * (t % S)),
+                     "r"((t / S) & 1)
+                     : "memory");
+        const char *st = sm + (t % S) * 2 * HALF;
+        acc += *(const unsigned *)(st + threadIdx.x * 16) ^ *(const unsigned *)(st + HALF + threadIdx.x * 16);
+        __syncthreads();
+        if (t + S - 1 < ntiles) issue(t + S - 1);
+    }
+    if (acc == 0x12345678u) sink[threadIdx.x] = acc;
+}
+
 __device__ __forceinline__ uint4 ld16(const char *p) { /* streamed: not kept in L1 */
     uint4 r;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -165,6 +215,15 @@ static double time_paged(const char *k, const char *v, const int *di, int P, int
     static_assert(S * 2 * TK * G * ROW <= 112 * 1024 || NT == 256, "stages fit");
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return median_us([&] { f<<<dim3(HKV / G, workers), NT, smem>>>(k, v, di, P, sink); });
+}
+
+template <int S>
+static double time_bulk(const char *k, const char *v, const int *di, int P, int workers, unsigned *sink) {
+    auto f = read_bulk<S>;
+    const int smem = S * 2 * 64 * (ROW + 16); /* 3 stages: 102 KB, 2 CTAs per SM */
+    static_assert(S * 2 * 64 * (ROW + 16) <= 110 * 1024, "2 CTAs per SM");
+    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return median_us([&] { f<<<dim3(HKV, workers), 128, smem>>>(k, v, di, P, sink); });
 }
 
 static unsigned rng_state = 12345;
@@ -275,23 +334,27 @@ int main(int argc, char **argv) {
      * most 4096 pages. */
     printf("\nK + V in flight per CTA (one head per CTA, 2 CTAs per SM, random pages); us and TB/s\n\n");
     printf("| B x L | pool (pages) | 32 KB (64-key tiles x 1) | 32 KB (32 x 2) | 64 KB (64 x 2) | "
-           "64 KB (32 x 4) | 96 KB (32 x 6) |\n|---|---|---|---|---|---|---|\n");
-    const char *depths[5] = {"head, in flight 64x1", "head, in flight 32x2", "head, in flight 64x2",
-                             "head, in flight 32x4", "head, in flight 32x6"};
+           "64 KB (32 x 4) | 96 KB (32 x 6) | bulk 32 KB (64 x 1) | bulk 64 KB (64 x 2) |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    const char *depths[7] = {"head, in flight 64x1", "head, in flight 32x2", "head, in flight 64x2",
+                             "head, in flight 32x4", "head, in flight 32x6", "head bulk, in flight 64x1",
+                             "head bulk, in flight 64x2"};
     for (size_t c = 0; c < cells.size(); c += 3) {
         const int B = cells[c], L = cells[c + 1], pool = cells[c + 2], P = B * (L / PS);
         if (P > 4096) continue;
         int *di = upload_pages(pool, P, 0);
         const double bytes = 2.0 * P * PAGE_BYTES;
         const int W = 2 * sms / HKV;
-        double t[5];
+        double t[7];
         t[0] = time_paged<128, 64, 1, 2>(k, v, di, P, 2, W, sink);
         t[1] = time_paged<128, 32, 1, 3>(k, v, di, P, 2, W, sink);
         t[2] = time_paged<128, 64, 1, 3>(k, v, di, P, 2, W, sink);
         t[3] = time_paged<128, 32, 1, 5>(k, v, di, P, 2, W, sink);
         t[4] = time_paged<128, 32, 1, 7>(k, v, di, P, 2, W, sink);
+        t[5] = time_bulk<2>(k, v, di, P, W, sink);
+        t[6] = time_bulk<3>(k, v, di, P, W, sink);
         printf("| %d x %d | %d |", B, L, pool);
-        for (int f = 0; f < 5; f++) print_time(jf, B, L, pool, "random", depths[f], t[f], bytes);
+        for (int f = 0; f < 7; f++) print_time(jf, B, L, pool, "random", depths[f], t[f], bytes);
         printf("\n");
         CK(cudaFree(di));
     }
