@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(NT) read_paged(const char *k, const char *v, c
 /* The same reads as read_paged<128, 64, 1, S> (one head per CTA, 64-key
  * tiles, up to S - 1 in flight), each K or V row one bulk copy
  * (cp.async.bulk, 256 bytes) by one thread, counted on the stage's
- * mbarrier; rows padded to 272 bytes (the decode form's FI_DTC_BULK). */
+ * mbarrier; rows padded to 272 bytes (as the decode form of branch
+ * wip/dtc-bulk did: docs/CUDA_KERNELS.md, "Bulk copies, ..."). */
 template <int S>
 __global__ void __launch_bounds__(128) read_bulk(const char *k, const char *v, const int *indices, int P,
                                                  unsigned *sink) {
