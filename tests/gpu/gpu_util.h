@@ -24,6 +24,7 @@ static struct {
     int (*DeviceGet)(int *, int);
     int (*DeviceGetCount)(int *);
     int (*PrimaryCtxRetain)(gu_ctx *, int);
+    int (*PrimaryCtxRelease)(int);
     int (*CtxSetCurrent)(gu_ctx);
     int (*MemAlloc)(gu_ptr *, size_t);
     int (*MemFree)(gu_ptr);
@@ -74,6 +75,7 @@ static int gu_init(int ordinal) {
     ok &= gu_sym(lib, "cuDeviceGet", &gu.DeviceGet);
     ok &= gu_sym(lib, "cuDeviceGetCount", &gu.DeviceGetCount);
     ok &= gu_sym(lib, "cuDevicePrimaryCtxRetain", &gu.PrimaryCtxRetain);
+    ok &= gu_sym(lib, "cuDevicePrimaryCtxRelease_v2", &gu.PrimaryCtxRelease);
     ok &= gu_sym(lib, "cuCtxSetCurrent", &gu.CtxSetCurrent);
     ok &= gu_sym(lib, "cuMemAlloc_v2", &gu.MemAlloc);
     ok &= gu_sym(lib, "cuMemFree_v2", &gu.MemFree);

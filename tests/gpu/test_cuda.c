@@ -627,6 +627,7 @@ static void test_device(void) {
     bufs_free(&B);
     fi_context_destroy(ctx);
     gu.CtxPopCurrent(&c1);
+    gu.PrimaryCtxRelease(dev1);
 }
 
 int main(int argc, char **argv) {
