@@ -44,7 +44,8 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
  * of LPP lanes (lanes [base, base + LPP) of a warp, LPP a power of two,
  * every lane of the group calling with the same row and head); `rows`: the
  * group's [DVO + 1] floats of shared memory (the output hook's row; LPP =
- * 32 only). Lane `sub` of the group owns the float4 columns sub, sub + LPP,
+ * 32 only); `ready`: persistent.cuh's count word of the row, waited on
+ * before any partial state is read (nullptr: the rows are written). Lane `sub` of the group owns the float4 columns sub, sub + LPP,
  * ... of the row.
  *
  * The sources' states are loaded LPP at a time, one per lane (source
@@ -58,7 +59,7 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
  * a launch (ld.global.nc). */
 template <int LPP>
 FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0, int s1, int h,
-                       const fi_variant_params &VP, float *rows) {
+                       const fi_variant_params &VP, float *rows, const int32_t *ready = nullptr) {
     static_assert(LPP >= 1 && LPP <= 32 && (LPP & (LPP - 1)) == 0, "lanes per row");
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
     static_assert(DVO % 4 == 0, "float4 columns");
@@ -74,10 +75,14 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
     /* this lane's source of the first LPP, kept for the sums below */
     int64_t row = 0;
     float l = FI_NEG_INF;
-    if (s0 + sub < s1) {
-        row = (int64_t)__ldg(src + s0 + sub) * H + h;
-        l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
-    }
+    if (s0 + sub < s1) row = (int64_t)__ldg(src + s0 + sub) * H + h;
+    /* the fused merge: the other sources' rows are written once the count
+     * of written sources (high 16 bits) is s1 - s0 - 1; the index loads
+     * above are plan data, in flight while this waits */
+    if (ready)
+        while ((fi_load_acquire(ready) >> 16) != s1 - s0 - 1) {
+        }
+    if (s0 + sub < s1) l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
     /* this lane's columns of the row of the group's lane k's source, or
      * zeros where `source` is false (no such source in the row). Loaded
      * whether or not the state counts (its LSE may be -inf): a source's

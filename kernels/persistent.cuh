@@ -14,14 +14,15 @@
  * 128-row tensor-core path; the CUDA-core path still takes every item
  * when K/V rows cannot be copied 16 bytes at a time (a.tc_min_rows == 0).
  *
- * Split items are merged in the same launch: after an item writes its
- * partial rows, the CTA counts each of its tokens in (a.merge_count
- * [merge row][KV head], atomically); the CTA whose count completes a merge
- * row (all its sources written, by whichever CTAs) merges it for its KV
- * head's query heads (merge.cuh's merge_pair: fixed order, so bitwise the
- * same whichever CTA does it) and sets the count back to 0. No CTA waits on
- * another, so the grid need not be resident; every count is 0 again when
- * the launch ends, so a captured graph replays after any re-plan.
+ * Split items are merged in the same launch: each source of a merge row
+ * takes a ticket (a.merge_count [merge row][KV head], atomically); the
+ * source with the last ticket merges the row for its KV head's query heads
+ * once the others have written their partial rows (merge.cuh's merge_pair:
+ * fixed order, so bitwise the same whichever CTA does it) and sets the
+ * count back to 0 (finish_split). A CTA waits only on CTAs that took their
+ * tickets before it, which are running, so the grid need not be resident;
+ * every count is 0 again when the launch ends, so a captured graph replays
+ * after any re-plan.
  *
  * Built-in variants only (soft-cap, ALiBi, masks, RoPE): a plan with a user
  * variant runs the separate kernels (its merge may carry an output hook).
@@ -90,9 +91,16 @@ constexpr int MIN_BLOCKS = TC || DECODE_FORM ? 2 : fi_attn::MIN_BLOCKS;
 static_assert(fi_attn::NT == NT, "one block size");
 static_assert(!fi_v::USER, "user variants run the separate kernels");
 
+/* Merge row r's count word for KV head hkv (a.merge_count: tickets in the
+ * low 16 bits, written sources in the high 16, finish_split) */
+FI_DEV int32_t *count_word(const fi_attn_args &a, int r, int hkv) {
+    return a.merge_count + (int64_t)r * a.num_kv_heads + hkv;
+}
+
 /* The (row, query head) pairs [0, pairs) of the rows in mrow (r = -1: not
- * this CTA's to merge), LPP lanes each, NT / LPP pairs at once. The
- * built-in merge: no output hook, no row buffer. */
+ * this CTA's to merge), LPP lanes each, NT / LPP pairs at once; each waits
+ * for its row's other sources (the count word's high half). The built-in
+ * merge: no output hook, no row buffer. */
 template <int LPP>
 FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_item &it,
                             const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
@@ -100,23 +108,64 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
         const fi_part_merge m = mrow[pair / GROUP];
         if (m.r >= 0)
             fi_merge::merge_pair<LPP>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP, VP,
-                                      nullptr);
+                                      nullptr, count_word(a, m.r, it.hkv));
     }
 }
 
-/* After split item `it` wrote its partial rows: count its tokens in, and
- * merge the rows this CTA completed. mrow: shared [NT], the completed rows'
- * merges (r = -1: not this CTA's to merge). Every thread calls.
+/* After split item `it` wrote its partial rows: the merges of its tokens'
+ * rows. mrow: shared [NT], the rows this CTA merges (r = -1: not this
+ * CTA's). Every thread calls; thread t holds token t's ticket when the item
+ * took it early (decode_tc.cuh, before its last writes), else -1.
  *
- * The count is the merge's only synchronisation: the barrier orders every
- * thread's partial rows before it (CTA scope), its release carries them to
- * the GPU, its acquire the other sources' rows to the barrier after it
- * (kernels/prelude.cuh, fi_atomic_add_acq_rel). The record is plan data,
- * loaded before the barrier. (A fence before the barrier and one after
- * the count, the record loaded between them, took 0.6-1.1 us more at the
- * end of 1 x 1024 and 1 x 32768 on the H200.) */
+ * A row's count word (prelude.cuh): each source takes a ticket (relaxed);
+ * the last ticket's CTA merges the row; every other source adds itself to
+ * the written count (release, after the barrier that orders the CTA's
+ * partial rows before it) and goes on. The merger waits for the written
+ * count (acquire) with its index loads in flight, merges (merge.cuh's
+ * merge_pair: fixed order, so bitwise the same whichever CTA does it) and
+ * sets the word back to 0; nobody else touches it again in the launch.
+ * Nothing waits on a CTA that has not taken its ticket, so the grid need
+ * not be resident; every word is 0 again when the launch ends, so a
+ * captured graph replays after any re-plan. On the merger's path this is
+ * the barrier, the wait and the partial states' loads: the ticket is in
+ * flight beside the item's end (H200: an acquire-release ticket after the
+ * partial rows, then the index loads, took ~2 round trips more at the end
+ * of every split cell; docs/CUDA_KERNELS.md). */
+#ifdef FI_MERGE_ACQREL /* A/B: the previous protocol */
 FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
-                         fi_part_merge *mrow) {
+                         fi_part_merge *mrow, int) {
+    const fi_variant_params VP = fi_v::params(a, v.alibi);
+    const int T = it.rows / GROUP;
+    for (int t0 = 0; t0 < T; t0 += NT) {
+        const int t = t0 + threadIdx.x;
+        fi_part_merge pm = {-1, 0, 0, 0};
+        if (t < T) {
+            const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
+            pm = {m.x, m.y, m.z, 0};
+        }
+        __syncthreads();
+        if (t < T) {
+            int32_t *cnt = count_word(a, pm.r, it.hkv);
+            int old;
+            asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(cnt), "r"(1) : "memory");
+            if (old == pm.s1 - pm.s0 - 1) *cnt = 0;
+            else pm.r = -1;
+        }
+        mrow[threadIdx.x] = pm;
+        __syncthreads();
+        const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
+        for (int pair = threadIdx.x / 32; pair < pairs; pair += NWARP) {
+            const fi_part_merge m = mrow[pair / GROUP];
+            if (m.r >= 0)
+                fi_merge::merge_pair<32>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP, VP, nullptr);
+        }
+    }
+    __syncthreads();
+}
+#else
+FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
+                         fi_part_merge *mrow, int ticket) {
+
     const fi_variant_params VP = fi_v::params(a, v.alibi);
     const int T = it.rows / GROUP;
     for (int t0 = 0; t0 < T; t0 += NT) {
@@ -125,12 +174,12 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         if (t < T) { /* plan data: loaded while the CTA's rows are written */
             const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
             pm = {m.x, m.y, m.z, 0};
+            if (t0 > 0 || ticket < 0) ticket = fi_atomic_add_relaxed(count_word(a, pm.r, it.hkv), 1);
         }
         __syncthreads(); /* the CTA's partial rows (and the last round's merges) */
-        if (t < T) {
-            int32_t *cnt = a.merge_count + (int64_t)pm.r * a.num_kv_heads + it.hkv;
-            if (fi_atomic_add_acq_rel(cnt, 1) == pm.s1 - pm.s0 - 1) *cnt = 0; /* every source is in */
-            else pm.r = -1;
+        if (t < T && (ticket & 0xffff) != pm.s1 - pm.s0 - 1) {
+            fi_red_add_release(count_word(a, pm.r, it.hkv), 1 << 16);
+            pm.r = -1;
         }
         mrow[threadIdx.x] = pm;
         __syncthreads();
@@ -143,9 +192,11 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
         if (!TC || pairs <= NWARP) merge_completed<32>(a, v, it, mrow, pairs, VP);
         else merge_completed<fi_merge::LPP_WIDE>(a, v, it, mrow, pairs, VP);
+        __syncthreads(); /* every pair's wait is over; mrow is rewritten next */
+        if (t < T && pm.r >= 0) *count_word(a, pm.r, it.hkv) = 0;
     }
-    __syncthreads(); /* mrow is rewritten by the next item */
 }
+#endif
 } /* namespace fi_pers */
 
 extern "C" __global__ void __launch_bounds__(fi_pers::NT, fi_pers::MIN_BLOCKS)
@@ -176,20 +227,30 @@ FI_PERSIST_NAME(const fi_attn_args a) {
              * state spilled ~200 bytes with it held */
             const fi_view v = fi_view_of(a);
             const fi_item it = fi_item_load(fi_items(a, W), n, hkv, GROUP);
+            int ticket = -1; /* this thread's token's merge ticket, if taken early */
+#if defined(FI_MERGE_ACQREL) || defined(FI_MERGE_LATE) /* A/B */
+            int *const early = nullptr;
+#else
+            int *const early = &ticket;
+#endif
 #if FI_TC && FI_DTC
             /* the host launches this kernel only when K/V rows can be
              * copied 16 bytes at a time (a.tc_min_rows > 0) */
             if (it.rows > fi_dtc::MAX_ROWS) fi_tc::run_item(a, v, it, smem);
-            else fi_dtc::run_item(a, v, it, smem);
+            else fi_dtc::run_item(a, v, it, smem, early);
 #elif FI_DTC /* the decode form: wide items in 16-row slices */
-            fi_dtc::run_sliced(a, v, it, smem);
+            fi_dtc::run_sliced(a, v, it, smem, early);
 #elif FI_TC
             if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
             else fi_attn::run_item(a, v, it, smem);
 #else
             fi_attn::run_item(a, v, it, smem);
 #endif
-            if (it.prow >= 0) finish_split(a, v, it, mrow);
+            #ifndef FI_NO_FINISH /* diagnostic: no merge (wrong output) */
+            if (it.prow >= 0) finish_split(a, v, it, mrow, ticket);
+#else
+            (void)ticket;
+#endif
 #ifdef FI_TRACE
             if (threadIdx.x == 0) fi_trace_item(w, hkv, n, it.rows, t0);
 #endif
