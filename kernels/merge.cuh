@@ -64,7 +64,11 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
     static_assert(DVO % 4 == 0, "float4 columns");
     constexpr int C4 = DVO / 4, PERL = (C4 + LPP - 1) / LPP; /* float4 columns per lane */
+#ifdef FI_MERGE_UNROLL /* A/B */
+    constexpr int UNROLL = PERL <= 2 ? FI_MERGE_UNROLL : 1;
+#else
     constexpr int UNROLL = PERL <= 2 ? 8 : 1;                /* sources in flight */
+#endif
     const int32_t *out_row = (const int32_t *)(a.meta + meta->off_merge_out_row);
     const int32_t *src = (const int32_t *)(a.meta + meta->off_merge_src);
     const int lane = threadIdx.x & 31, sub = lane & (LPP - 1);

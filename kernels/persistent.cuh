@@ -106,9 +106,15 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
                             const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
+#ifdef FI_MERGE_NOPAIR /* diagnostic: the protocol without the merge (wrong output) */
+        if (m.r >= 0)
+            while ((fi_load_acquire(count_word(a, m.r, it.hkv)) >> 16) != m.s1 - m.s0 - 1) {
+            }
+#else
         if (m.r >= 0)
             fi_merge::merge_pair<LPP>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP, VP,
                                       nullptr, count_word(a, m.r, it.hkv));
+#endif
     }
 }
 
