@@ -67,10 +67,12 @@ typedef struct fi_item_rec {
     int32_t pad[2];
 } fi_item_rec;
 
-/* A partial row's merge: merge row r, whose sources are merge_src[s0 .. s1),
- * so that counting a row in and merging it need no further lookups. */
+/* A partial row's merge, so that counting a row in and merging it need no
+ * further lookups: merge row r (its count word), its output token
+ * (merge_out_row[r]), and its sources, evenly spaced: partial rows first +
+ * k * step for k < n (n_step = n | step << 16). */
 typedef struct fi_part_merge {
-    int32_t r, s0, s1, pad;
+    int32_t r, tok, first, n_step;
 } fi_part_merge;
 
 /* One attention launch (also read by the merge kernel). Strides are in

@@ -40,7 +40,17 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
     return lo;
 }
 
-/* Merge row r (its sources merge_src[s0 .. s1)), query head h, by a group
+/* A merge row's n sources: source k's partial row is idx[k] (the separate
+ * merge kernel: merge_src + merge_indptr[r]), or without idx first + k *
+ * step (persistent.cuh's fused merge: the schedule's sources of a row are
+ * evenly spaced, src/cuda/plan.c, so the merger loads no index). */
+struct Sources {
+    const int32_t *idx;
+    int32_t first, step, n;
+    FI_DEV int64_t row(int k) const { return idx ? __ldg(idx + k) : first + (int64_t)k * step; }
+};
+
+/* Merge output token tok from the sources S, query head h, by a group
  * of LPP lanes (lanes [base, base + LPP) of a warp, LPP a power of two,
  * every lane of the group calling with the same row and head); `rows`: the
  * group's [DVO + 1] floats of shared memory (the output hook's row; LPP =
@@ -58,7 +68,7 @@ FI_DEV int request_of(const int32_t *qo_indptr, int batch, int64_t tok) {
  * fused merge other CTAs wrote them; the plan's arrays do not change during
  * a launch (ld.global.nc). */
 template <int LPP>
-FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0, int s1, int h,
+FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, Sources S, int h,
                        const fi_variant_params &VP, float *rows, const int32_t *ready = nullptr) {
     static_assert(LPP >= 1 && LPP <= 32 && (LPP & (LPP - 1)) == 0, "lanes per row");
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
@@ -69,24 +79,20 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
 #else
     constexpr int UNROLL = PERL <= 2 ? 8 : 1;                /* sources in flight */
 #endif
-    const int32_t *out_row = (const int32_t *)(a.meta + meta->off_merge_out_row);
-    const int32_t *src = (const int32_t *)(a.meta + meta->off_merge_src);
     const int lane = threadIdx.x & 31, sub = lane & (LPP - 1);
     const unsigned gmask = LPP == 32 ? 0xffffffffu : ((1u << LPP) - 1u) << (lane - sub);
-    const int H = a.num_qo_heads;
-    const int64_t tok = __ldg(out_row + r);
+    const int H = a.num_qo_heads, n = S.n;
 
     /* this lane's source of the first LPP, kept for the sums below */
     int64_t row = 0;
     float l = FI_NEG_INF;
-    if (s0 + sub < s1) row = (int64_t)__ldg(src + s0 + sub) * H + h;
+    if (sub < n) row = S.row(sub) * H + h;
     /* the fused merge: the other sources' rows are written once the count
-     * of written sources (high 16 bits) is s1 - s0 - 1; the index loads
-     * above are plan data, in flight while this waits */
+     * of written sources (high 16 bits) is n - 1 */
     if (ready)
-        while ((fi_load_acquire(ready) >> 16) != s1 - s0 - 1) {
+        while ((fi_load_acquire(ready) >> 16) != n - 1) {
         }
-    if (s0 + sub < s1) l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
+    if (sub < n) l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
     /* this lane's columns of the row of the group's lane k's source, or
      * zeros where `source` is false (no such source in the row). Loaded
      * whether or not the state counts (its LSE may be -inf): a source's
@@ -103,19 +109,18 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
     /* The first round's first PRE rows, loaded now beside the LSEs: the
      * row of a decode's few sources then waits on two loads in a row (the
      * index; the LSE and the row together), not three. Only the round's
-     * sources: a lane past s1 holds row 0, and every warp of the grid
+     * sources: a lane past n holds row 0, and every warp of the grid
      * loading that one row for its missing sources made one L2 line hot
      * (the separate merge kernel of 2-source rows 22 -> 37 us, H200) */
     constexpr int PRE = UNROLL;
-    const int n0 = s1 - s0 < PRE ? s1 - s0 : PRE;
+    const int n0 = n < PRE ? n : PRE;
     float4 xp[PRE][PERL];
 #pragma unroll
     for (int k = 0; k < PRE; k++) load_row(k, xp[k], k < n0);
     float M = 0.0f; /* no softmax: weights 1, the partial sums add */
     if (SOFTMAX) {
         M = l;
-        for (int s = s0 + sub + LPP; s < s1; s += LPP)
-            M = fmaxf(M, __ldcg(a.partial_lse + (int64_t)__ldg(src + s) * H + h));
+        for (int k = sub + LPP; k < n; k += LPP) M = fmaxf(M, __ldcg(a.partial_lse + S.row(k) * H + h));
 #pragma unroll
         for (int off = LPP / 2; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(gmask, M, off));
     }
@@ -124,15 +129,15 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
     for (int j = 0; j < PERL; j++) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float L = 0.0f;
     if (M != FI_NEG_INF) {
-        for (int b = s0; b < s1; b += LPP) {
-            if (b != s0 && b + sub < s1) {
-                row = (int64_t)__ldg(src + b + sub) * H + h;
+        for (int b = 0; b < n; b += LPP) {
+            if (b != 0 && b + sub < n) {
+                row = S.row(b + sub) * H + h;
                 l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
             }
             /* states with lse = -inf contribute nothing */
-            const int ok = b + sub < s1 && l != FI_NEG_INF;
+            const int ok = b + sub < n && l != FI_NEG_INF;
             const float w = !SOFTMAX ? 1.0f : ok ? exp2f(l - M) : 0.0f;
-            const int nb = s1 - b < LPP ? s1 - b : LPP;
+            const int nb = n - b < LPP ? n - b : LPP;
             /* source k of this round (its row x) into the sums */
             auto add_row = [&](int k, const float4 *x) {
                 const int okk = __shfl_sync(gmask, ok, k, LPP);
@@ -155,7 +160,7 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int r, int s0
             };
             /* the first round's rows loaded above */
             int k = 0;
-            if (b == s0) {
+            if (b == 0) {
 #pragma unroll
                 for (int u = 0; u < PRE; u++)
                     if (u < nb) add_row(u, xp[u]);
@@ -235,14 +240,17 @@ extern "C" __global__ void __launch_bounds__(fi_merge::NT) FI_MERGE_NAME(const f
     const fi_meta *meta = (const fi_meta *)a.meta;
     const int H = a.num_qo_heads;
     const int32_t *indptr = (const int32_t *)(a.meta + meta->off_merge_indptr);
+    const int32_t *src = (const int32_t *)(a.meta + meta->off_merge_src);
+    const int32_t *out_row = (const int32_t *)(a.meta + meta->off_merge_out_row);
     __shared__ float rows[fi_v::OUTPUT ? NT / 32 : 1][fi_v::OUTPUT ? DVO + 1 : 1];
     const fi_variant_params VP = fi_v::params(a, (const float *)(a.meta + meta->off_alibi));
     const int64_t total = (int64_t)meta->num_merge_rows * H;
     const int64_t step = (int64_t)gridDim.x * (NT / 32);
     for (int64_t pair = blockIdx.x * (int64_t)(NT / 32) + (threadIdx.x >> 5); pair < total;
          pair += step) {
-        const int r = (int)(pair / H);
-        merge_pair<32>(a, meta, r, __ldg(indptr + r), __ldg(indptr + r + 1), (int)(pair % H), VP,
+        const int r = (int)(pair / H), s0 = __ldg(indptr + r);
+        const Sources S = {src + s0, 0, 0, __ldg(indptr + r + 1) - s0};
+        merge_pair<32>(a, meta, __ldg(out_row + r), S, (int)(pair % H), VP,
                        rows[fi_v::OUTPUT ? threadIdx.x >> 5 : 0]);
     }
 }

@@ -97,6 +97,11 @@ FI_DEV int32_t *count_word(const fi_attn_args &a, int r, int hkv) {
     return a.merge_count + (int64_t)r * a.num_kv_heads + hkv;
 }
 
+/* A partial row's merge's sources (fi_args.h) */
+FI_DEV fi_merge::Sources sources(const fi_part_merge &m) {
+    return {nullptr, m.first, m.n_step >> 16, m.n_step & 0xffff};
+}
+
 /* The (row, query head) pairs [0, pairs) of the rows in mrow (r = -1: not
  * this CTA's to merge), LPP lanes each, NT / LPP pairs at once; each waits
  * for its row's other sources (the count word's high half). The built-in
@@ -106,15 +111,9 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
                             const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
-#ifdef FI_MERGE_NOPAIR /* diagnostic: the protocol without the merge (wrong output) */
         if (m.r >= 0)
-            while ((fi_load_acquire(count_word(a, m.r, it.hkv)) >> 16) != m.s1 - m.s0 - 1) {
-            }
-#else
-        if (m.r >= 0)
-            fi_merge::merge_pair<LPP>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP, VP,
+            fi_merge::merge_pair<LPP>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP, VP,
                                       nullptr, count_word(a, m.r, it.hkv));
-#endif
     }
 }
 
@@ -147,14 +146,14 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         fi_part_merge pm = {-1, 0, 0, 0};
         if (t < T) {
             const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
-            pm = {m.x, m.y, m.z, 0};
+            pm = {m.x, m.y, m.z, m.w};
         }
         __syncthreads();
         if (t < T) {
             int32_t *cnt = count_word(a, pm.r, it.hkv);
             int old;
             asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(cnt), "r"(1) : "memory");
-            if (old == pm.s1 - pm.s0 - 1) *cnt = 0;
+            if (old == sources(pm).n - 1) *cnt = 0;
             else pm.r = -1;
         }
         mrow[threadIdx.x] = pm;
@@ -163,7 +162,7 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         for (int pair = threadIdx.x / 32; pair < pairs; pair += NWARP) {
             const fi_part_merge m = mrow[pair / GROUP];
             if (m.r >= 0)
-                fi_merge::merge_pair<32>(a, v.meta, m.r, m.s0, m.s1, it.hkv * GROUP + pair % GROUP, VP, nullptr);
+                fi_merge::merge_pair<32>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP, VP, nullptr);
         }
     }
     __syncthreads();
@@ -184,11 +183,11 @@ void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
         fi_part_merge pm = {-1, 0, 0, 0};
         if (t < T) { /* plan data: loaded while the CTA's rows are written */
             const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
-            pm = {m.x, m.y, m.z, 0};
+            pm = {m.x, m.y, m.z, m.w};
             if (t0 > 0 || ticket < 0) ticket = fi_atomic_add_relaxed(count_word(a, pm.r, it.hkv), 1);
         }
         __syncthreads(); /* the CTA's partial rows (and the last round's merges) */
-        if (t < T && (ticket & 0xffff) != pm.s1 - pm.s0 - 1) {
+        if (t < T && (ticket & 0xffff) != sources(pm).n - 1) {
             fi_red_add_release(count_word(a, pm.r, it.hkv), 1 << 16);
             pm.r = -1;
         }

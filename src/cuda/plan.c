@@ -269,7 +269,8 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
     return FI_OK;
 }
 
-/* Pack the batch and schedule into staging; returns the bytes used. */
+/* Pack the batch and schedule into staging; returns the bytes used, or 0
+ * for a schedule the fused merge cannot take (never: core/schedule.c). */
 static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     const fi_schedule *s = &plan->schedule;
     int32_t b = plan->batch_size;
@@ -328,8 +329,15 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     m.off_part_merge = put(base, &at, NULL, (size_t)s->num_partial_rows * sizeof(fi_part_merge));
     fi_part_merge *pm = (fi_part_merge *)(void *)(base + m.off_part_merge);
     for (int32_t r = 0; r < s->num_merge_rows; r++) {
-        const int32_t s0 = s->merge_indptr[r], s1 = s->merge_indptr[r + 1];
-        for (int32_t k = s0; k < s1; k++) pm[s->merge_src[k]] = (fi_part_merge){r, s0, s1, 0};
+        const int32_t s0 = s->merge_indptr[r], n = s->merge_indptr[r + 1] - s0;
+        const int32_t first = s->merge_src[s0], step = n > 1 ? s->merge_src[s0 + 1] - first : 0;
+        for (int32_t k = 0; k < n; k++) {
+            /* the schedule spaces a row's sources evenly (core/schedule.c,
+             * merge_rows); the fused merge relies on it */
+            if (s->merge_src[s0 + k] != first + k * step || step < 0 || step > 0xffff || n > 0xffff)
+                return 0;
+            pm[s->merge_src[s0 + k]] = (fi_part_merge){r, s->merge_out_row[r], first, n | step << 16};
+        }
     }
     m.bytes = (int64_t)at;
     m.batch_size = b;
@@ -413,6 +421,10 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         ps->mix_b64 = ps->persist_mix && ps->has_wide_items &&
                       wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * small_keys;
         size_t bytes = pack(plan, ps, ps->staging);
+        if (!bytes) {
+            fi_cuda_pop(ps->cc);
+            return fi_error(FI_STATUS_INTERNAL, "a merge row's sources are not evenly spaced");
+        }
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
             call = "cuMemcpyHtoDAsync";
         else if ((r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
