@@ -67,18 +67,14 @@ struct Sources {
  * Partial states are read through L2 (ld.global.cg): in persistent.cuh's
  * fused merge other CTAs wrote them; the plan's arrays do not change during
  * a launch (ld.global.nc). */
-template <int LPP>
+template <int LPP, int SRC_UNROLL = 8>
 FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, Sources S, int h,
                        const fi_variant_params &VP, float *rows, const int32_t *ready = nullptr) {
     static_assert(LPP >= 1 && LPP <= 32 && (LPP & (LPP - 1)) == 0, "lanes per row");
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
     static_assert(DVO % 4 == 0, "float4 columns");
     constexpr int C4 = DVO / 4, PERL = (C4 + LPP - 1) / LPP; /* float4 columns per lane */
-#ifdef FI_MERGE_UNROLL /* A/B */
-    constexpr int UNROLL = PERL <= 2 ? FI_MERGE_UNROLL : 1;
-#else
-    constexpr int UNROLL = PERL <= 2 ? 8 : 1;                /* sources in flight */
-#endif
+    constexpr int UNROLL = PERL <= 2 ? SRC_UNROLL : 1;      /* sources in flight */
     const int lane = threadIdx.x & 31, sub = lane & (LPP - 1);
     const unsigned gmask = LPP == 32 ? 0xffffffffu : ((1u << LPP) - 1u) << (lane - sub);
     const int H = a.num_qo_heads, n = S.n;

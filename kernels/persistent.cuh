@@ -112,8 +112,8 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
         if (m.r >= 0)
-            fi_merge::merge_pair<LPP>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP, VP,
-                                      nullptr, count_word(a, m.r, it.hkv));
+            fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
+                                         VP, nullptr, count_word(a, m.r, it.hkv));
     }
 }
 
@@ -136,44 +136,7 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
  * flight beside the item's end (H200: an acquire-release ticket after the
  * partial rows, then the index loads, took ~2 round trips more at the end
  * of every split cell; docs/CUDA_KERNELS.md). */
-#ifdef FI_MERGE_ACQREL /* A/B: the previous protocol */
 FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
-                         fi_part_merge *mrow, int) {
-    const fi_variant_params VP = fi_v::params(a, v.alibi);
-    const int T = it.rows / GROUP;
-    for (int t0 = 0; t0 < T; t0 += NT) {
-        const int t = t0 + threadIdx.x;
-        fi_part_merge pm = {-1, 0, 0, 0};
-        if (t < T) {
-            const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
-            pm = {m.x, m.y, m.z, m.w};
-        }
-        __syncthreads();
-        if (t < T) {
-            int32_t *cnt = count_word(a, pm.r, it.hkv);
-            int old;
-            asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(cnt), "r"(1) : "memory");
-            if (old == sources(pm).n - 1) *cnt = 0;
-            else pm.r = -1;
-        }
-        mrow[threadIdx.x] = pm;
-        __syncthreads();
-        const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
-        for (int pair = threadIdx.x / 32; pair < pairs; pair += NWARP) {
-            const fi_part_merge m = mrow[pair / GROUP];
-            if (m.r >= 0)
-                fi_merge::merge_pair<32>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP, VP, nullptr);
-        }
-    }
-    __syncthreads();
-}
-#else
-#ifdef FI_FINISH_NOINLINE
-__device__ __noinline__
-#else
-FI_DEV
-#endif
-void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
                          fi_part_merge *mrow, int ticket) {
 
     const fi_variant_params VP = fi_v::params(a, v.alibi);
@@ -206,7 +169,6 @@ void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
         if (t < T && pm.r >= 0) *count_word(a, pm.r, it.hkv) = 0;
     }
 }
-#endif
 } /* namespace fi_pers */
 
 extern "C" __global__ void __launch_bounds__(fi_pers::NT, fi_pers::MIN_BLOCKS)
@@ -238,31 +200,20 @@ FI_PERSIST_NAME(const fi_attn_args a) {
             const fi_view v = fi_view_of(a);
             const fi_item it = fi_item_load(fi_items(a, W), n, hkv, GROUP);
             int ticket = -1; /* this thread's token's merge ticket, if taken early */
-#if defined(FI_MERGE_ACQREL) || defined(FI_MERGE_LATE) /* A/B */
-            int *const early = nullptr;
-#else
-            int *const early = &ticket;
-#endif
 #if FI_TC && FI_DTC
             /* the host launches this kernel only when K/V rows can be
              * copied 16 bytes at a time (a.tc_min_rows > 0) */
             if (it.rows > fi_dtc::MAX_ROWS) fi_tc::run_item(a, v, it, smem);
-            else fi_dtc::run_item(a, v, it, smem, early);
+            else fi_dtc::run_item(a, v, it, smem, &ticket);
 #elif FI_DTC /* the decode form: wide items in 16-row slices */
-            fi_dtc::run_sliced(a, v, it, smem, early);
+            fi_dtc::run_sliced(a, v, it, smem, &ticket);
 #elif FI_TC
             if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
             else fi_attn::run_item(a, v, it, smem);
 #else
             fi_attn::run_item(a, v, it, smem);
 #endif
-            #ifdef FI_FINISH_SKIP /* diagnostic: the merge's code, never run (wrong output) */
-            if (it.prow >= 0 && a.num_kv_heads > (1 << 30)) finish_split(a, v, it, mrow, ticket);
-#elif !defined(FI_NO_FINISH) /* diagnostic: no merge (wrong output) */
-            if (it.prow >= 0) finish_split(a, v, it, mrow, ticket);
-#else
-            (void)ticket;
-#endif
+                        if (it.prow >= 0) finish_split(a, v, it, mrow, ticket);
 #ifdef FI_TRACE
             if (threadIdx.x == 0) fi_trace_item(w, hkv, n, it.rows, t0);
 #endif
