@@ -111,9 +111,15 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
                             const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
+#ifdef FI_MERGE_LOOK /* A/B: the sources are in when the merger is known */
+        if (m.r >= 0)
+            fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
+                                         VP, nullptr);
+#else
         if (m.r >= 0)
             fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
                                          VP, nullptr, count_word(a, m.r, it.hkv));
+#endif
     }
 }
 
@@ -147,13 +153,25 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         if (t < T) { /* plan data: loaded while the CTA's rows are written */
             const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
             pm = {m.x, m.y, m.z, m.w};
+#ifndef FI_MERGE_LOOK
             if (t0 > 0 || ticket < 0) ticket = fi_atomic_add_relaxed(count_word(a, pm.r, it.hkv), 1);
+#endif
         }
         __syncthreads(); /* the CTA's partial rows (and the last round's merges) */
+#ifdef FI_MERGE_LOOK
+        /* ticket: the count seen (acquire) after the item's tiles, before
+         * its partial rows: n - 1, every other source is in (this CTA
+         * merges, uncounted); else count in (acquire-release), the last
+         * merges */
+        if (t < T && !(t0 == 0 && ticket == sources(pm).n - 1) &&
+            fi_atomic_add_acq_rel(count_word(a, pm.r, it.hkv), 1) != sources(pm).n - 1)
+            pm.r = -1;
+#else
         if (t < T && (ticket & 0xffff) != sources(pm).n - 1) {
             fi_red_add_release(count_word(a, pm.r, it.hkv), 1 << 16);
             pm.r = -1;
         }
+#endif
         mrow[threadIdx.x] = pm;
         __syncthreads();
         /* (row, query head) pairs: a warp each (a decode's rows: their many
