@@ -274,11 +274,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
     fi_cp_async_wait<0>();
     __syncthreads(); /* Q and the stages become the merge buffer */
     if (early) /* the record landed with tile 0 (this thread's own copy) */
-#ifdef FI_MERGE_LOOK
-        *ticket = fi_load_acquire(a.merge_count + (int64_t)rec[threadIdx.x].r * a.num_kv_heads + it.hkv);
-#else
         *ticket = fi_atomic_add_relaxed(a.merge_count + (int64_t)rec[threadIdx.x].r * a.num_kv_heads + it.hkv, 1);
-#endif
 
     /* the four warps' states, merged in warp order */
     float *red_o = reinterpret_cast<float *>(kvs);

@@ -105,21 +105,17 @@ FI_DEV fi_merge::Sources sources(const fi_part_merge &m) {
 /* The (row, query head) pairs [0, pairs) of the rows in mrow (r = -1: not
  * this CTA's to merge), LPP lanes each, NT / LPP pairs at once; each waits
  * for its row's other sources (the count word's high half). The built-in
- * merge: no output hook, no row buffer. */
+ * merge: no output hook, no row buffer; 4 sources in flight, not the
+ * separate kernel's 8 (half the code on a path each SM runs once, at an
+ * item's end: 0.2-0.4 us off the split decode cells, H200). */
 template <int LPP>
 FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_item &it,
                             const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
-#ifdef FI_MERGE_LOOK /* A/B: the sources are in when the merger is known */
-        if (m.r >= 0)
-            fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
-                                         VP, nullptr);
-#else
         if (m.r >= 0)
             fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
                                          VP, nullptr, count_word(a, m.r, it.hkv));
-#endif
     }
 }
 
@@ -132,19 +128,18 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
  * the last ticket's CTA merges the row; every other source adds itself to
  * the written count (release, after the barrier that orders the CTA's
  * partial rows before it) and goes on. The merger waits for the written
- * count (acquire) with its index loads in flight, merges (merge.cuh's
- * merge_pair: fixed order, so bitwise the same whichever CTA does it) and
- * sets the word back to 0; nobody else touches it again in the launch.
- * Nothing waits on a CTA that has not taken its ticket, so the grid need
- * not be resident; every word is 0 again when the launch ends, so a
- * captured graph replays after any re-plan. On the merger's path this is
- * the barrier, the wait and the partial states' loads: the ticket is in
- * flight beside the item's end (H200: an acquire-release ticket after the
- * partial rows, then the index loads, took ~2 round trips more at the end
- * of every split cell; docs/CUDA_KERNELS.md). */
+ * count (acquire), merges (merge.cuh's merge_pair: fixed order, so bitwise
+ * the same whichever CTA does it; the record names the output token and the
+ * sources, so nothing else is looked up) and sets the word back to 0;
+ * nobody else touches it again in the launch. Nothing waits on a CTA that
+ * has not taken its ticket, so the grid need not be resident; every word is
+ * 0 again when the launch ends, so a captured graph replays after any
+ * re-plan. (H200, against one acquire-release count after the partial rows
+ * with the sources looked up: the hybrid mix 218 -> 201 us, with the
+ * tickets early or late alike; the decode cells even, within 0.3 us;
+ * docs/CUDA_KERNELS.md.) */
 FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
                          fi_part_merge *mrow, int ticket) {
-
     const fi_variant_params VP = fi_v::params(a, v.alibi);
     const int T = it.rows / GROUP;
     for (int t0 = 0; t0 < T; t0 += NT) {
@@ -153,25 +148,13 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         if (t < T) { /* plan data: loaded while the CTA's rows are written */
             const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
             pm = {m.x, m.y, m.z, m.w};
-#ifndef FI_MERGE_LOOK
             if (t0 > 0 || ticket < 0) ticket = fi_atomic_add_relaxed(count_word(a, pm.r, it.hkv), 1);
-#endif
         }
         __syncthreads(); /* the CTA's partial rows (and the last round's merges) */
-#ifdef FI_MERGE_LOOK
-        /* ticket: the count seen (acquire) after the item's tiles, before
-         * its partial rows: n - 1, every other source is in (this CTA
-         * merges, uncounted); else count in (acquire-release), the last
-         * merges */
-        if (t < T && !(t0 == 0 && ticket == sources(pm).n - 1) &&
-            fi_atomic_add_acq_rel(count_word(a, pm.r, it.hkv), 1) != sources(pm).n - 1)
-            pm.r = -1;
-#else
         if (t < T && (ticket & 0xffff) != sources(pm).n - 1) {
             fi_red_add_release(count_word(a, pm.r, it.hkv), 1 << 16);
             pm.r = -1;
         }
-#endif
         mrow[threadIdx.x] = pm;
         __syncthreads();
         /* (row, query head) pairs: a warp each (a decode's rows: their many
@@ -231,7 +214,7 @@ FI_PERSIST_NAME(const fi_attn_args a) {
 #else
             fi_attn::run_item(a, v, it, smem);
 #endif
-                        if (it.prow >= 0) finish_split(a, v, it, mrow, ticket);
+            if (it.prow >= 0) finish_split(a, v, it, mrow, ticket);
 #ifdef FI_TRACE
             if (threadIdx.x == 0) fi_trace_item(w, hkv, n, it.rows, t0);
 #endif

@@ -61,11 +61,6 @@ FI_DEV void fi_pdl_wait() {
  * barrier that orders the CTA's writes before it (CTA scope; the release
  * carries them to the GPU); the merger waits with acquire loads, and a
  * later barrier (or the same warp) sees what they acquired. */
-FI_DEV int fi_atomic_add_acq_rel(int32_t *p, int v) { /* A/B (FI_MERGE_LOOK) */
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-    return old;
-}
 FI_DEV int fi_atomic_add_relaxed(int32_t *p, int v) {
     int old;
     asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
