@@ -133,9 +133,11 @@ FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0
  * the merge record comes with the first tile's copies. */
 FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem,
                      int *ticket = nullptr) {
+#ifdef FI_MERGE_TICKETS
     __shared__ __align__(16) fi_part_merge rec[MAX_ROWS];
     const bool early = ticket && it.prow >= 0 && (int)threadIdx.x < it.rows / GROUP;
     if (early) fi_cp_async16(rec + threadIdx.x, v.part_merge + it.prow + threadIdx.x, 16);
+#endif
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;
     unsigned char *qs = smem, *kvs = smem + DQ_BYTES;
@@ -273,8 +275,10 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
     }
     fi_cp_async_wait<0>();
     __syncthreads(); /* Q and the stages become the merge buffer */
+#ifdef FI_MERGE_TICKETS
     if (early) /* the record landed with tile 0 (this thread's own copy) */
         *ticket = fi_atomic_add_relaxed(a.merge_count + (int64_t)rec[threadIdx.x].r * a.num_kv_heads + it.hkv, 1);
+#endif
 
     /* the four warps' states, merged in warp order */
     float *red_o = reinterpret_cast<float *>(kvs);

@@ -86,9 +86,11 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
     if (sub < n) row = S.row(sub) * H + h;
     /* the fused merge: the other sources' rows are written once the count
      * of written sources (high 16 bits) is n - 1 */
+#ifdef FI_MERGE_TICKETS
     if (ready)
         while ((fi_load_acquire(ready) >> 16) != n - 1) {
         }
+#endif
     if (sub < n) l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
     /* this lane's columns of the row of the group's lane k's source, or
      * zeros where `source` is false (no such source in the row). Loaded

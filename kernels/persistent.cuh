@@ -114,8 +114,13 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
         if (m.r >= 0)
+#ifdef FI_MERGE_TICKETS
             fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
                                          VP, nullptr, count_word(a, m.r, it.hkv));
+#else
+            fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
+                                         VP, nullptr);
+#endif
     }
 }
 
@@ -148,13 +153,20 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         if (t < T) { /* plan data: loaded while the CTA's rows are written */
             const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
             pm = {m.x, m.y, m.z, m.w};
+#ifdef FI_MERGE_TICKETS
             if (t0 > 0 || ticket < 0) ticket = fi_atomic_add_relaxed(count_word(a, pm.r, it.hkv), 1);
+#endif
         }
         __syncthreads(); /* the CTA's partial rows (and the last round's merges) */
+#ifdef FI_MERGE_TICKETS
         if (t < T && (ticket & 0xffff) != sources(pm).n - 1) {
             fi_red_add_release(count_word(a, pm.r, it.hkv), 1 << 16);
             pm.r = -1;
         }
+#else
+        if (t < T && fi_atomic_add_acq_rel(count_word(a, pm.r, it.hkv), 1) != sources(pm).n - 1)
+            pm.r = -1; /* the last source to count in merges */
+#endif
         mrow[threadIdx.x] = pm;
         __syncthreads();
         /* (row, query head) pairs: a warp each (a decode's rows: their many

@@ -53,14 +53,17 @@ FI_DEV void fi_pdl_wait() {
 #endif
 }
 
-/* The fused merge's counters (kernels/persistent.cuh, finish_split): a
- * word per (merge row, KV head) counts tickets in its low 16 bits and
- * written sources in its high 16. A ticket is a relaxed add (it orders
- * nothing; it only names the last source, the merger). A source that is
- * not the merger publishes its partial rows with a release add, after a
- * barrier that orders the CTA's writes before it (CTA scope; the release
- * carries them to the GPU); the merger waits with acquire loads, and a
- * later barrier (or the same warp) sees what they acquired. */
+/* *p += v at GPU scope with acquire-release semantics, returning the old
+ * value: it publishes the writes this CTA made before a barrier that
+ * precedes it (the barrier orders them before it at CTA scope, the release
+ * carries them on), and a later barrier makes what it acquired visible to
+ * the whole CTA. One atomic in place of a fence before and a fence after. */
+FI_DEV int fi_atomic_add_acq_rel(int32_t *p, int v) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+#ifdef FI_MERGE_TICKETS /* A/B */
 FI_DEV int fi_atomic_add_relaxed(int32_t *p, int v) {
     int old;
     asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -74,6 +77,7 @@ FI_DEV int fi_load_acquire(const int32_t *p) {
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(x) : "l"(p) : "memory");
     return x;
 }
+#endif
 
 template <int T> struct fi_dtype_bytes { static constexpr int value = T == FI_T_F32 ? 4 : (T == FI_T_F16 || T == FI_T_BF16) ? 2 : 1; };
 
