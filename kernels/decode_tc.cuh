@@ -126,18 +126,8 @@ FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0
 }
 
 /* One (item, KV head), it.rows <= 16; smem holds fi_tc::SMEM_BYTES. Every
- * thread of the CTA calls it; it ends with a barrier. With `ticket` (a split
- * item in persistent.cuh's fused merge), thread t < tokens takes token t's
- * merge ticket after the last tile, so that its round trip runs beside the
- * warps' merge and the partial rows' writes (persistent.cuh, finish_split):
- * the merge record comes with the first tile's copies. */
-FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem,
-                     int *ticket = nullptr) {
-#ifdef FI_MERGE_TICKETS
-    __shared__ __align__(16) fi_part_merge rec[MAX_ROWS];
-    const bool early = ticket && it.prow >= 0 && (int)threadIdx.x < it.rows / GROUP;
-    if (early) fi_cp_async16(rec + threadIdx.x, v.part_merge + it.prow + threadIdx.x, 16);
-#endif
+ * thread of the CTA calls it; it ends with a barrier. */
+FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;
     unsigned char *qs = smem, *kvs = smem + DQ_BYTES;
@@ -275,10 +265,6 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
     }
     fi_cp_async_wait<0>();
     __syncthreads(); /* Q and the stages become the merge buffer */
-#ifdef FI_MERGE_TICKETS
-    if (early) /* the record landed with tile 0 (this thread's own copy) */
-        *ticket = fi_atomic_add_relaxed(a.merge_count + (int64_t)rec[threadIdx.x].r * a.num_kv_heads + it.hkv, 1);
-#endif
 
     /* the four warps' states, merged in warp order */
     float *red_o = reinterpret_cast<float *>(kvs);
@@ -334,15 +320,13 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
 
 /* Any item, in slices of whole tokens of at most MAX_ROWS packed rows (the
  * decode form of persistent.cuh, which has no 128-row path, takes wide
- * items this way: correct, but each slice reads the item's keys again).
- * `ticket` as run_item's, taken early by an item of one slice only. */
-FI_DEV void run_sliced(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem,
-                       int *ticket) {
+ * items this way: correct, but each slice reads the item's keys again). */
+FI_DEV void run_sliced(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
     static_assert(GROUP <= MAX_ROWS, "a token's rows fit one slice");
     constexpr int PER = MAX_ROWS / GROUP; /* tokens per slice */
     const int T = it.rows / GROUP;
-    if (T <= PER) { /* one slice: its tickets early */
-        run_item(a, v, it, smem, ticket);
+    if (T <= PER) { /* one slice: the item as it is */
+        run_item(a, v, it, smem);
         return;
     }
     for (int t0 = 0; t0 < T; t0 += PER) {

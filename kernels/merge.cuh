@@ -54,9 +54,7 @@ struct Sources {
  * of LPP lanes (lanes [base, base + LPP) of a warp, LPP a power of two,
  * every lane of the group calling with the same row and head); `rows`: the
  * group's [DVO + 1] floats of shared memory (the output hook's row; LPP =
- * 32 only); `ready`: persistent.cuh's count word of the row, waited on
- * before any partial state is read (nullptr: the rows are written). Lane
- * `sub` of the group owns the float4 columns sub, sub + LPP, ... of the
+ * 32 only). Lane `sub` of the group owns the float4 columns sub, sub + LPP, ... of the
  * row; SRC_UNROLL sources are loaded at a time.
  *
  * The sources' states are loaded LPP at a time, one per lane (source
@@ -70,7 +68,7 @@ struct Sources {
  * a launch (ld.global.nc). */
 template <int LPP, int SRC_UNROLL = 8>
 FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, Sources S, int h,
-                       const fi_variant_params &VP, float *rows, const int32_t *ready = nullptr) {
+                       const fi_variant_params &VP, float *rows) {
     static_assert(LPP >= 1 && LPP <= 32 && (LPP & (LPP - 1)) == 0, "lanes per row");
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
     static_assert(DVO % 4 == 0, "float4 columns");
@@ -83,15 +81,10 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
     /* this lane's source of the first LPP, kept for the sums below */
     int64_t row = 0;
     float l = FI_NEG_INF;
-    if (sub < n) row = S.row(sub) * H + h;
-    /* the fused merge: the other sources' rows are written once the count
-     * of written sources (high 16 bits) is n - 1 */
-#ifdef FI_MERGE_TICKETS
-    if (ready)
-        while ((fi_load_acquire(ready) >> 16) != n - 1) {
-        }
-#endif
-    if (sub < n) l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
+    if (sub < n) {
+        row = S.row(sub) * H + h;
+        l = SOFTMAX ? __ldcg(a.partial_lse + row) : 0.0f;
+    }
     /* this lane's columns of the row of the group's lane k's source, or
      * zeros where `source` is false (no such source in the row). Loaded
      * whether or not the state counts (its LSE may be -inf): a source's
@@ -107,8 +100,8 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
     };
     /* The first round's first PRE rows, loaded now beside the LSEs: the
      * row of a decode's few sources then waits on two loads in a row (the
-     * index; the LSE and the row together), not three (the fused merge:
-     * one, after its wait). Only the round's
+     * index; the LSE and the row together), not three (the fused merge,
+     * whose sources need no index: one). Only the round's
      * sources: a lane past n holds row 0, and every warp of the grid
      * loading that one row for its missing sources made one L2 line hot
      * (the separate merge kernel of 2-source rows 22 -> 37 us, H200) */

@@ -14,15 +14,14 @@
  * 128-row tensor-core path; the CUDA-core path still takes every item
  * when K/V rows cannot be copied 16 bytes at a time (a.tc_min_rows == 0).
  *
- * Split items are merged in the same launch: each source of a merge row
- * takes a ticket (a.merge_count [merge row][KV head], atomically); the
- * source with the last ticket merges the row for its KV head's query heads
- * once the others have written their partial rows (merge.cuh's merge_pair:
- * fixed order, so bitwise the same whichever CTA does it) and sets the
- * count back to 0 (finish_split). A CTA waits only on CTAs that took their
- * tickets before it, which are running, so the grid need not be resident;
- * every count is 0 again when the launch ends, so a captured graph replays
- * after any re-plan.
+ * Split items are merged in the same launch: after an item writes its
+ * partial rows, the CTA counts each of its tokens in (a.merge_count
+ * [merge row][KV head], atomically); the CTA whose count completes a merge
+ * row (all its sources written, by whichever CTAs) merges it for its KV
+ * head's query heads (merge.cuh's merge_pair: fixed order, so bitwise the
+ * same whichever CTA does it) and sets the count back to 0. No CTA waits on
+ * another, so the grid need not be resident; every count is 0 again when
+ * the launch ends, so a captured graph replays after any re-plan.
  *
  * Built-in variants only (soft-cap, ALiBi, masks, RoPE): a plan with a user
  * variant runs the separate kernels (its merge may carry an output hook).
@@ -91,8 +90,7 @@ constexpr int MIN_BLOCKS = TC || DECODE_FORM ? 2 : fi_attn::MIN_BLOCKS;
 static_assert(fi_attn::NT == NT, "one block size");
 static_assert(!fi_v::USER, "user variants run the separate kernels");
 
-/* Merge row r's count word for KV head hkv (a.merge_count: tickets in the
- * low 16 bits, written sources in the high 16, finish_split) */
+/* Merge row r's count for KV head hkv (a.merge_count, finish_split) */
 FI_DEV int32_t *count_word(const fi_attn_args &a, int r, int hkv) {
     return a.merge_count + (int64_t)r * a.num_kv_heads + hkv;
 }
@@ -103,10 +101,9 @@ FI_DEV fi_merge::Sources sources(const fi_part_merge &m) {
 }
 
 /* The (row, query head) pairs [0, pairs) of the rows in mrow (r = -1: not
- * this CTA's to merge), LPP lanes each, NT / LPP pairs at once; each waits
- * for its row's other sources (the count word's high half). The built-in
- * merge: no output hook, no row buffer; 4 sources in flight, not the
- * separate kernel's 8 (half the code on a path each SM runs once, at an
+ * this CTA's to merge), LPP lanes each, NT / LPP pairs at once. The
+ * built-in merge: no output hook, no row buffer; 4 sources in flight, not
+ * the separate kernel's 8 (half the code, on a path each SM runs once at an
  * item's end: 0.2-0.4 us off the split decode cells, H200). */
 template <int LPP>
 FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_item &it,
@@ -114,37 +111,27 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
         if (m.r >= 0)
-#ifdef FI_MERGE_TICKETS
-            fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
-                                         VP, nullptr, count_word(a, m.r, it.hkv));
-#else
             fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
                                          VP, nullptr);
-#endif
     }
 }
 
-/* After split item `it` wrote its partial rows: the merges of its tokens'
- * rows. mrow: shared [NT], the rows this CTA merges (r = -1: not this
- * CTA's). Every thread calls; thread t holds token t's ticket when the item
- * took it early (decode_tc.cuh, before its last writes), else -1.
+/* After split item `it` wrote its partial rows: count its tokens in, and
+ * merge the rows this CTA completed. mrow: shared [NT], the completed rows'
+ * merges (r = -1: not this CTA's to merge). Every thread calls.
  *
- * A row's count word (prelude.cuh): each source takes a ticket (relaxed);
- * the last ticket's CTA merges the row; every other source adds itself to
- * the written count (release, after the barrier that orders the CTA's
- * partial rows before it) and goes on. The merger waits for the written
- * count (acquire), merges (merge.cuh's merge_pair: fixed order, so bitwise
- * the same whichever CTA does it; the record names the output token and the
- * sources, so nothing else is looked up) and sets the word back to 0;
- * nobody else touches it again in the launch. Nothing waits on a CTA that
- * has not taken its ticket, so the grid need not be resident; every word is
- * 0 again when the launch ends, so a captured graph replays after any
- * re-plan. (H200, against one acquire-release count after the partial rows
- * with the sources looked up: the hybrid mix 218 -> 201 us, with the
- * tickets early or late alike; the decode cells even, within 0.3 us;
- * docs/CUDA_KERNELS.md.) */
+ * The count is the merge's only synchronisation: the barrier orders every
+ * thread's partial rows before it (CTA scope), its release carries them to
+ * the GPU, its acquire the other sources' rows to the barrier after it
+ * (kernels/prelude.cuh, fi_atomic_add_acq_rel). The record is plan data,
+ * loaded before the barrier, and names the output token and the sources
+ * (evenly spaced), so the merge looks nothing else up. (A fence before the
+ * barrier and one after the count, the record loaded between them, took
+ * 0.6-1.1 us more at the end of 1 x 1024 and 1 x 32768 on the H200; tickets
+ * taken before the partial rows, the merger waiting for the others'
+ * written count, were even or slower: docs/CUDA_KERNELS.md.) */
 FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
-                         fi_part_merge *mrow, int ticket) {
+                         fi_part_merge *mrow) {
     const fi_variant_params VP = fi_v::params(a, v.alibi);
     const int T = it.rows / GROUP;
     for (int t0 = 0; t0 < T; t0 += NT) {
@@ -153,20 +140,10 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         if (t < T) { /* plan data: loaded while the CTA's rows are written */
             const int4 m = __ldg(reinterpret_cast<const int4 *>(v.part_merge + it.prow + t));
             pm = {m.x, m.y, m.z, m.w};
-#ifdef FI_MERGE_TICKETS
-            if (t0 > 0 || ticket < 0) ticket = fi_atomic_add_relaxed(count_word(a, pm.r, it.hkv), 1);
-#endif
         }
         __syncthreads(); /* the CTA's partial rows (and the last round's merges) */
-#ifdef FI_MERGE_TICKETS
-        if (t < T && (ticket & 0xffff) != sources(pm).n - 1) {
-            fi_red_add_release(count_word(a, pm.r, it.hkv), 1 << 16);
-            pm.r = -1;
-        }
-#else
         if (t < T && fi_atomic_add_acq_rel(count_word(a, pm.r, it.hkv), 1) != sources(pm).n - 1)
             pm.r = -1; /* the last source to count in merges */
-#endif
         mrow[threadIdx.x] = pm;
         __syncthreads();
         /* (row, query head) pairs: a warp each (a decode's rows: their many
@@ -178,8 +155,8 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
         if (!TC || pairs <= NWARP) merge_completed<32>(a, v, it, mrow, pairs, VP);
         else merge_completed<fi_merge::LPP_WIDE>(a, v, it, mrow, pairs, VP);
-        __syncthreads(); /* every pair's wait is over; mrow is rewritten next */
-        if (t < T && pm.r >= 0) *count_word(a, pm.r, it.hkv) = 0;
+        __syncthreads(); /* mrow is rewritten next */
+        if (t < T && pm.r >= 0) *count_word(a, pm.r, it.hkv) = 0; /* every source is in */
     }
 }
 } /* namespace fi_pers */
@@ -212,21 +189,20 @@ FI_PERSIST_NAME(const fi_attn_args a) {
              * state spilled ~200 bytes with it held */
             const fi_view v = fi_view_of(a);
             const fi_item it = fi_item_load(fi_items(a, W), n, hkv, GROUP);
-            int ticket = -1; /* this thread's token's merge ticket, if taken early */
 #if FI_TC && FI_DTC
             /* the host launches this kernel only when K/V rows can be
              * copied 16 bytes at a time (a.tc_min_rows > 0) */
             if (it.rows > fi_dtc::MAX_ROWS) fi_tc::run_item(a, v, it, smem);
-            else fi_dtc::run_item(a, v, it, smem, &ticket);
+            else fi_dtc::run_item(a, v, it, smem);
 #elif FI_DTC /* the decode form: wide items in 16-row slices */
-            fi_dtc::run_sliced(a, v, it, smem, &ticket);
+            fi_dtc::run_sliced(a, v, it, smem);
 #elif FI_TC
             if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
             else fi_attn::run_item(a, v, it, smem);
 #else
             fi_attn::run_item(a, v, it, smem);
 #endif
-            if (it.prow >= 0) finish_split(a, v, it, mrow, ticket);
+            if (it.prow >= 0) finish_split(a, v, it, mrow);
 #ifdef FI_TRACE
             if (threadIdx.x == 0) fi_trace_item(w, hkv, n, it.rows, t0);
 #endif

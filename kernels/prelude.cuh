@@ -63,21 +63,6 @@ FI_DEV int fi_atomic_add_acq_rel(int32_t *p, int v) {
     asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
 }
-#ifdef FI_MERGE_TICKETS /* A/B */
-FI_DEV int fi_atomic_add_relaxed(int32_t *p, int v) {
-    int old;
-    asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-    return old;
-}
-FI_DEV void fi_red_add_release(int32_t *p, int v) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-FI_DEV int fi_load_acquire(const int32_t *p) {
-    int x;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(x) : "l"(p) : "memory");
-    return x;
-}
-#endif
 
 template <int T> struct fi_dtype_bytes { static constexpr int value = T == FI_T_F32 ? 4 : (T == FI_T_F16 || T == FI_T_BF16) ? 2 : 1; };
 
