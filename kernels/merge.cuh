@@ -54,8 +54,8 @@ struct Sources {
  * of LPP lanes (lanes [base, base + LPP) of a warp, LPP a power of two,
  * every lane of the group calling with the same row and head); `rows`: the
  * group's [DVO + 1] floats of shared memory (the output hook's row; LPP =
- * 32 only). Lane `sub` of the group owns the float4 columns sub, sub + LPP, ... of the
- * row; SRC_UNROLL sources are loaded at a time.
+ * 32 only). Lane `sub` of the group owns the float4 columns sub, sub + LPP,
+ * ... of the row; SRC_UNROLL sources are loaded at a time.
  *
  * The sources' states are loaded LPP at a time, one per lane (source
  * index, then LSE), and handed round by shuffles, so a row of n sources
@@ -101,8 +101,8 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
     /* The first round's first PRE rows, loaded now beside the LSEs: the
      * row of a decode's few sources then waits on two loads in a row (the
      * index; the LSE and the row together), not three (the fused merge,
-     * whose sources need no index: one). Only the round's
-     * sources: a lane past n holds row 0, and every warp of the grid
+     * whose sources need no index: one). Only the round's sources: a lane
+     * past n holds row 0, and every warp of the grid
      * loading that one row for its missing sources made one L2 line hot
      * (the separate merge kernel of 2-source rows 22 -> 37 us, H200) */
     constexpr int PRE = UNROLL;
