@@ -102,9 +102,9 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
      * row of a decode's few sources then waits on two loads in a row (the
      * index; the LSE and the row together), not three (the fused merge,
      * whose sources need no index: one). Only the round's sources: a lane
-     * past n holds row 0, and every warp of the grid
-     * loading that one row for its missing sources made one L2 line hot
-     * (the separate merge kernel of 2-source rows 22 -> 37 us, H200) */
+     * past n holds row 0, and every warp of the grid loading that one row
+     * for its missing sources made one L2 line hot (the separate merge
+     * kernel of 2-source rows 22 -> 37 us, H200) */
     constexpr int PRE = UNROLL;
     const int n0 = n < PRE ? n : PRE;
     float4 xp[PRE][PERL];

@@ -331,12 +331,13 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     for (int32_t r = 0; r < s->num_merge_rows; r++) {
         const int32_t s0 = s->merge_indptr[r], n = s->merge_indptr[r + 1] - s0;
         const int32_t first = s->merge_src[s0], step = n > 1 ? s->merge_src[s0 + 1] - first : 0;
+        /* the fused merge takes source k as partial row first + k * step: the
+         * schedule spaces a row's sources so (core/schedule.c, merge_rows) */
+        if (step < 0 || step > 0xffff || n > 0xffff) return 0;
+        const fi_part_merge row = {r, s->merge_out_row[r], first, n | step << 16};
         for (int32_t k = 0; k < n; k++) {
-            /* the schedule spaces a row's sources evenly (core/schedule.c,
-             * merge_rows); the fused merge relies on it */
-            if (s->merge_src[s0 + k] != first + k * step || step < 0 || step > 0xffff || n > 0xffff)
-                return 0;
-            pm[s->merge_src[s0 + k]] = (fi_part_merge){r, s->merge_out_row[r], first, n | step << 16};
+            if (s->merge_src[s0 + k] != first + k * step) return 0;
+            pm[s->merge_src[s0 + k]] = row;
         }
     }
     m.bytes = (int64_t)at;
