@@ -24,16 +24,20 @@
  * Last, the depth: the "head" form with 32 to 96 KB of K + V in flight per
  * CTA (64-key tiles, 1 or 2 in flight; 32-key tiles, 2, 4 or 6), on the
  * cells of at most 4096 pages (JSON forms "head, in flight TKxN"); and the
- * "head" form by bulk copies, a row each (read_bulk; "head bulk, ...").
+ * "head" form by bulk copies, a row each (read_bulk; "head bulk, ..."), and
+ * by the tensor memory accelerator, a page's 16 rows per box (read_tma;
+ * "head tma4k, ...": 4 KB boxes; "head tma2k, ...": 2 KB swizzled boxes).
  * Worker w of W reads pages [w P / W, (w + 1) P / W) of the batch's P
  * pages, so every form reads the same bytes, evenly spread. Time: device
  * events around each launch, median of 50 after 5 warm-ups; TB/s decimal.
  *
  *   make build/bench_gather    (nvcc)
  *   build/bench_gather [--json FILE] [B L pool ...]
+ *   build/bench_gather --copy-only     (the 2 GiB copy ceiling alone)
  *       default cells: 16 x 4096 and 64 x 1024 from pools of 65536 pages (4
  *       GiB, bench_decode's) and 4096; 1 x 32768, 256 x 4096 from 65536
  */
+#include <cuda.h> /* CUtensorMap (the TMA form; the encoder through the runtime's entry point) */
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -159,6 +163,67 @@ __global__ void __launch_bounds__(128) read_bulk(const char *k, const char *v, c
     if (acc == 0x12345678u) sink[threadIdx.x] = acc;
 }
 
+/* The same reads as read_paged<128, 64, 1, S> by the tensor memory
+ * accelerator: thread 0 issues, per page of a 64-key tile, one
+ * cp.async.bulk.tensor box of 16 rows of K and one of V (BOXW = 128: a
+ * 4 KB box, rows unswizzled) or two of each (BOXW = 64: 2 KB boxes, rows of
+ * 128 bytes with the 128-byte swizzle, the layout an ldmatrix-fed kernel
+ * would read), counted in bytes on the stage's mbarrier. The cache as a
+ * 3-D tensor {128 columns, 8 heads (256 B apart), tokens (2 KB apart)}. */
+template <int S, int BOXW>
+__global__ void __launch_bounds__(128) read_tma(const __grid_constant__ CUtensorMap tk,
+                                                const __grid_constant__ CUtensorMap tv, const int *indices,
+                                                int P, unsigned *sink) {
+    extern __shared__ __align__(16) char sm[];
+    __shared__ __align__(8) unsigned long long bar[S];
+    constexpr int TK = 64, HALF = TK * ROW, BOX = PS * BOXW * 2;
+    const int W = gridDim.y, w = blockIdx.y, h = blockIdx.x;
+    const int p0 = (int)((long)w * P / W), p1 = (int)((long)(w + 1) * P / W);
+    const int ntiles = ((p1 - p0) * PS + TK - 1) / TK;
+    const unsigned bar0 = (unsigned)__cvta_generic_to_shared(bar);
+    unsigned sm0 = (unsigned)__cvta_generic_to_shared(sm);
+    sm0 = (sm0 + 1023) & ~1023u; /* the swizzle's pattern repeats every 1 KB: boxes 1 KB-aligned */
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int t) { /* thread 0 */
+        const unsigned b = bar0 + 8 * (t % S), st = sm0 + (t % S) * 2 * HALF;
+        const int q0 = p0 + t * (TK / PS), np = min(TK / PS, p1 - q0);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(np * 2 * PS * ROW)
+                     : "memory");
+        for (int i = 0; i < np; i++) {
+            const int tok = indices[q0 + i] * PS;
+            for (int c = 0; c < 128 / BOXW; c++) {
+                const unsigned off = (c * (TK / PS) + i) * BOX; /* [column block][page][16 rows] */
+                asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                             " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(st + off),
+                             "l"(&tk), "r"(b), "r"(c * BOXW), "r"(h), "r"(tok)
+                             : "memory");
+                asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                             " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(st + HALF + off),
+                             "l"(&tv), "r"(b), "r"(c * BOXW), "r"(h), "r"(tok)
+                             : "memory");
+            }
+        }
+    };
+    unsigned acc = 0;
+    if (threadIdx.x == 0)
+        for (int t = 0; t < S - 1 && t < ntiles; t++) issue(t);
+    for (int t = 0; t < ntiles; t++) {
+        asm volatile("{\n .reg .pred done;\nWAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                     " @!done bra WAIT;\n}" ::"r"(bar0 + 8 * (t % S)),
+                     "r"((t / S) & 1)
+                     : "memory");
+        const char *st = sm + (sm0 - (unsigned)__cvta_generic_to_shared(sm)) + (t % S) * 2 * HALF;
+        acc += *(const unsigned *)(st + threadIdx.x * 16) ^ *(const unsigned *)(st + HALF + threadIdx.x * 16);
+        __syncthreads();
+        if (threadIdx.x == 0 && t + S - 1 < ntiles) issue(t + S - 1);
+    }
+    if (acc == 0x12345678u) sink[threadIdx.x] = acc;
+}
+
 __device__ __forceinline__ uint4 ld16(const char *p) { /* streamed: not kept in L1 */
     uint4 r;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -227,6 +292,60 @@ static double time_bulk(const char *k, const char *v, const int *di, int P, int 
     return median_us([&] { f<<<dim3(HKV, workers), 128, smem>>>(k, v, di, P, sink); });
 }
 
+/* A cache as the TMA's 3-D tensor {128 columns, 8 heads, pool x 16 tokens},
+ * boxes of {BOXW, 1, 16} (BOXW = 64: 128-byte swizzle). */
+static CUtensorMap tensor_map(const char *base, int pool, int boxw) {
+    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static encode_fn encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !fn) {
+            printf("cuTensorMapEncodeTiled: not found\n");
+            exit(1);
+        }
+        encode = (encode_fn)fn;
+    }
+    CUtensorMap m;
+    const cuuint64_t dims[3] = {D, HKV, (cuuint64_t)pool * PS}, strides[2] = {ROW, HKV * ROW};
+    const cuuint32_t box[3] = {(cuuint32_t)boxw, 1, PS}, elem[3] = {1, 1, 1};
+    const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)base, dims, strides, box, elem,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              boxw == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        printf("cuTensorMapEncodeTiled: error %d\n", (int)r);
+        exit(1);
+    }
+    return m;
+}
+
+template <int S, int BOXW>
+static double time_tma(const CUtensorMap &tk, const CUtensorMap &tv, const int *di, int P, int workers,
+                       unsigned *sink) {
+    auto f = read_tma<S, BOXW>;
+    const int smem = S * 2 * 64 * ROW + 1024; /* 3 stages: 97 KB, 2 CTAs per SM; + alignment slack */
+    static_assert(S * 2 * 64 * ROW + 1024 <= 112 * 1024, "2 CTAs per SM");
+    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return median_us([&] { f<<<dim3(HKV, workers), 128, smem>>>(tk, tv, di, P, sink); });
+}
+
+/* The ceiling the decode targets are stated against (BENCH.md): a
+ * device-to-device copy of `bytes` from src, bytes read + written. */
+static double copy_ceiling(const char *src, size_t bytes, FILE *jf) {
+    char *dst;
+    CK(cudaMalloc(&dst, bytes));
+    const double t = median_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+    CK(cudaFree(dst));
+    const double tb_s = 2.0 * bytes / t * 1e-6;
+    printf("device-to-device copy of %.2f GB: %.1f us, %.3f TB/s (read + written)\n\n", bytes * 1e-9, t, tb_s);
+    if (jf) fprintf(jf, "  {\"form\": \"d2d copy\", \"bytes\": %zu, \"us\": %.2f, \"tb_s\": %.3f}", bytes, t, tb_s);
+    return tb_s;
+}
+
 static unsigned rng_state = 12345;
 static unsigned rnd(void) {
     rng_state = rng_state * 1664525u + 1013904223u;
@@ -263,9 +382,11 @@ static void print_time(FILE *jf, int B, int L, int pool, const char *pages, cons
 
 int main(int argc, char **argv) {
     const char *json = NULL;
+    int copy_only = 0;
     std::vector<int> cells; /* B, L, pool */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--copy-only")) copy_only = 1;
         else cells.push_back(atoi(argv[i]));
     }
     if (cells.size() < 3)
@@ -281,6 +402,17 @@ int main(int argc, char **argv) {
         max_pool = std::max(max_pool, cells[c + 2]);
     }
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    if (copy_only) { /* the ceiling alone, on 2 GiB of random bytes */
+        const size_t cb = (size_t)2 << 30;
+        char *src;
+        CK(cudaMalloc(&src, cb));
+        fill<<<1024, 256>>>((uint4 *)src, cb / 16, 3);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        copy_ceiling(src, cb, NULL);
+        CK(cudaFree(src));
+        return 0;
+    }
     char *k, *v;
     unsigned *sink;
     const size_t pool_bytes = (size_t)max_pool * PAGE_BYTES;
@@ -296,18 +428,7 @@ int main(int argc, char **argv) {
     CK(cudaFuncSetAttribute(read_flat, cudaFuncAttributePreferredSharedMemoryCarveout, 0));
     FILE *jf = json ? fopen(json, "w") : NULL;
     if (jf) fprintf(jf, "[\n");
-    {
-        const size_t cb = std::min(pool_bytes, (size_t)2 << 30);
-        char *dst;
-        CK(cudaMalloc(&dst, cb));
-        const double t = median_us([&] { CK(cudaMemcpyAsync(dst, k, cb, cudaMemcpyDeviceToDevice)); });
-        CK(cudaFree(dst));
-        printf("device-to-device copy of %.2f GB: %.1f us, %.3f TB/s (read + written)\n\n", cb * 1e-9, t,
-               2.0 * cb / t * 1e-6);
-        if (jf)
-            fprintf(jf, "  {\"form\": \"d2d copy\", \"bytes\": %zu, \"us\": %.2f, \"tb_s\": %.3f}", cb, t,
-                    2.0 * cb / t * 1e-6);
-    }
+    copy_ceiling(k, std::min(pool_bytes, (size_t)2 << 30), jf);
     printf("loads only, %d SMs; us and TB/s (decimal)\n\n", sms);
     printf("| B x L | pool (pages) | pages | head | 4 heads | page | flat |\n|---|---|---|---|---|---|---|\n");
     const char *names[4] = {"head", "4 heads", "page", "flat"};
@@ -335,18 +456,23 @@ int main(int argc, char **argv) {
      * most 4096 pages. */
     printf("\nK + V in flight per CTA (one head per CTA, 2 CTAs per SM, random pages); us and TB/s\n\n");
     printf("| B x L | pool (pages) | 32 KB (64-key tiles x 1) | 32 KB (32 x 2) | 64 KB (64 x 2) | "
-           "64 KB (32 x 4) | 96 KB (32 x 6) | bulk 32 KB (64 x 1) | bulk 64 KB (64 x 2) |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
-    const char *depths[7] = {"head, in flight 64x1", "head, in flight 32x2", "head, in flight 64x2",
+           "64 KB (32 x 4) | 96 KB (32 x 6) | bulk 32 KB (64 x 1) | bulk 64 KB (64 x 2) | "
+           "TMA 32 KB (4 KB boxes) | TMA 64 KB (4 KB boxes) | TMA 32 KB (2 KB swizzled) | TMA 64 KB (2 KB swizzled) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    const CUtensorMap tk4 = tensor_map(k, max_pool, 128), tv4 = tensor_map(v, max_pool, 128);
+    const CUtensorMap tk2 = tensor_map(k, max_pool, 64), tv2 = tensor_map(v, max_pool, 64);
+    const char *depths[11] = {"head, in flight 64x1", "head, in flight 32x2", "head, in flight 64x2",
                              "head, in flight 32x4", "head, in flight 32x6", "head bulk, in flight 64x1",
-                             "head bulk, in flight 64x2"};
+                             "head bulk, in flight 64x2", "head tma4k, in flight 64x1",
+                             "head tma4k, in flight 64x2", "head tma2k, in flight 64x1",
+                             "head tma2k, in flight 64x2"};
     for (size_t c = 0; c < cells.size(); c += 3) {
         const int B = cells[c], L = cells[c + 1], pool = cells[c + 2], P = B * (L / PS);
         if (P > 4096) continue;
         int *di = upload_pages(pool, P, 0);
         const double bytes = 2.0 * P * PAGE_BYTES;
         const int W = 2 * sms / HKV;
-        double t[7];
+        double t[11];
         t[0] = time_paged<128, 64, 1, 2>(k, v, di, P, 2, W, sink);
         t[1] = time_paged<128, 32, 1, 3>(k, v, di, P, 2, W, sink);
         t[2] = time_paged<128, 64, 1, 3>(k, v, di, P, 2, W, sink);
@@ -354,8 +480,12 @@ int main(int argc, char **argv) {
         t[4] = time_paged<128, 32, 1, 7>(k, v, di, P, 2, W, sink);
         t[5] = time_bulk<2>(k, v, di, P, W, sink);
         t[6] = time_bulk<3>(k, v, di, P, W, sink);
+        t[7] = time_tma<2, 128>(tk4, tv4, di, P, W, sink);
+        t[8] = time_tma<3, 128>(tk4, tv4, di, P, W, sink);
+        t[9] = time_tma<2, 64>(tk2, tv2, di, P, W, sink);
+        t[10] = time_tma<3, 64>(tk2, tv2, di, P, W, sink);
         printf("| %d x %d | %d |", B, L, pool);
-        for (int f = 0; f < 7; f++) print_time(jf, B, L, pool, "random", depths[f], t[f], bytes);
+        for (int f = 0; f < 11; f++) print_time(jf, B, L, pool, "random", depths[f], t[f], bytes);
         printf("\n");
         CK(cudaFree(di));
     }
