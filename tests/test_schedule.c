@@ -914,6 +914,85 @@ static void case_request_order(int32_t count) {
     }
 }
 
+/* Wide items first (the CUDA backend's wide_first_rows): the same queues
+ * as without, the workers holding an item of more packed rows than the
+ * bound first (each group in id order, costs with their queues), and in
+ * each queue those items first, both parts in their old order. */
+static void case_wide_first(int32_t count) {
+    static const int32_t tiles[] = {16, 64, 128};
+    static int32_t qo[MAX_B + 1], kv[MAX_B];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "wide-first/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        int32_t B = tu_rng_int(&g, 1, MAX_B), N = tu_rng_int(&g, 1, 300);
+        for (int32_t r = 0; r < B; r++) {
+            qo[r + 1] = qo[r] + (tu_rng_int(&g, 0, 7) == 0 ? tu_rng_int(&g, 2, 600) : 1);
+            kv[r] = tu_rng_int(&g, 1, 8192);
+        }
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
+                                .group_size = 4, .num_kv_heads = 8, .causal = k % 2 == 0,
+                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
+                                .num_q_tiles = 3, .cost_per_q_row = 1, .cost_per_key = 1,
+                                .cost_per_row_key = 0.007, .cost_rows_exact = 16,
+                                .cost_rows_block = 128, .split_workers = tu_rng_int(&g, 0, N),
+                                .queues_in_request_order = k % 3 != 0};
+        const int32_t wide_rows = 16;
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, B, qo[B], N);
+        fi_schedule a, b;
+        int bad = fi_schedule_init(&a, &lim) || fi_schedule_init(&b, &lim) ||
+                  fi_schedule_build(&a, &in);
+        in.wide_first_rows = wide_rows;
+        bad = bad || fi_schedule_build(&b, &in);
+        if (!bad && (a.num_items != b.num_items || a.num_workers != b.num_workers)) {
+            tu_note("%d / %d items, %d / %d workers", (int)a.num_items, (int)b.num_items,
+                    (int)a.num_workers, (int)b.num_workers);
+            bad = 1;
+        }
+#define IS_WIDE(it) ((int64_t)((it).q_end - (it).q_start) * in.group_size > wide_rows)
+        int32_t *perm = malloc(sizeof(int32_t) * (size_t)N), first = 0;
+        bad = bad || !perm;
+        for (int32_t w = 0; !bad && w < N; w++) {
+            int wide = 0;
+            for (int32_t i = a.worker_indptr[w]; i < a.worker_indptr[w + 1]; i++) wide |= IS_WIDE(a.items[i]);
+            if (wide) perm[first++] = w;
+        }
+        for (int32_t w = 0, at = first; !bad && w < N; w++) {
+            int wide = 0;
+            for (int32_t i = a.worker_indptr[w]; i < a.worker_indptr[w + 1]; i++) wide |= IS_WIDE(a.items[i]);
+            if (!wide) perm[at++] = w;
+        }
+        for (int32_t slot = 0; !bad && slot < N; slot++) {
+            const int32_t w = perm[slot], i0 = a.worker_indptr[w], n = a.worker_indptr[w + 1] - i0;
+            const int32_t j0 = b.worker_indptr[slot];
+            if (b.worker_indptr[slot + 1] - j0 != n || b.worker_cost[slot] != a.worker_cost[w]) {
+                tu_note("slot %d: not worker %d's queue (length or cost)", (int)slot, (int)w);
+                bad = 1;
+                break;
+            }
+            int32_t j = j0; /* a's queue, wide items first, each part in order */
+            for (int pass = 0; pass < 2 && !bad; pass++)
+                for (int32_t i = i0; i < i0 + n && !bad; i++) {
+                    if (IS_WIDE(a.items[i]) != (pass == 0)) continue;
+                    if (memcmp(&a.items[i], &b.items[j++], sizeof a.items[0])) {
+                        tu_note("slot %d (worker %d): item %d out of place", (int)slot, (int)w,
+                                (int)(j - 1 - j0));
+                        bad = 1;
+                    }
+                }
+        }
+#undef IS_WIDE
+        free(perm);
+        if (bad) tu_note("B %d, N %d", (int)B, (int)N);
+        tu_record("wide items and their workers first", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&a);
+        fi_schedule_free(&b);
+    }
+}
+
 /* ------------------------------------------------ through the public API */
 
 enum { A_HQO = 8, A_HKV = 2, A_D = 64, A_MAXB = 16 };
@@ -1209,6 +1288,7 @@ int main(int argc, char **argv) {
     case_equal_pieces(n / 20);
     case_reference_lpt(n / 20);
     case_request_order(n / 20);
+    case_wide_first(n / 20);
     api_cases();
     return tu_summary("test_schedule");
 }

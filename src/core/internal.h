@@ -173,6 +173,8 @@ typedef struct fi_schedule_input {
     bool queues_in_request_order; /* each worker's queue in generation order
                                      (request, tokens, keys) instead of longest
                                      first; the same items on each worker */
+    int32_t wide_first_rows;  /* > 0: items of more packed rows lead their
+                                 queues, their workers lead the worker order */
 } fi_schedule_input;
 
 fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits);
@@ -198,6 +200,7 @@ struct fi_plan {
     int32_t cost_rows_exact, cost_rows_block; /* fi_schedule_input's */
     int32_t split_workers;        /* 0: num_workers (fi_schedule_input) */
     bool queues_in_request_order; /* fi_schedule_input's (the backend's choice) */
+    int32_t wide_first_rows;      /* fi_schedule_input's (the backend's choice) */
 
     /* The batch of the last fi_plan_update, copied (capacity from config). */
     bool planned;

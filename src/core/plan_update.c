@@ -122,6 +122,7 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
         .num_workers = plan->config.num_workers,
         .split_workers = plan->split_workers,
         .queues_in_request_order = plan->queues_in_request_order,
+        .wide_first_rows = plan->wide_first_rows,
         .q_tiles = plan->q_tiles,
         .num_q_tiles = plan->num_q_tiles,
         .cost_per_q_row = plan->cost_per_q_row,

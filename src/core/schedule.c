@@ -991,22 +991,58 @@ static void assign_tree(scratch *sc, int32_t from, int32_t n, int32_t N, double 
  * request_order in generation order (request, tokens, keys: a GPU's
  * workers then sweep the batch's requests together, and the causal tiles
  * of a request, which read the same keys, run close in time and share
- * them in L2); cursor[w] arrives as worker w's item count. */
-static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool request_order) {
+ * them in L2); cursor[w] arrives as worker w's item count.
+ *
+ * With wide_rows > 0, items of more packed rows than that (a GPU's
+ * tensor-core blocks: compute-bound where the narrow ones, decodes, are
+ * bandwidth-bound) lead their queues, and the workers holding any lead
+ * the worker order (each group in id order). LPT hands the wide items of a
+ * mostly-decode batch to the least-loaded workers, the last ids, which a
+ * GPU runs last: their math then formed the launch's tail alone; run
+ * first, it overlaps the decodes' reads (H200, BENCH.md's chunked mix:
+ * docs/SCHEDULER.md). Worker order changes no result: partial rows and
+ * merges do not depend on it. */
+static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool request_order,
+                        int32_t wide_rows, int32_t group) {
     int32_t *ptr = s->worker_indptr;
-    ptr[0] = 0;
-    for (int32_t w = 0; w < N; w++) {
-        ptr[w + 1] = ptr[w] + sc->cursor[w];
-        sc->cursor[w] = ptr[w];
-    }
-    if (request_order) { /* tmp[g]: the worker of generated item g */
+    if (request_order) /* tmp[g]: the worker of generated item g */
         for (int32_t i = 0; i < n; i++) sc->tmp[sc->order[i]] = sc->worker[i];
-        for (int32_t g = 0; g < n; g++) s->items[sc->cursor[sc->tmp[g]]++] = sc->gen[g];
-        return;
+    int32_t *wide = sc->mark, *perm = sc->next; /* [N]: LPT is done with both */
+    int32_t first = 0;                           /* workers holding a wide item */
+    for (int32_t w = 0; w < N; w++) wide[w] = 0;
+    if (wide_rows > 0)
+        for (int32_t i = 0; i < n; i++) {
+            const fi_work_item *it = &sc->gen[sc->order[i]];
+            if ((int64_t)(it->q_end - it->q_start) * group > wide_rows) wide[sc->worker[i]] = 1;
+        }
+    for (int32_t w = 0; w < N; w++) first += wide[w];
+    if (first == 0 || first == N) { /* one group: the ids as they are */
+        for (int32_t w = 0; w < N; w++) perm[w] = w;
+    } else {
+        int32_t a = 0, b = first;
+        for (int32_t w = 0; w < N; w++) perm[wide[w] ? a++ : b++] = w;
+        /* the queues' costs follow their queues */
+        double *cost = sc->cost; /* [max_items >= max_workers]: the sort is done */
+        for (int32_t w = 0; w < N; w++) cost[w] = s->worker_cost[perm[w]];
+        for (int32_t w = 0; w < N; w++) s->worker_cost[w] = cost[w];
     }
-    for (int32_t i = 0; i < n; i++) {
-        s->items[sc->cursor[sc->worker[i]]++] = sc->gen[sc->order[i]];
+    /* slot k holds worker perm[k]'s queue; cursor[w]: where w's next item goes */
+    ptr[0] = 0;
+    for (int32_t k = 0; k < N; k++) {
+        const int32_t w = perm[k], cnt = sc->cursor[w];
+        sc->cursor[w] = ptr[k];
+        ptr[k + 1] = ptr[k] + cnt;
     }
+    /* with wide items, two passes: those, then the rest */
+    for (int pass = first > 0 ? 0 : 1; pass < 2; pass++)
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t g = request_order ? i : sc->order[i];
+            const int32_t w = request_order ? sc->tmp[i] : sc->worker[i];
+            const fi_work_item *it = &sc->gen[g];
+            const bool is_wide = first > 0 && (int64_t)(it->q_end - it->q_start) * group > wide_rows;
+            if (is_wide != (pass == 0)) continue;
+            s->items[sc->cursor[w]++] = *it;
+        }
 }
 
 /* ------------------------------------------------------------- build */
@@ -1118,7 +1154,7 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     if (N > 1) sort_longest_first(sc, g.n, &g);
     else for (int32_t i = 0; i < g.n; i++) sc->order[i] = i;
     assign_lpt(sc, g.n, N, s->worker_cost);
-    emit_queues(s, sc, g.n, N, in->queues_in_request_order);
+    emit_queues(s, sc, g.n, N, in->queues_in_request_order, in->wide_first_rows, in->group_size);
     s->total_cost = 0.0;
     s->max_worker_cost = 0.0;
     for (int32_t w = 0; w < N; w++) {

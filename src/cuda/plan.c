@@ -194,6 +194,12 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
      * (A/B runs). */
     const char *qo = getenv("FLASHINFER_CUDA_QUEUE_ORDER");
     plan->queues_in_request_order = !(qo && !strcmp(qo, "cost"));
+    /* Items wider than the decode path's m16 tile (tensor-core blocks,
+     * compute-bound) lead their queues, and their workers run first:
+     * LPT gives them the last workers, where they ran as the launch's tail
+     * (schedule.c, emit_queues). FLASHINFER_CUDA_WIDE_FIRST=0: off (A/B). */
+    const char *wf = getenv("FLASHINFER_CUDA_WIDE_FIRST");
+    plan->wide_first_rows = wf && wf[0] == '0' ? 0 : FI_CUDA_DTC_MAX_ROWS;
     /* grid x = KV heads for the persistent kernel (FLASHINFER_CUDA_HEADS_X=0:
      * x = workers) */
     const char *hx = getenv("FLASHINFER_CUDA_HEADS_X");
