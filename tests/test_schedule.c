@@ -953,18 +953,15 @@ static void case_wide_first(int32_t count) {
             bad = 1;
         }
 #define IS_WIDE(it) ((int64_t)((it).q_end - (it).q_start) * in.group_size > wide_rows)
-        int32_t *perm = malloc(sizeof(int32_t) * (size_t)N), first = 0;
-        bad = bad || !perm;
+        /* the expected slots: workers with a wide item, then the rest, in id order */
+        int32_t *perm = malloc(sizeof(int32_t) * (size_t)N), *wide = calloc((size_t)N, sizeof(int32_t));
+        int32_t first = 0;
+        bad = bad || !perm || !wide;
         for (int32_t w = 0; !bad && w < N; w++) {
-            int wide = 0;
-            for (int32_t i = a.worker_indptr[w]; i < a.worker_indptr[w + 1]; i++) wide |= IS_WIDE(a.items[i]);
-            if (wide) perm[first++] = w;
+            for (int32_t i = a.worker_indptr[w]; i < a.worker_indptr[w + 1]; i++) wide[w] |= IS_WIDE(a.items[i]);
+            first += wide[w];
         }
-        for (int32_t w = 0, at = first; !bad && w < N; w++) {
-            int wide = 0;
-            for (int32_t i = a.worker_indptr[w]; i < a.worker_indptr[w + 1]; i++) wide |= IS_WIDE(a.items[i]);
-            if (!wide) perm[at++] = w;
-        }
+        for (int32_t w = 0, at = 0, rest = first; !bad && w < N; w++) perm[wide[w] ? at++ : rest++] = w;
         for (int32_t slot = 0; !bad && slot < N; slot++) {
             const int32_t w = perm[slot], i0 = a.worker_indptr[w], n = a.worker_indptr[w + 1] - i0;
             const int32_t j0 = b.worker_indptr[slot];
@@ -986,6 +983,7 @@ static void case_wide_first(int32_t count) {
         }
 #undef IS_WIDE
         free(perm);
+        free(wide);
         if (bad) tu_note("B %d, N %d", (int)B, (int)N);
         tu_record("wide items and their workers first", name, bad ? TU_FAIL : TU_PASS);
         fi_schedule_free(&a);

@@ -1002,6 +1002,10 @@ static void assign_tree(scratch *sc, int32_t from, int32_t n, int32_t N, double 
  * first, it overlaps the decodes' reads (H200, BENCH.md's chunked mix:
  * docs/SCHEDULER.md). Worker order changes no result: partial rows and
  * merges do not depend on it. */
+static inline bool wide_item(const fi_work_item *it, int32_t group, int32_t wide_rows) {
+    return wide_rows > 0 && (int64_t)(it->q_end - it->q_start) * group > wide_rows;
+}
+
 static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool request_order,
                         int32_t wide_rows, int32_t group) {
     int32_t *ptr = s->worker_indptr;
@@ -1011,10 +1015,8 @@ static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool 
     int32_t first = 0;                           /* workers holding a wide item */
     for (int32_t w = 0; w < N; w++) wide[w] = 0;
     if (wide_rows > 0)
-        for (int32_t i = 0; i < n; i++) {
-            const fi_work_item *it = &sc->gen[sc->order[i]];
-            if ((int64_t)(it->q_end - it->q_start) * group > wide_rows) wide[sc->worker[i]] = 1;
-        }
+        for (int32_t i = 0; i < n; i++)
+            if (wide_item(&sc->gen[sc->order[i]], group, wide_rows)) wide[sc->worker[i]] = 1;
     for (int32_t w = 0; w < N; w++) first += wide[w];
     if (first == 0 || first == N) { /* one group: the ids as they are */
         for (int32_t w = 0; w < N; w++) perm[w] = w;
@@ -1039,8 +1041,7 @@ static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool 
             const int32_t g = request_order ? i : sc->order[i];
             const int32_t w = request_order ? sc->tmp[i] : sc->worker[i];
             const fi_work_item *it = &sc->gen[g];
-            const bool is_wide = first > 0 && (int64_t)(it->q_end - it->q_start) * group > wide_rows;
-            if (is_wide != (pass == 0)) continue;
+            if ((first > 0 && wide_item(it, group, wide_rows)) != (pass == 0)) continue;
             s->items[sc->cursor[w]++] = *it;
         }
 }

@@ -113,6 +113,26 @@ __global__ void __launch_bounds__(NT) read_paged(const char *k, const char *v, c
     if (acc == 0x12345678u) sink[threadIdx.x] = acc; /* never on random data: no load is dead */
 }
 
+/* The bulk and TMA forms' stage barriers (shared addresses): thread 0
+ * initialises n of them (one arrival each), then the CTA syncs; the issuing
+ * thread's arrival expects `bytes`; a wait spins on a phase's parity. */
+__device__ __forceinline__ void mbar_init(unsigned bar0, int n) {
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < n; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+__device__ __forceinline__ void mbar_expect(unsigned bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, int parity) {
+    asm volatile("{\n .reg .pred done;\nWAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 " @!done bra WAIT;\n}" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
 /* The same reads as read_paged<128, 64, 1, S> (one head per CTA, 64-key
  * tiles, up to S - 1 in flight), each K or V row one bulk copy
  * (cp.async.bulk, 256 bytes) by one thread, counted on the stage's
@@ -129,18 +149,12 @@ __global__ void __launch_bounds__(128) read_bulk(const char *k, const char *v, c
     const int nkeys = (p1 - p0) * PS, ntiles = (nkeys + TK - 1) / TK;
     const int key = threadIdx.x % TK, is_v = threadIdx.x / TK;
     const unsigned bar0 = (unsigned)__cvta_generic_to_shared(bar);
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    mbar_init(bar0, S);
     auto issue = [&](int t) {
         const unsigned b = bar0 + 8 * (t % S);
         const unsigned dst = (unsigned)__cvta_generic_to_shared(sm + (t % S) * 2 * HALF + is_v * HALF + key * PITCH);
         const int j = t * TK + key, nk = min(TK, nkeys - t * TK);
-        if (threadIdx.x == 0)
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(nk * 2 * ROW)
-                         : "memory");
+        if (threadIdx.x == 0) mbar_expect(b, nk * 2 * ROW);
         if (j < nkeys) {
             const size_t off = (size_t)indices[p0 + j / PS] * PAGE_BYTES + ((j % PS) * HKV + h) * ROW;
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -151,10 +165,7 @@ __global__ void __launch_bounds__(128) read_bulk(const char *k, const char *v, c
     unsigned acc = 0;
     for (int t = 0; t < S - 1 && t < ntiles; t++) issue(t);
     for (int t = 0; t < ntiles; t++) {
-        asm volatile("{\n .reg .pred done;\nWAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                     " @!done bra WAIT;\n}" ::"r"(bar0 + 8 * (t % S)),
-                     "r"((t / S) & 1)
-                     : "memory");
+        mbar_wait(bar0 + 8 * (t % S), (t / S) & 1);
         const char *st = sm + (t % S) * 2 * HALF;
         acc += *(const unsigned *)(st + threadIdx.x * 16) ^ *(const unsigned *)(st + HALF + threadIdx.x * 16);
         __syncthreads();
@@ -183,16 +194,11 @@ __global__ void __launch_bounds__(128) read_tma(const __grid_constant__ CUtensor
     const unsigned bar0 = (unsigned)__cvta_generic_to_shared(bar);
     unsigned sm0 = (unsigned)__cvta_generic_to_shared(sm);
     sm0 = (sm0 + 1023) & ~1023u; /* the swizzle's pattern repeats every 1 KB: boxes 1 KB-aligned */
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    mbar_init(bar0, S);
     auto issue = [&](int t) { /* thread 0 */
         const unsigned b = bar0 + 8 * (t % S), st = sm0 + (t % S) * 2 * HALF;
         const int q0 = p0 + t * (TK / PS), np = min(TK / PS, p1 - q0);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(np * 2 * PS * ROW)
-                     : "memory");
+        mbar_expect(b, np * 2 * PS * ROW);
         for (int i = 0; i < np; i++) {
             const int tok = indices[q0 + i] * PS;
             for (int c = 0; c < 128 / BOXW; c++) {
@@ -212,10 +218,7 @@ __global__ void __launch_bounds__(128) read_tma(const __grid_constant__ CUtensor
     if (threadIdx.x == 0)
         for (int t = 0; t < S - 1 && t < ntiles; t++) issue(t);
     for (int t = 0; t < ntiles; t++) {
-        asm volatile("{\n .reg .pred done;\nWAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                     " @!done bra WAIT;\n}" ::"r"(bar0 + 8 * (t % S)),
-                     "r"((t / S) & 1)
-                     : "memory");
+        mbar_wait(bar0 + 8 * (t % S), (t / S) & 1);
         const char *st = sm + (sm0 - (unsigned)__cvta_generic_to_shared(sm)) + (t % S) * 2 * HALF;
         acc += *(const unsigned *)(st + threadIdx.x * 16) ^ *(const unsigned *)(st + HALF + threadIdx.x * 16);
         __syncthreads();
