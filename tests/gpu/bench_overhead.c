@@ -137,30 +137,34 @@ typedef struct bench_env {
     fi_run_args a;
 } bench_env;
 
-/* Times one cell: `steps` steps of each loop after 20 warm-up steps. */
+/* Times one cell: `steps` steps of each loop after 20 warm-up steps. Every
+ * error path frees what was made (the `done` label). */
 static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch *fdev,
                         int32_t pages, int dt, int steps, cell_times *out) {
+    int rc = 1;
     fi_plan_config cfg;
     fi_plan_config_init(&cfg);
     cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = pages;
     cfg.device_page_table = dt;
     fi_plan *plan = NULL, *cplan = NULL;
+    gu_graph g = NULL;
+    gu_exec ex = NULL;
+    float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
+    float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
+    float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
+    if (!upd || !run || !both || !graph || !cupd || !dev) goto done;
     if (fi_plan_create(env->bench->ctx, &env->p, &cfg, &plan) || update(plan, fb, fdev, dt)) {
         printf("plan: %s\n", fi_last_error());
-        return 1;
+        goto done;
     }
     fi_plan_info info = {.struct_size = sizeof info};
     fi_plan_get_info(plan, &info);
     fi_plan_config ccfg = cfg;
     ccfg.num_workers = info.num_workers;
-    if (fi_plan_create(env->cpu, &env->p, &ccfg, &cplan)) return 1;
+    if (fi_plan_create(env->cpu, &env->p, &ccfg, &cplan)) goto done;
     const fi_run_args *a = &env->a;
     gu_stream s = env->bench->s;
     gu_event e0 = env->bench->e0, e1 = env->bench->e1;
-    float *upd = malloc(4 * (size_t)steps), *run = malloc(4 * (size_t)steps);
-    float *both = malloc(4 * (size_t)steps), *graph = malloc(4 * (size_t)steps);
-    float *cupd = malloc(4 * (size_t)steps), *dev = malloc(4 * (size_t)steps);
-    if (!upd || !run || !both || !graph || !cupd || !dev) return 1;
     /* eager: update, run; then the step is waited for by a blocking
      * cuStreamSynchronize (spin = 0), or by polling cuStreamQuery
      * (spin = 1: the thread stays on its core, as a serving loop that
@@ -179,7 +183,7 @@ static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch
                 r = gu.StreamSynchronize(s);
             if (bad || GU(r)) {
                 printf("step: %s\n", fi_last_error());
-                return 1;
+                goto done;
             }
             if (t >= 0) upd[t] = (float)(1e6 * (t1 - t0)), run[t] = (float)(1e6 * (t2 - t1)),
                         both[t] = (float)(1e6 * (t2 - t0));
@@ -187,18 +191,16 @@ static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch
         if (spin) out->spin_both = median(both, steps), out->spin_upd = median(upd, steps);
         else out->upd = median(upd, steps), out->run = median(run, steps), out->both = median(both, steps);
     }
-    gu_graph g = NULL;
-    gu_exec ex = NULL;
     GU(gu.BeginCapture(s, 0));
     fi_plan_run(plan, a);
-    if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) return 1;
+    if (GU(gu.EndCapture(s, &g)) || GU(gu.GraphInstantiate(&ex, g, 0))) goto done;
     for (int t = -20; t < steps; t++) { /* graph: update, replay */
         double t0 = now();
         int bad = update(plan, fb, fdev, dt);
         bad |= GU(gu.EventRecord(e0, s)) || GU(gu.GraphLaunch(ex, s));
         double t1 = now();
         bad |= GU(gu.EventRecord(e1, s)) || GU(gu.EventSynchronize(e1));
-        if (bad) return 1;
+        if (bad) goto done;
         if (t >= 0) {
             graph[t] = (float)(1e6 * (t1 - t0));
             GU(gu.EventElapsedTime(&dev[t], e0, e1));
@@ -207,18 +209,20 @@ static int measure_cell(const bench_env *env, const fi_batch *fb, const fi_batch
     }
     for (int t = -20; t < steps; t++) { /* the same update on a CPU context */
         double t0 = now();
-        if (update(cplan, fb, fb, dt)) return 1; /* CPU: device memory is host memory */
+        if (update(cplan, fb, fb, dt)) goto done; /* CPU: device memory is host memory */
         if (t >= 0) cupd[t] = (float)(1e6 * (now() - t0));
     }
     out->graph = median(graph, steps), out->cpu_upd = median(cupd, steps);
     out->gpu = median(dev, steps);
     out->items = info.num_items, out->split = info.num_split_items, out->workers = info.num_workers;
+    rc = 0;
+done:
     free(upd), free(run), free(both), free(graph), free(cupd), free(dev);
-    gu.GraphExecDestroy(ex);
-    gu.GraphDestroy(g);
+    if (ex) gu.GraphExecDestroy(ex);
+    if (g) gu.GraphDestroy(g);
     fi_plan_destroy(plan);
     fi_plan_destroy(cplan);
-    return 0;
+    return rc;
 }
 
 /* The median over rounds of one field (offset into cell_times). */

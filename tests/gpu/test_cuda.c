@@ -591,9 +591,13 @@ static void test_device(void) {
      * make_batches' batches against the oracle. */
     int dev1 = 0;
     gu_ctx c1 = NULL;
-    if (GU(gu.DeviceGet(&dev1, 1)) || GU(gu.PrimaryCtxRetain(&c1, dev1)) ||
-        GU(gu.CtxPushCurrent(c1))) {
+    if (GU(gu.DeviceGet(&dev1, 1)) || GU(gu.PrimaryCtxRetain(&c1, dev1))) {
         CHECK(0, "device 1: its primary context");
+        return;
+    }
+    if (GU(gu.CtxPushCurrent(c1))) {
+        CHECK(0, "device 1: making its primary context current");
+        GU(gu.PrimaryCtxRelease(dev1));
         return;
     }
     tu_rng rng;
@@ -623,11 +627,11 @@ static void test_device(void) {
     } else {
         CHECK(0, "device 1: context, buffers or stream");
     }
-    if (s) gu.StreamDestroy(s);
+    CHECK(!s || !GU(gu.StreamDestroy(s)), "device 1: destroying its stream");
     bufs_free(&B);
     fi_context_destroy(ctx);
-    gu.CtxPopCurrent(&c1);
-    gu.PrimaryCtxRelease(dev1);
+    CHECK(!GU(gu.CtxPopCurrent(&c1)), "device 1: popping its primary context");
+    CHECK(!GU(gu.PrimaryCtxRelease(dev1)), "device 1: releasing its primary context");
 }
 
 int main(int argc, char **argv) {
