@@ -66,6 +66,11 @@ stamp() {
 stamp "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv \
     | tee "$OUT/gpu.txt"
+# the host CPU: bench_overhead's host step follows it (the same code took
+# 14.2 us on one machine, 22.4 on another whose CPU ran the CPU-only
+# update 1.8x slower; docs/BENCHMARKS.md, sixteenth session)
+{ grep -m1 "model name" /proc/cpuinfo; echo "cpus: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  grep -m1 "cpu MHz" /proc/cpuinfo; } 2>/dev/null | tee -a "$OUT/gpu.txt"
 nvcc --version | tail -1
 
 # FlashInfer JIT-compiles each module on first use (tens of seconds): build
