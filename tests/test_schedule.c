@@ -854,6 +854,24 @@ static int item_order(const void *x, const void *y) {
     return 0;
 }
 
+/* A random batch of B requests for the queue-order cases: one in `every` a
+ * prefill of 2..max_len tokens, the rest decodes; 1..8192 keys each. */
+static void random_queue_batch(tu_rng *g, int32_t B, int32_t every, int32_t max_len, int32_t *qo,
+                               int32_t *kv) {
+    for (int32_t r = 0; r < B; r++) {
+        qo[r + 1] = qo[r] + (tu_rng_int(g, 0, every - 1) == 0 ? tu_rng_int(g, 2, max_len) : 1);
+        kv[r] = tu_rng_int(g, 1, 8192);
+    }
+}
+
+/* 0 when schedules a and b have as many items and workers (else a note) */
+static int same_counts(const fi_schedule *a, const fi_schedule *b) {
+    if (a->num_items == b->num_items && a->num_workers == b->num_workers) return 0;
+    tu_note("%d / %d items, %d / %d workers", (int)a->num_items, (int)b->num_items,
+            (int)a->num_workers, (int)b->num_workers);
+    return 1;
+}
+
 static void case_request_order(int32_t count) {
     static const int32_t tiles[] = {16, 64, 128};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
@@ -864,10 +882,7 @@ static void case_request_order(int32_t count) {
         tu_rng g;
         tu_rng_seed(&g, tu_case_seed(name));
         int32_t B = tu_rng_int(&g, 1, MAX_B), N = tu_rng_int(&g, 1, 300);
-        for (int32_t r = 0; r < B; r++) {
-            qo[r + 1] = qo[r] + (tu_rng_int(&g, 0, 3) == 0 ? tu_rng_int(&g, 2, 300) : 1);
-            kv[r] = tu_rng_int(&g, 1, 8192);
-        }
+        random_queue_batch(&g, B, 4, 300, qo, kv);
         fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
                                 .group_size = 4, .num_kv_heads = 8, .causal = k % 2 == 0,
                                 .window_left = -1, .num_workers = N, .q_tiles = tiles,
@@ -881,11 +896,7 @@ static void case_request_order(int32_t count) {
                   fi_schedule_build(&a, &in);
         in.queues_in_request_order = true;
         bad = bad || fi_schedule_build(&b, &in);
-        if (!bad && (a.num_items != b.num_items || a.num_workers != b.num_workers)) {
-            tu_note("%d / %d items, %d / %d workers", (int)a.num_items, (int)b.num_items,
-                    (int)a.num_workers, (int)b.num_workers);
-            bad = 1;
-        }
+        bad = bad || same_counts(&a, &b);
         for (int32_t w = 0; !bad && w < a.num_workers; w++) {
             const int32_t i0 = a.worker_indptr[w], i1 = a.worker_indptr[w + 1];
             if (b.worker_indptr[w] != i0 || b.worker_indptr[w + 1] != i1 ||
@@ -928,10 +939,7 @@ static void case_wide_first(int32_t count) {
         tu_rng g;
         tu_rng_seed(&g, tu_case_seed(name));
         int32_t B = tu_rng_int(&g, 1, MAX_B), N = tu_rng_int(&g, 1, 300);
-        for (int32_t r = 0; r < B; r++) {
-            qo[r + 1] = qo[r] + (tu_rng_int(&g, 0, 7) == 0 ? tu_rng_int(&g, 2, 600) : 1);
-            kv[r] = tu_rng_int(&g, 1, 8192);
-        }
+        random_queue_batch(&g, B, 8, 600, qo, kv);
         fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
                                 .group_size = 4, .num_kv_heads = 8, .causal = k % 2 == 0,
                                 .window_left = -1, .num_workers = N, .q_tiles = tiles,
@@ -947,11 +955,7 @@ static void case_wide_first(int32_t count) {
                   fi_schedule_build(&a, &in);
         in.wide_first_rows = wide_rows;
         bad = bad || fi_schedule_build(&b, &in);
-        if (!bad && (a.num_items != b.num_items || a.num_workers != b.num_workers)) {
-            tu_note("%d / %d items, %d / %d workers", (int)a.num_items, (int)b.num_items,
-                    (int)a.num_workers, (int)b.num_workers);
-            bad = 1;
-        }
+        bad = bad || same_counts(&a, &b);
 #define IS_WIDE(it) ((int64_t)((it).q_end - (it).q_start) * in.group_size > wide_rows)
         /* the expected slots: workers with a wide item, then the rest, in id order */
         int32_t *perm = malloc(sizeof(int32_t) * (size_t)N), *wide = calloc((size_t)N, sizeof(int32_t));
