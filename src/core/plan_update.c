@@ -75,9 +75,79 @@ static fi_status custom_mask_offsets(fi_plan *plan, const fi_batch *b) {
     return FI_OK;
 }
 
+/* The requests' lengths when every one is valid (indptrs non-decreasing;
+ * paged: last_page_len in range, the length within INT32_MAX, checked as
+ * at most max_pages pages), in one branch-free pass that vectorises:
+ * kv_len filled and its maximum returned, or -1 when any request breaks a
+ * rule. 32-bit lanes: a length that would need more fails here, and the
+ * checks below decide it exactly. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
+static int32_t lengths_pass(int32_t n, const int32_t *restrict qo, const int32_t *restrict kv,
+                            const int32_t *restrict last, int32_t page_size, int32_t max_pages,
+                            int32_t *restrict kv_len) {
+    uint32_t bad = 0;
+    int32_t max_len = 0;
+    for (int32_t i = 0; i < n; i++) {
+        /* unsigned: a difference of a faulty indptr wraps instead of overflowing */
+        const int32_t dk = (int32_t)((uint32_t)kv[i + 1] - (uint32_t)kv[i]);
+        int32_t len = dk;
+        bad |= (uint32_t)(qo[i + 1] < qo[i]) | (uint32_t)(kv[i + 1] < kv[i]);
+        if (last) {
+            const int32_t l = last[i];
+            len = dk > 0 ? (int32_t)((uint32_t)page_size * (uint32_t)(dk - 1) + (uint32_t)l) : 0;
+            bad |= (uint32_t)(dk > max_pages) | (uint32_t)(l < (dk > 0)) |
+                   (uint32_t)(l > page_size);
+        }
+        kv_len[i] = len;
+        max_len = len > max_len ? len : max_len;
+    }
+    return bad ? -1 : max_len;
+}
+
+/* Every check of validate_and_copy below, for a batch without a custom
+ * mask, in one pass (lengths_pass): kv_len filled and its largest value
+ * returned, or -1 when the batch breaks any rule (the checks below then
+ * find the first fault and say what it is). Those checks take ~6 passes:
+ * 0.75 us for 256 decode requests, this 0.1 (docs/SCHEDULER.md). */
+static int32_t valid_lengths(fi_plan *plan, const fi_batch *b) {
+    const fi_plan_config *c = &plan->config;
+    const int32_t n = b->batch_size, *qo = b->qo_indptr, *kv = b->kv_indptr;
+    const bool paged = plan->params.kv_format == FI_KV_FORMAT_PAGED;
+    if (n < 0 || n > c->max_batch_size || !qo || !kv || qo[0] != 0 || kv[0] != 0 ||
+        qo[n] > c->max_total_qo || kv[n] > c->max_total_kv ||
+        plan->params.mask_mode == FI_MASK_CUSTOM)
+        return -1;
+    if (!paged) return lengths_pass(n, qo, kv, NULL, 1, 0, plan->kv_len);
+    if ((kv[n] > 0 && !b->kv_indices) || (n > 0 && !b->kv_last_page_len)) return -1;
+    /* at most max_pages pages: ps x (pages - 1) + last <= INT32_MAX */
+    const int32_t ps = plan->params.page_size, max_pages = (INT32_MAX - ps) / ps + 1;
+    return lengths_pass(n, qo, kv, b->kv_last_page_len, ps, max_pages, plan->kv_len);
+}
+
 static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
     const fi_plan_config *c = &plan->config;
     int32_t n = b->batch_size;
+    const int32_t max_len = valid_lengths(plan, b);
+    if (max_len >= 0) { /* valid: kv_len is filled */
+        if (plan->params.kv_format == FI_KV_FORMAT_PAGED) {
+            plan->kv_indices = b->kv_indices;
+            plan->num_pages = b->kv_indptr[n];
+            plan->pages_checked = false; /* the first fi_plan_run scans the page ids */
+            memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
+        } else {
+            plan->num_pages = 0;
+            plan->pages_checked = true;
+        }
+        plan->mask_bytes = 0;
+        memcpy(plan->qo_indptr, b->qo_indptr, (size_t)(n + 1) * sizeof(int32_t));
+        memcpy(plan->kv_indptr, b->kv_indptr, (size_t)(n + 1) * sizeof(int32_t));
+        plan->batch_size = n;
+        plan->total_qo = b->qo_indptr[n];
+        plan->max_kv_len = max_len;
+        return FI_OK;
+    }
     if (n < 0) return INVALID("batch_size=%d is negative", (int)n);
     if (n > c->max_batch_size)
         return OVER("batch_size=%d > plan bound max_batch_size=%d", (int)n, (int)c->max_batch_size);

@@ -232,9 +232,16 @@ typedef struct fi_cuda_plan {
     size_t meta_cap;
     CUdeviceptr partial_o;   /* f32 [max_partial_rows, H_qo, D_vo] */
     CUdeviceptr partial_lse; /* f32 [max_partial_rows, H_qo] */
-    char *staging;           /* pinned host [meta_cap] */
+    char *staging;           /* pinned host [meta_cap], then `copied` */
     CUevent uploaded;
     int upload_recorded;
+    /* A pinned word the GPU sets to upload_seq when that copy is done
+     * (cuStreamWriteValue32 after it): the next update reads it instead of
+     * waiting for the event, a driver call (plan.c). NULL where the driver
+     * has no stream memory operations. */
+    uint32_t *copied;
+    CUdeviceptr copied_dev;
+    uint32_t upload_seq;
     CUstream upload_stream;  /* where the last copy was queued */
     CUstream ordered_stream; /* a stream known to be ordered after that copy */
     CUstream last_stream;    /* the stream of the last run */

@@ -266,9 +266,14 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
     size_t nc = (size_t)plan->config.max_total_qo * (size_t)plan->params.num_kv_heads * 4;
     TRY(MemAlloc, &ps->merge_count, nc ? nc : 16);
     TRY(MemsetD8, ps->merge_count, 0, nc ? nc : 16);
-    TRY(MemAllocHost, (void **)&ps->staging, ps->meta_cap);
+    TRY(MemAllocHost, (void **)&ps->staging, ps->meta_cap + 16);
     TRY(EventCreate, &ps->uploaded, FI_CU_EVENT_DISABLE_TIMING);
 #undef TRY
+    if (!st && cu->StreamWriteValue32 && cu->MemHostGetDevicePointer) {
+        uint32_t *word = (uint32_t *)(void *)(ps->staging + ps->meta_cap);
+        *word = 0;
+        if (cu->MemHostGetDevicePointer(&ps->copied_dev, word, 0) == 0) ps->copied = word;
+    }
     fi_cuda_pop(cc);
     if (st) return st; /* the core destroys the plan, and fini frees what exists */
     plan->workspace_bytes += 2 * ps->meta_cap + po + pl + nc;
@@ -356,6 +361,11 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     return at;
 }
 
+/* The last copy out of staging is done (the word the GPU writes after it). */
+static bool copy_done(const fi_cuda_plan *ps) {
+    return ps->copied && __atomic_load_n(ps->copied, __ATOMIC_ACQUIRE) == ps->upload_seq;
+}
+
 /* A device page table (fi_plan_config.device_page_table): its entries must lie
  * inside one device allocation, 4-byte aligned. One driver call. */
 static fi_status check_device_table(const fi_plan *plan, const fi_cu_api *cu) {
@@ -406,13 +416,20 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
                         "fi_plan_update while the plan's stream is being captured into a CUDA "
                         "graph: update the plan outside the captured region");
     }
-    /* The previous copy must have left staging before it is rewritten. */
-    if (!call && ps->upload_recorded && (r = cu->EventSynchronize(ps->uploaded)) != 0)
+    /* The previous copy must have left staging before it is rewritten: done
+     * when the GPU has written its number into `copied` (a read of host
+     * memory, where waiting for the event, already complete, cost a driver
+     * call of 1.5 us on an H200's host: docs/CUDA_KERNELS.md), else waited for. */
+    if (!call && ps->upload_recorded && !copy_done(ps) &&
+        (r = cu->EventSynchronize(ps->uploaded)) != 0)
         call = "cuEventSynchronize";
     if (!call) {
         const fi_schedule *s = &plan->schedule;
         ps->has_tc_items = ps->has_cc_items = ps->has_wide_items = 0;
-        double small_keys = 0.0, wide_row_keys = 0.0; /* per KV head */
+        /* per KV head; the decodes' keys summed in integers, off a chain
+         * of double additions (256 decodes: 0.3 us) */
+        int64_t small_keys = 0;
+        double wide_row_keys = 0.0;
         for (int32_t i = 0; i < s->num_items; i++) {
             const fi_work_item *it = &s->items[i];
             int64_t rows = (int64_t)(it->q_end - it->q_start) * plan->group_size;
@@ -426,7 +443,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
             }
         }
         ps->mix_b64 = ps->persist_mix && ps->has_wide_items &&
-                      wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * small_keys;
+                      wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * (double)small_keys;
         size_t bytes = pack(plan, ps, ps->staging);
         if (!bytes) {
             fi_cuda_pop(ps->cc);
@@ -434,7 +451,16 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         }
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
             call = "cuMemcpyHtoDAsync";
-        else if ((r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
+        else if (ps->copied &&
+                 (r = cu->StreamWriteValue32(ps->last_stream, ps->copied_dev, ps->upload_seq + 1,
+                                             0)) != 0) {
+            /* a driver without stream memory operations: the event alone */
+            if (r != FI_CU_ERROR_NOT_SUPPORTED) call = "cuStreamWriteValue32";
+            ps->copied = NULL;
+        } else if (ps->copied) {
+            ps->upload_seq++;
+        }
+        if (!call && (r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
             call = "cuEventRecord";
     }
     fi_cuda_pop(ps->cc);
