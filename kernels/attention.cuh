@@ -588,6 +588,7 @@ FI_ATTN_NAME(const fi_attn_args a) {
     __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
     fi_pdl_launch_dependents();
     fi_pdl_wait();
+    fi_mark_upload_read(a);
     const fi_view v = fi_view_of(a);
     const fi_item_rec *items = fi_items(a, gridDim.x);
     int ib, ie;

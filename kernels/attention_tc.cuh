@@ -778,6 +778,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
     extern __shared__ __align__(128) unsigned char smem[];
     fi_pdl_launch_dependents();
     fi_pdl_wait();
+    fi_mark_upload_read(a);
     if (a.tc_min_rows <= 0) return;
     {
         uint32_t dyn;

@@ -47,7 +47,9 @@ typedef struct fi_meta {
     int32_t num_items;
     int32_t num_workers;
     int32_t num_merge_rows;
-    int32_t pad[5];
+    uint32_t upload_seq;       /* the upload's number: the kernels write it to
+                                  fi_attn_args.upload_done */
+    int32_t pad[4];
 } fi_meta;
 
 /* The header's room, and where the items start for a grid of W workers. */
@@ -123,6 +125,10 @@ typedef struct fi_attn_args {
     /* A user variant's per-run parameters: the bytes of its
      * fi_variant_params (kernels/variant.cuh), laid out by the host. */
     uint64_t vparams[16];
+    /* A pinned host word (or NULL): one thread of each launch writes the
+     * meta's upload_seq there, telling the host that copy is done
+     * (src/cuda/plan.c; prelude.cuh fi_mark_upload_read). */
+    uint32_t *upload_done;
 } fi_attn_args;
 
 #endif /* FI_KERNEL_ARGS_H */

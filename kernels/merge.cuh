@@ -230,6 +230,7 @@ constexpr int LPP_WIDE = DVO / 32;
 extern "C" __global__ void __launch_bounds__(fi_merge::NT) FI_MERGE_NAME(const fi_attn_args a) {
     using namespace fi_merge;
     fi_pdl_wait(); /* launched without the attribute (src/cuda/run.c): a no-op */
+    fi_mark_upload_read(a);
     const fi_meta *meta = (const fi_meta *)a.meta;
     const int H = a.num_qo_heads;
     const int32_t *indptr = (const int32_t *)(a.meta + meta->off_merge_indptr);

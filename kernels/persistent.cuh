@@ -179,6 +179,7 @@ FI_PERSIST_NAME(const fi_attn_args a) {
     int ib, ie;
     fi_worker_range(a, W, w, ib, ie);
     fi_pdl_wait();
+    fi_mark_upload_read(a);
     for (int hkv = h0; hkv < a.num_kv_heads; hkv += hs)
         for (int n = ib; n < ie; n++) {
 #ifdef FI_TRACE

@@ -53,6 +53,15 @@ FI_DEV void fi_pdl_wait() {
 #endif
 }
 
+/* The plan's last upload has been read (this launch follows its copy in
+ * the stream): its number, written to a pinned host word, lets the host
+ * rewrite its staging without a driver call (src/cuda/plan.c). One store,
+ * by one thread of the launch, after fi_pdl_wait. */
+FI_DEV void fi_mark_upload_read(const fi_attn_args &a) {
+    if (a.upload_done && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+        *(volatile uint32_t *)a.upload_done = ((const fi_meta *)a.meta)->upload_seq;
+}
+
 /* *p += v at GPU scope with acquire-release semantics, returning the old
  * value: it publishes the writes this CTA made before a barrier that
  * precedes it (the barrier orders them before it at CTA scope, the release

@@ -72,7 +72,6 @@ static void cu_load_once(void) {
 #undef LOAD
     sym(lib, "cuLaunchKernelEx", &a->LaunchKernelEx); /* optional: NULL where missing */
     sym(lib, "cuMemHostGetDevicePointer_v2", &a->MemHostGetDevicePointer);
-    sym(lib, "cuStreamWriteValue32_v2", &a->StreamWriteValue32);
     if (missing) {
         snprintf(cu_why, sizeof cu_why, "CUDA driver too old: libcuda lacks %s", missing);
         return;

@@ -30,7 +30,6 @@ enum {
     FI_CU_CAPTURE_NONE = 0,              /* CU_STREAM_CAPTURE_STATUS_NONE */
     FI_CU_CAPTURE_MODE_RELAXED = 2,      /* CU_STREAM_CAPTURE_MODE_RELAXED */
     FI_CU_ERROR_NOT_READY = 600,         /* CUDA_ERROR_NOT_READY */
-    FI_CU_ERROR_NOT_SUPPORTED = 801,     /* CUDA_ERROR_NOT_SUPPORTED */
     FI_CU_FUNC_MAX_DYN_SMEM = 8,         /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
     FI_CU_LAUNCH_PDL = 6, /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
 };
@@ -98,8 +97,6 @@ typedef struct fi_cu_api {
     /* optional (NULL where missing: a plan then waits for its last copy by
      * its event, plan.c) */
     CUresult (*MemHostGetDevicePointer)(CUdeviceptr *dp, void *p, unsigned flags); /* _v2 */
-    CUresult (*StreamWriteValue32)(CUstream s, CUdeviceptr addr, uint32_t value,
-                                   unsigned flags);                 /* _v2 */
 } fi_cu_api;
 
 /* NVRTC (nvrtc.h), loaded from libnvrtc.so*. */

@@ -235,13 +235,13 @@ typedef struct fi_cuda_plan {
     char *staging;           /* pinned host [meta_cap], then `copied` */
     CUevent uploaded;
     int upload_recorded;
-    /* A pinned word the GPU sets to upload_seq when that copy is done
-     * (cuStreamWriteValue32 after it): the next update reads it instead of
-     * waiting for the event, a driver call (plan.c). NULL where the driver
-     * has no stream memory operations. */
-    uint32_t *copied;
-    CUdeviceptr copied_dev;
-    uint32_t upload_seq;
+    /* A pinned word, after staging, where the run's kernels write the
+     * number of the upload they read (fi_meta.upload_seq): that copy is
+     * then done, and the next update reads the word instead of waiting for
+     * the event, a driver call (plan.c). NULL where it cannot be mapped. */
+    uint32_t *upload_done;
+    CUdeviceptr upload_done_dev;
+    uint32_t upload_seq;     /* the last upload's number */
     CUstream upload_stream;  /* where the last copy was queued */
     CUstream ordered_stream; /* a stream known to be ordered after that copy */
     CUstream last_stream;    /* the stream of the last run */

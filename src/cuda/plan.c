@@ -269,10 +269,11 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
     TRY(MemAllocHost, (void **)&ps->staging, ps->meta_cap + 16);
     TRY(EventCreate, &ps->uploaded, FI_CU_EVENT_DISABLE_TIMING);
 #undef TRY
-    if (!st && cu->StreamWriteValue32 && cu->MemHostGetDevicePointer) {
+    if (!st && cu->MemHostGetDevicePointer) {
         uint32_t *word = (uint32_t *)(void *)(ps->staging + ps->meta_cap);
         *word = 0;
-        if (cu->MemHostGetDevicePointer(&ps->copied_dev, word, 0) == 0) ps->copied = word;
+        if (cu->MemHostGetDevicePointer(&ps->upload_done_dev, word, 0) == 0)
+            ps->upload_done = word;
     }
     fi_cuda_pop(cc);
     if (st) return st; /* the core destroys the plan, and fini frees what exists */
@@ -357,13 +358,15 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     m.num_items = s->num_items;
     m.num_workers = s->num_workers;
     m.num_merge_rows = s->num_merge_rows;
+    m.upload_seq = ps->upload_seq;
     memcpy(base, &m, sizeof m);
     return at;
 }
 
-/* The last copy out of staging is done (the word the GPU writes after it). */
+/* The last copy out of staging is done: a kernel that read it has said so. */
 static bool copy_done(const fi_cuda_plan *ps) {
-    return ps->copied && __atomic_load_n(ps->copied, __ATOMIC_ACQUIRE) == ps->upload_seq;
+    return ps->upload_done &&
+           __atomic_load_n(ps->upload_done, __ATOMIC_ACQUIRE) == ps->upload_seq;
 }
 
 /* A device page table (fi_plan_config.device_page_table): its entries must lie
@@ -417,9 +420,10 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
                         "graph: update the plan outside the captured region");
     }
     /* The previous copy must have left staging before it is rewritten: done
-     * when the GPU has written its number into `copied` (a read of host
-     * memory, where waiting for the event, already complete, cost a driver
-     * call of 1.5 us on an H200's host: docs/CUDA_KERNELS.md), else waited for. */
+     * when a kernel of a run has written its number into upload_done (a
+     * read of host memory, where waiting for the event, already complete,
+     * was a driver call of 1.5 us on an H200's host: docs/CUDA_KERNELS.md),
+     * else waited for (two updates without a run between them). */
     if (!call && ps->upload_recorded && !copy_done(ps) &&
         (r = cu->EventSynchronize(ps->uploaded)) != 0)
         call = "cuEventSynchronize";
@@ -444,6 +448,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         }
         ps->mix_b64 = ps->persist_mix && ps->has_wide_items &&
                       wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * (double)small_keys;
+        ps->upload_seq++; /* a failed copy leaves it ahead of the word: the event decides */
         size_t bytes = pack(plan, ps, ps->staging);
         if (!bytes) {
             fi_cuda_pop(ps->cc);
@@ -451,16 +456,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         }
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
             call = "cuMemcpyHtoDAsync";
-        else if (ps->copied &&
-                 (r = cu->StreamWriteValue32(ps->last_stream, ps->copied_dev, ps->upload_seq + 1,
-                                             0)) != 0) {
-            /* a driver without stream memory operations: the event alone */
-            if (r != FI_CU_ERROR_NOT_SUPPORTED) call = "cuStreamWriteValue32";
-            ps->copied = NULL;
-        } else if (ps->copied) {
-            ps->upload_seq++;
-        }
-        if (!call && (r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
+        else if ((r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
             call = "cuEventRecord";
     }
     fi_cuda_pop(ps->cc);

@@ -64,6 +64,7 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     a->lse = ra->lse.data;
     a->mask = p->mask_mode == FI_MASK_CUSTOM ? ra->custom_mask.data : NULL;
     a->merge_count = (int32_t *)(uintptr_t)ps->merge_count;
+    a->upload_done = (uint32_t *)(uintptr_t)ps->upload_done_dev;
     a->q_tok = bstride(&ra->q, 0), a->q_head = bstride(&ra->q, 1), a->q_dim = bstride(&ra->q, 2);
     a->o_tok = bstride(&ra->o, 0), a->o_head = bstride(&ra->o, 1), a->o_dim = bstride(&ra->o, 2);
     if (a->lse) a->lse_tok = ra->lse.stride[0], a->lse_head = ra->lse.stride[1];

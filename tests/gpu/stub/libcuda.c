@@ -63,12 +63,7 @@ API CUresult cuMemHostGetDevicePointer_v2(dptr *d, void *p, unsigned flags) {
     *d = (dptr)(uintptr_t)p;
     return 0;
 }
-/* done at once, as every stream operation here */
-API CUresult cuStreamWriteValue32_v2(void *s, dptr addr, unsigned value, unsigned flags) {
-    (void)s, (void)flags;
-    *(volatile unsigned *)(uintptr_t)addr = value;
-    return 0;
-}
+
 API CUresult cuMemcpyHtoDAsync_v2(dptr d, const void *s, size_t n, void *st) {
     (void)d, (void)s, (void)n, (void)st; /* a DMA: no host time */
     return 0;
