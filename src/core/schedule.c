@@ -1039,14 +1039,18 @@ static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool 
         sc->cursor[w] = ptr[k];
         ptr[k + 1] = ptr[k] + cnt;
     }
-    /* with wide items, two passes: those, then the rest */
+    /* with wide items, two passes: those, then the rest (the arrays in
+     * locals: through s and sc, the stores of the items made every
+     * iteration reload them) */
+    fi_work_item *restrict out = s->items;
+    const fi_work_item *restrict gen = sc->gen;
+    const int32_t *restrict order = sc->order, *restrict worker = request_order ? sc->tmp : sc->worker;
+    int32_t *restrict cursor = sc->cursor;
     for (int pass = first > 0 ? 0 : 1; pass < 2; pass++)
         for (int32_t i = 0; i < n; i++) {
-            const int32_t g = request_order ? i : sc->order[i];
-            const int32_t w = request_order ? sc->tmp[i] : sc->worker[i];
-            const fi_work_item *it = &sc->gen[g];
+            const fi_work_item *it = &gen[request_order ? i : order[i]];
             if ((first > 0 && wide_item(it, group, wide_rows)) != (pass == 0)) continue;
-            s->items[sc->cursor[w]++] = *it;
+            out[cursor[worker[i]]++] = *it;
         }
 }
 
@@ -1160,11 +1164,12 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     else for (int32_t i = 0; i < g.n; i++) sc->order[i] = i;
     assign_lpt(sc, g.n, N, s->worker_cost);
     emit_queues(s, sc, g.n, N, in->queues_in_request_order, in->wide_first_rows, in->group_size);
-    s->total_cost = 0.0;
-    s->max_worker_cost = 0.0;
+    double total = 0.0, most = 0.0; /* in registers: through s, each sum waited on a store */
     for (int32_t w = 0; w < N; w++) {
-        s->total_cost += s->worker_cost[w];
-        if (s->worker_cost[w] > s->max_worker_cost) s->max_worker_cost = s->worker_cost[w];
+        total += s->worker_cost[w];
+        most = s->worker_cost[w] > most ? s->worker_cost[w] : most;
     }
+    s->total_cost = total;
+    s->max_worker_cost = most;
     return FI_OK;
 }

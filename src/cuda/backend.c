@@ -26,6 +26,19 @@ void fi_cuda_pop(const fi_cuda_ctx *cc) {
     cc->cu->CtxPopCurrent(&popped);
 }
 
+fi_status fi_cuda_enter(const fi_cuda_ctx *cc, bool *pushed) {
+    CUcontext cur = NULL;
+    *pushed = false;
+    if (cc->cu->CtxGetCurrent(&cur) == 0 && cur == cc->pctx) return FI_OK;
+    FI_CU(cc->cu, CtxPushCurrent, cc->pctx);
+    *pushed = true;
+    return FI_OK;
+}
+
+void fi_cuda_leave(const fi_cuda_ctx *cc, bool pushed) {
+    if (pushed) fi_cuda_pop(cc);
+}
+
 static void cuda_context_fini(fi_context *ctx) {
     fi_cuda_ctx *cc = ctx->backend_state;
     if (!cc) return;

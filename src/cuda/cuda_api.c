@@ -48,6 +48,7 @@ static void cu_load_once(void) {
     LOAD(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
     LOAD(CtxPushCurrent, "cuCtxPushCurrent_v2");
     LOAD(CtxPopCurrent, "cuCtxPopCurrent_v2");
+    LOAD(CtxGetCurrent, "cuCtxGetCurrent");
     LOAD(MemAlloc, "cuMemAlloc_v2");
     LOAD(MemFree, "cuMemFree_v2");
     LOAD(MemAllocHost, "cuMemAllocHost_v2");

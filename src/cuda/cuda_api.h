@@ -66,6 +66,7 @@ typedef struct fi_cu_api {
     CUresult (*DevicePrimaryCtxRelease)(CUdevice dev);              /* _v2 */
     CUresult (*CtxPushCurrent)(CUcontext ctx);                      /* _v2 */
     CUresult (*CtxPopCurrent)(CUcontext *ctx);                      /* _v2 */
+    CUresult (*CtxGetCurrent)(CUcontext *ctx);
     CUresult (*MemAlloc)(CUdeviceptr *p, size_t bytes);             /* _v2 */
     CUresult (*MemFree)(CUdeviceptr p);                             /* _v2 */
     CUresult (*MemAllocHost)(void **p, size_t bytes);               /* _v2 */

@@ -216,6 +216,12 @@ fi_cuda_jit_stats fi_cuda_jit_get_stats(const fi_context *ctx);
 
 fi_status fi_cuda_push(const fi_cuda_ctx *cc);
 void fi_cuda_pop(const fi_cuda_ctx *cc);
+/* The same for the per-step paths (fi_plan_update, fi_plan_run): nothing
+ * is pushed when the calling thread has the context current already, as a
+ * serving loop's thread does (a push and a pop, 0.2-0.4 us on an H200's
+ * host); *pushed says whether fi_cuda_leave must pop. */
+fi_status fi_cuda_enter(const fi_cuda_ctx *cc, bool *pushed);
+void fi_cuda_leave(const fi_cuda_ctx *cc, bool pushed);
 
 /* ------------------------------------------------------------------- plan */
 

@@ -282,8 +282,10 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
 }
 
 /* Pack the batch and schedule into staging; returns the bytes used, or 0
- * for a schedule the fused merge cannot take (never: core/schedule.c). */
-static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
+ * for a schedule the fused merge cannot take (never: core/schedule.c).
+ * On the way, which kernels and forms the run needs (run.c): the has_*
+ * flags and mix_b64. */
+static size_t pack(fi_plan *plan, fi_cuda_plan *ps, char *base) {
     const fi_schedule *s = &plan->schedule;
     int32_t b = plan->batch_size;
     fi_meta m;
@@ -297,6 +299,11 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
     m.off_worker_indptr = FI_META_WORKERS;
     m.off_items = fi_meta_items(W);
     fi_item_rec *rec = (fi_item_rec *)(void *)(base + m.off_items);
+    const int64_t group = plan->group_size;
+    const int64_t tc_rows = ps->has_tc_path ? FI_CUDA_TC_MIN_ROWS : INT64_MAX;
+    bool tc = false, cc = false, wide = false;
+    int64_t small_keys = 0;   /* per KV head: the decodes' keys in integers, */
+    double wide_row_keys = 0; /* off a chain of double additions */
     for (int32_t n = 0; n < ni; n++) {
         const fi_work_item *it = &s->items[n];
         const int32_t r = it->request;
@@ -304,7 +311,20 @@ static size_t pack(fi_plan *plan, const fi_cuda_plan *ps, char *base) {
                                it->partial_row, plan->qo_indptr[r],
                                plan->qo_indptr[r + 1] - plan->qo_indptr[r], plan->kv_len[r],
                                plan->kv_indptr[r], {0, 0}};
+        const int64_t rows = (int64_t)(it->q_end - it->q_start) * group;
+        const int64_t keys = it->kv_end - it->kv_start;
+        tc |= rows >= tc_rows;
+        cc |= rows < tc_rows;
+        if (rows > FI_CUDA_DTC_MAX_ROWS) {
+            wide = true;
+            wide_row_keys += (double)rows * (double)keys;
+        } else {
+            small_keys += keys;
+        }
     }
+    ps->has_tc_items = tc, ps->has_cc_items = cc, ps->has_wide_items = wide;
+    ps->mix_b64 = ps->persist_mix && wide &&
+                  wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * (double)small_keys;
     size_t at = a16((size_t)m.off_items + (size_t)ni * sizeof(fi_item_rec));
     m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
     int32_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? plan->kv_indptr[b] : 0;
@@ -401,10 +421,11 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
     if (plan->schedule.num_workers > (int32_t)ps->grid_x)
         return fi_error(FI_STATUS_INTERNAL, "schedule has %d workers, the grid %u",
                         (int)plan->schedule.num_workers, ps->grid_x);
-    fi_status st = fi_cuda_push(ps->cc);
+    bool pushed;
+    fi_status st = fi_cuda_enter(ps->cc, &pushed);
     if (st) return st;
     if ((st = check_device_table(plan, cu))) {
-        fi_cuda_pop(ps->cc);
+        fi_cuda_leave(ps->cc, pushed);
         return st;
     }
     CUresult r = 0;
@@ -414,7 +435,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
      * the middle of a graph capture (plan outside the captured region). */
     if ((r = cu->StreamIsCapturing(ps->last_stream, &capturing)) != 0) call = "cuStreamIsCapturing";
     else if (capturing != FI_CU_CAPTURE_NONE) {
-        fi_cuda_pop(ps->cc);
+        fi_cuda_leave(ps->cc, pushed);
         return fi_error(FI_STATUS_INVALID_ARGUMENT,
                         "fi_plan_update while the plan's stream is being captured into a CUDA "
                         "graph: update the plan outside the captured region");
@@ -428,30 +449,10 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         (r = cu->EventSynchronize(ps->uploaded)) != 0)
         call = "cuEventSynchronize";
     if (!call) {
-        const fi_schedule *s = &plan->schedule;
-        ps->has_tc_items = ps->has_cc_items = ps->has_wide_items = 0;
-        /* per KV head; the decodes' keys summed in integers, off a chain
-         * of double additions (256 decodes: 0.3 us) */
-        int64_t small_keys = 0;
-        double wide_row_keys = 0.0;
-        for (int32_t i = 0; i < s->num_items; i++) {
-            const fi_work_item *it = &s->items[i];
-            int64_t rows = (int64_t)(it->q_end - it->q_start) * plan->group_size;
-            if (ps->has_tc_path && rows >= FI_CUDA_TC_MIN_ROWS) ps->has_tc_items = 1;
-            else ps->has_cc_items = 1;
-            if (rows > FI_CUDA_DTC_MAX_ROWS) {
-                ps->has_wide_items = 1;
-                wide_row_keys += (double)rows * (it->kv_end - it->kv_start);
-            } else {
-                small_keys += it->kv_end - it->kv_start;
-            }
-        }
-        ps->mix_b64 = ps->persist_mix && ps->has_wide_items &&
-                      wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * (double)small_keys;
         ps->upload_seq++; /* a failed copy leaves it ahead of the word: the event decides */
         size_t bytes = pack(plan, ps, ps->staging);
         if (!bytes) {
-            fi_cuda_pop(ps->cc);
+            fi_cuda_leave(ps->cc, pushed);
             return fi_error(FI_STATUS_INTERNAL, "a merge row's sources are not evenly spaced");
         }
         if ((r = cu->MemcpyHtoDAsync(ps->meta, ps->staging, bytes, ps->last_stream)) != 0)
@@ -459,7 +460,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
         else if ((r = cu->EventRecord(ps->uploaded, ps->last_stream)) != 0)
             call = "cuEventRecord";
     }
-    fi_cuda_pop(ps->cc);
+    fi_cuda_leave(ps->cc, pushed);
     if (call) return fi_cu_error(cu, call, r);
     ps->upload_recorded = 1;
     ps->upload_stream = ps->last_stream;

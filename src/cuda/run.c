@@ -237,9 +237,10 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
 
 fi_status fi_cuda_run(fi_plan *plan, const fi_run_args *args) {
     fi_cuda_plan *ps = plan->backend_state;
-    fi_status st = fi_cuda_push(ps->cc);
+    bool pushed;
+    fi_status st = fi_cuda_enter(ps->cc, &pushed);
     if (st) return st;
     st = launch(plan, ps, args);
-    fi_cuda_pop(ps->cc);
+    fi_cuda_leave(ps->cc, pushed);
     return st;
 }

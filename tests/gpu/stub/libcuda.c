@@ -45,6 +45,7 @@ API CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 API CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return 0; }
 API CUresult cuCtxPopCurrent_v2(void **c) { if (c) *c = &token; return 0; }
 API CUresult cuCtxSetCurrent(void *c) { (void)c; return 0; }
+API CUresult cuCtxGetCurrent(void **c) { *c = &token; return 0; }
 API CUresult cuCtxSynchronize(void) { return 0; }
 API CUresult cuMemAlloc_v2(dptr *p, size_t n) {
     void *m = malloc(n ? n : 1);
