@@ -110,7 +110,7 @@ static int32_t lengths_pass(int32_t n, const int32_t *restrict qo, const int32_t
  * mask, in one pass (lengths_pass): kv_len filled and its largest value
  * returned, or -1 when the batch breaks any rule (the checks below then
  * find the first fault and say what it is). Those checks take ~6 passes:
- * 0.75 us for 256 decode requests, this 0.1 (docs/SCHEDULER.md). */
+ * 0.66 us for 256 decode requests, this 0.2 with the copies (docs/SCHEDULER.md). */
 static int32_t valid_lengths(fi_plan *plan, const fi_batch *b) {
     const fi_plan_config *c = &plan->config;
     const int32_t n = b->batch_size, *qo = b->qo_indptr, *kv = b->kv_indptr;
