@@ -31,6 +31,7 @@ static struct {
     int (*HtoD)(gu_ptr, const void *, size_t);
     int (*DtoH)(void *, gu_ptr, size_t);
     int (*MemsetD8)(gu_ptr, unsigned char, size_t);
+    int (*MemsetD8Async)(gu_ptr, unsigned char, size_t, gu_stream);
     int (*StreamCreate)(gu_stream *, unsigned);
     int (*StreamDestroy)(gu_stream);
     int (*StreamSynchronize)(gu_stream);
@@ -82,6 +83,7 @@ static int gu_init(int ordinal) {
     ok &= gu_sym(lib, "cuMemcpyHtoD_v2", &gu.HtoD);
     ok &= gu_sym(lib, "cuMemcpyDtoH_v2", &gu.DtoH);
     ok &= gu_sym(lib, "cuMemsetD8_v2", &gu.MemsetD8);
+    ok &= gu_sym(lib, "cuMemsetD8Async", &gu.MemsetD8Async);
     ok &= gu_sym(lib, "cuStreamCreate", &gu.StreamCreate);
     ok &= gu_sym(lib, "cuStreamDestroy_v2", &gu.StreamDestroy);
     ok &= gu_sym(lib, "cuStreamSynchronize", &gu.StreamSynchronize);

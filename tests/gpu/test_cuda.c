@@ -38,6 +38,13 @@
  *           dependent launch (sm_90 on) each run waits in the kernel for the
  *           one before; every step against the oracle, on the persistent
  *           kernel and the separate kernels
+ *   steps   a serving loop with no host wait: update, run, update, run on
+ *           one stream behind a slow memset, each run into its own
+ *           output, some steps updated twice with no run between (the
+ *           upload's staging is rewritten while earlier steps are queued:
+ *           after the word the kernels write, or the copy's event); every
+ *           step against the oracle, on the persistent kernel and the
+ *           separate kernels
  *   device  device_id out of range gives FI_STATUS_NO_DEVICE; with two or
  *           more GPUs, tensors on device 1 and a context of device_id 1: the
  *           graph test's five batches, eager, against the oracle
@@ -570,6 +577,70 @@ static void test_chain(const char *mode) {
     fi_context_destroy(ctx);
 }
 
+/* ------------------------------------------------------------- steps */
+
+/* Steps of a serving loop queued behind a slow memset on one stream, the
+ * host never waiting: each update rewrites the plan's staging while the
+ * copies and runs before it may still be queued. It may do so once a run
+ * has read the last copy (the kernels write its number to a pinned word,
+ * src/cuda/plan.c) or after waiting for that copy's event, as every third
+ * step makes it, updated twice with no run between. Each step runs
+ * make_batches' batches in turn into its own output, on one query. */
+static void test_steps(const char *mode) {
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    bufs B;
+    fi_context *ctx = open_cuda(&B, &rng);
+    if (!ctx) return;
+    enum { STEPS = 3 * NB };
+    fi_plan *plan = bounds_plan(ctx, 0);
+    batch bs[NB];
+    make_batches(bs, &rng);
+    gu_stream s = NULL;
+    gu_ptr o[STEPS] = {0}, l[STEPS] = {0}, slow = 0;
+    const size_t slow_bytes = (size_t)1 << 30; /* ~0.3 ms of memset on an H200 */
+    int ok = plan && !GU(gu.StreamCreate(&s, 1)) && !GU(gu.MemAlloc(&slow, slow_bytes));
+    for (int k = 0; ok && k < STEPS; k++)
+        ok = !GU(gu.MemAlloc(&o[k], B.ob)) && !GU(gu.MemAlloc(&l[k], B.lb)) &&
+             !GU(gu.MemsetD8(o[k], 0xff, B.ob)) && !GU(gu.MemsetD8(l[k], 0xff, B.lb));
+    tu_fill_uniform(&rng, &B.q.t, -1, 1, 0);
+    ok = ok && !GU(gu.HtoD(B.dq, B.q.base, B.qb)) && !GU(gu.CtxSynchronize());
+    CHECK(ok, "steps (%s): plan, stream or buffers", mode);
+    fi_run_args a = run_args(&B, s);
+    /* a first run puts the plan's copies on s */
+    ok = ok && update(plan, &bs[0], 0) == FI_OK && fi_plan_run(plan, &a) == FI_OK &&
+         !GU(gu.MemsetD8Async(slow, 0, slow_bytes, s));
+    CHECK(ok, "steps (%s): first run: %s", mode, fi_last_error());
+    for (int k = 0; ok && k < STEPS; k++) {
+        const int i = k % NB;
+        if (k % 3 == 2) /* an update no run reads */
+            CHECK(update(plan, &bs[(i + 1) % NB], 0) == FI_OK, "steps: update: %s", fi_last_error());
+        CHECK(update(plan, &bs[i], 0) == FI_OK, "steps: update: %s", fi_last_error());
+        a.o.data = (void *)(uintptr_t)o[k];
+        a.lse.data = (void *)(uintptr_t)l[k];
+        CHECK(fi_plan_run(plan, &a) == FI_OK, "steps: run %d: %s", k, fi_last_error());
+    }
+    GU(gu.StreamSynchronize(s));
+    uint16_t *bits = malloc(B.ob);
+    for (int k = 0; ok && bits && k < STEPS; k++) {
+        bufs Bk = B; /* check_oracle reads do_ and dl */
+        Bk.do_ = o[k], Bk.dl = l[k];
+        char what[96];
+        snprintf(what, sizeof what, "steps (%s) %d: %s", mode, k, names[k % NB]);
+        check_oracle(what, &Bk, &bs[k % NB], bits);
+    }
+    free(bits);
+    for (int k = 0; k < STEPS; k++) {
+        if (o[k]) gu.MemFree(o[k]);
+        if (l[k]) gu.MemFree(l[k]);
+    }
+    if (slow) gu.MemFree(slow);
+    if (s) gu.StreamDestroy(s);
+    fi_plan_destroy(plan);
+    fi_context_destroy(ctx);
+    bufs_free(&B);
+}
+
 /* ------------------------------------------------------------ device */
 
 static void test_device(void) {
@@ -655,8 +726,10 @@ int main(int argc, char **argv) {
     test_graph("persistent kernel, no decode form", 0, 0);
     unsetenv("FLASHINFER_CUDA_DECODE_FORM");
     test_chain("persistent kernel");
+    test_steps("persistent kernel");
     setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
     test_chain("separate kernels");
+    test_steps("separate kernels");
     test_merge_widths("merge kernel");
     test_graph("separate kernels", 0, 0);
     test_graph("separate kernels, device page tables", 1, 0);

@@ -80,6 +80,10 @@ API CUresult cuMemGetAddressRange_v2(dptr *base, size_t *n, dptr p) {
 API CUresult cuMemcpyHtoD_v2(dptr d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 0; }
 API CUresult cuMemcpyDtoH_v2(void *d, dptr s, size_t n) { (void)s; memset(d, 0, n); return 0; }
 API CUresult cuMemsetD8_v2(dptr d, unsigned char v, size_t n) { (void)d, (void)v, (void)n; return 0; }
+API CUresult cuMemsetD8Async(dptr d, unsigned char v, size_t n, void *s) {
+    (void)d, (void)v, (void)n, (void)s;
+    return 0;
+}
 API CUresult cuModuleLoadData(void **m, const void *img) { (void)img; *m = &token; return 0; }
 API CUresult cuModuleUnload(void *m) { (void)m; return 0; }
 API CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
