@@ -238,7 +238,7 @@ typedef struct fi_cuda_plan {
     size_t meta_cap;
     CUdeviceptr partial_o;   /* f32 [max_partial_rows, H_qo, D_vo] */
     CUdeviceptr partial_lse; /* f32 [max_partial_rows, H_qo] */
-    char *staging;           /* pinned host [meta_cap], then `copied` */
+    char *staging;           /* pinned host [meta_cap], then upload_done */
     CUevent uploaded;
     int upload_recorded;
     /* A pinned word, after staging, where the run's kernels write the
