@@ -12,8 +12,8 @@
 #define OVER(...) fi_error(FI_STATUS_BOUND_EXCEEDED, __VA_ARGS__)
 
 /* Paged lengths: last_page_len consistent, bounds; fills kv_len. The page
- * table itself is only referenced here (see the top of the file). */
-static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
+ * table itself is only referenced (see the top of the file). */
+static fi_status check_paged(fi_plan *plan, const fi_batch *b) {
     int32_t n = b->batch_size, ps = plan->params.page_size;
     int32_t nnz = b->kv_indptr[n];
     if (nnz > plan->config.max_total_kv)
@@ -35,21 +35,15 @@ static fi_status copy_paged(fi_plan *plan, const fi_batch *b) {
                            (long long)len, (int)INT32_MAX);
         plan->kv_len[i] = (int32_t)len;
     }
-    plan->kv_indices = b->kv_indices;
-    plan->num_pages = nnz;
-    plan->pages_checked = false; /* the first fi_plan_run scans the page ids */
-    memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
     return FI_OK;
 }
 
-static fi_status copy_ragged(fi_plan *plan, const fi_batch *b) {
+static fi_status check_ragged(fi_plan *plan, const fi_batch *b) {
     int32_t n = b->batch_size;
     if (b->kv_indptr[n] > plan->config.max_total_kv)
         return OVER("kv_indptr[%d]=%d tokens > plan bound max_total_kv=%d", (int)n,
                     (int)b->kv_indptr[n], (int)plan->config.max_total_kv);
     for (int32_t i = 0; i < n; i++) plan->kv_len[i] = b->kv_indptr[i + 1] - b->kv_indptr[i];
-    plan->num_pages = 0;
-    plan->pages_checked = true;
     return FI_OK;
 }
 
@@ -79,8 +73,8 @@ static fi_status custom_mask_offsets(fi_plan *plan, const fi_batch *b) {
  * paged: last_page_len in range, the length within INT32_MAX, checked as
  * at most max_pages pages), in one branch-free pass that vectorises:
  * kv_len filled and its maximum returned, or -1 when any request breaks a
- * rule. 32-bit lanes: a length that would need more fails here, and the
- * checks below decide it exactly. */
+ * rule. 32-bit lanes: a length that would need more fails here, and
+ * check_batch decides it exactly. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("O3")))
 #endif
@@ -106,11 +100,11 @@ static int32_t lengths_pass(int32_t n, const int32_t *restrict qo, const int32_t
     return bad ? -1 : max_len;
 }
 
-/* Every check of validate_and_copy below, for a batch without a custom
- * mask, in one pass (lengths_pass): kv_len filled and its largest value
- * returned, or -1 when the batch breaks any rule (the checks below then
- * find the first fault and say what it is). Those checks take ~6 passes:
- * 0.66 us for 256 decode requests, this 0.2 with the copies (docs/SCHEDULER.md). */
+/* The checks of check_batch below, for a batch without a custom mask, in
+ * one pass (lengths_pass): kv_len filled and its largest value returned, or
+ * -1 when the batch breaks any rule (check_batch then finds the first
+ * fault and says what it is). check_batch takes ~6 passes: 0.66 us for 256
+ * decode requests, this 0.2 with the copies (docs/SCHEDULER.md). */
 static int32_t valid_lengths(fi_plan *plan, const fi_batch *b) {
     const fi_plan_config *c = &plan->config;
     const int32_t n = b->batch_size, *qo = b->qo_indptr, *kv = b->kv_indptr;
@@ -126,28 +120,11 @@ static int32_t valid_lengths(fi_plan *plan, const fi_batch *b) {
     return lengths_pass(n, qo, kv, b->kv_last_page_len, ps, max_pages, plan->kv_len);
 }
 
-static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
+/* Every rule a batch must keep, each fault named; fills kv_len and its
+ * largest value. */
+static fi_status check_batch(fi_plan *plan, const fi_batch *b, int32_t *max_len) {
     const fi_plan_config *c = &plan->config;
     int32_t n = b->batch_size;
-    const int32_t max_len = valid_lengths(plan, b);
-    if (max_len >= 0) { /* valid: kv_len is filled */
-        if (plan->params.kv_format == FI_KV_FORMAT_PAGED) {
-            plan->kv_indices = b->kv_indices;
-            plan->num_pages = b->kv_indptr[n];
-            plan->pages_checked = false; /* the first fi_plan_run scans the page ids */
-            memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
-        } else {
-            plan->num_pages = 0;
-            plan->pages_checked = true;
-        }
-        plan->mask_bytes = 0;
-        memcpy(plan->qo_indptr, b->qo_indptr, (size_t)(n + 1) * sizeof(int32_t));
-        memcpy(plan->kv_indptr, b->kv_indptr, (size_t)(n + 1) * sizeof(int32_t));
-        plan->batch_size = n;
-        plan->total_qo = b->qo_indptr[n];
-        plan->max_kv_len = max_len;
-        return FI_OK;
-    }
     if (n < 0) return INVALID("batch_size=%d is negative", (int)n);
     if (n > c->max_batch_size)
         return OVER("batch_size=%d > plan bound max_batch_size=%d", (int)n, (int)c->max_batch_size);
@@ -159,17 +136,36 @@ static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
     if (b->qo_indptr[n] > c->max_total_qo)
         return OVER("qo_indptr[%d]=%d query tokens > plan bound max_total_qo=%d", (int)n,
                     (int)b->qo_indptr[n], (int)c->max_total_qo);
-    st = plan->params.kv_format == FI_KV_FORMAT_PAGED ? copy_paged(plan, b) : copy_ragged(plan, b);
-    if (st) return st;
+    const bool paged = plan->params.kv_format == FI_KV_FORMAT_PAGED;
+    if ((st = paged ? check_paged(plan, b) : check_ragged(plan, b))) return st;
+    *max_len = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (plan->kv_len[i] > *max_len) *max_len = plan->kv_len[i];
+    return FI_OK;
+}
+
+/* The batch checked (the one-pass form where it holds, else every check
+ * with its message) and copied into the plan. */
+static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
+    int32_t n = b->batch_size, max_len = valid_lengths(plan, b);
+    fi_status st;
+    if (max_len < 0 && (st = check_batch(plan, b, &max_len))) return st;
+    if (plan->params.kv_format == FI_KV_FORMAT_PAGED) {
+        plan->kv_indices = b->kv_indices;
+        plan->num_pages = b->kv_indptr[n];
+        plan->pages_checked = false; /* the first fi_plan_run scans the page ids */
+        memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
+    } else {
+        plan->num_pages = 0;
+        plan->pages_checked = true;
+    }
     plan->mask_bytes = 0;
     if (plan->params.mask_mode == FI_MASK_CUSTOM && (st = custom_mask_offsets(plan, b))) return st;
     memcpy(plan->qo_indptr, b->qo_indptr, (size_t)(n + 1) * sizeof(int32_t));
     memcpy(plan->kv_indptr, b->kv_indptr, (size_t)(n + 1) * sizeof(int32_t));
     plan->batch_size = n;
     plan->total_qo = b->qo_indptr[n];
-    plan->max_kv_len = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (plan->kv_len[i] > plan->max_kv_len) plan->max_kv_len = plan->kv_len[i];
+    plan->max_kv_len = max_len;
     return FI_OK;
 }
 

@@ -1045,7 +1045,8 @@ static void emit_queues(fi_schedule *s, scratch *sc, int32_t n, int32_t N, bool 
      * iteration reload them) */
     fi_work_item *restrict out = s->items;
     const fi_work_item *restrict gen = sc->gen;
-    const int32_t *restrict order = sc->order, *restrict worker = request_order ? sc->tmp : sc->worker;
+    const int32_t *restrict order = sc->order;
+    const int32_t *restrict worker = request_order ? sc->tmp : sc->worker;
     int32_t *restrict cursor = sc->cursor;
     for (int pass = first > 0 ? 0 : 1; pass < 2; pass++)
         for (int32_t i = 0; i < n; i++) {

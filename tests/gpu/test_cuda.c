@@ -614,7 +614,8 @@ static void test_steps(const char *mode) {
     for (int k = 0; ok && k < STEPS; k++) {
         const int i = k % NB;
         if (k % 3 == 2) /* an update no run reads */
-            CHECK(update(plan, &bs[(i + 1) % NB], 0) == FI_OK, "steps: update: %s", fi_last_error());
+            CHECK(update(plan, &bs[(i + 1) % NB], 0) == FI_OK, "steps: update: %s",
+                  fi_last_error());
         CHECK(update(plan, &bs[i], 0) == FI_OK, "steps: update: %s", fi_last_error());
         a.o.data = (void *)(uintptr_t)o[k];
         a.lse.data = (void *)(uintptr_t)l[k];
