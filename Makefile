@@ -18,7 +18,8 @@ LDLIBS  := -lm -pthread -ldl
 
 ARCH := $(shell uname -m)
 
-LIB_SRC := $(wildcard src/core/*.c) $(wildcard src/cpu/*.c) $(wildcard src/cuda/*.c)
+# src/backends.c: the registry, the one file that names every backend.
+LIB_SRC := src/backends.c $(wildcard src/core/*.c) $(wildcard src/cpu/*.c) $(wildcard src/cuda/*.c)
 # SIMD translation units are compiled with their own target flags and only
 # called after a run-time CPU check.
 ifneq ($(filter x86_64 amd64,$(ARCH)),)
@@ -35,10 +36,9 @@ endif
 KERNEL_SRC := $(sort $(wildcard kernels/*.cuh kernels/*.h))
 KERNEL_GEN := $(BUILD)/gen/kernel_sources.c
 # The CPU variant kernel template (src/cpu/variant_kernel.h and what it
-# includes) is embedded as text for the CPU JIT (the system C compiler);
-# variant_kernel_v1.h, the previous version, for bench_variant_cpu's
-# comparison (FLASHINFER_CPU_VARIANT_KERNEL=1).
-CPU_TEMPLATE_SRC := include/flashinfer.h src/cpu/convert.h src/cpu/variant_abi.h src/cpu/variant_kernel.h src/cpu/variant_kernel_v1.h
+# includes) is embedded as text for the CPU JIT (the system C compiler), in
+# dependency order; src/cpu/variant_jit.h names the files by this order.
+CPU_TEMPLATE_SRC := include/flashinfer.h src/cpu/convert.h src/cpu/variant_abi.h src/cpu/variant_kernel.h
 CPU_TEMPLATE_GEN := $(BUILD)/gen/cpu_jit_files.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/kernel_sources.o $(BUILD)/gen/cpu_jit_files.o \
            $(BUILD)/gen/aot_table.o
@@ -70,9 +70,11 @@ EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/example_%)
 GPU_SRC   := $(wildcard tests/gpu/*.c)
 GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/%)
+CUDA_BENCH_SRC := $(wildcard bench/cuda/bench_*.c)
+CUDA_BENCH_BIN := $(CUDA_BENCH_SRC:bench/cuda/%.c=$(BUILD)/%)
 
 .PHONY: all lib test demo sanitize install clean bench gpu aot stub
-all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(GPU_BIN) $(EXAMPLE_BIN)
+all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(GPU_BIN) $(CUDA_BENCH_BIN) $(EXAMPLE_BIN)
 lib: $(STATIC) $(SHARED)
 
 $(BUILD)/%.o: %.c
@@ -134,7 +136,8 @@ $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 $(BUILD)/test_warmup: $(BUILD)/tests/test_warmup.o $(BUILD)/tools/warmup.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(TEST_SUPPORT_OBJ) $(STATIC)
+# The installed tool: the public API alone (tools/ includes flashinfer.h only).
+$(TOOL_BIN): $(TOOL_SRC:%.c=$(BUILD)/%.o) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
 # examples/: programs of the public API alone (the README's and VARIANTS.md's).
@@ -145,14 +148,17 @@ BENCH_SUPPORT_OBJ := $(BUILD)/bench/common.o
 $(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BENCH_SUPPORT_OBJ) $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
 
-# CUDA programs (tests/gpu): built everywhere (no CUDA headers needed); the
-# GPU ones run on the device machine (tests/gpu/run_device.sh).
+# CUDA programs, the tests (tests/gpu) and the benchmarks (bench/cuda): built
+# everywhere (no CUDA headers needed); they run on the device machine
+# (tests/gpu/run_device.sh).
 $(GPU_BIN): $(BUILD)/%: $(BUILD)/tests/gpu/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
 	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
-gpu: $(GPU_BIN)
+$(CUDA_BENCH_BIN): $(BUILD)/%: $(BUILD)/bench/cuda/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -o $@ $^ $(LDLIBS)
+gpu: $(GPU_BIN) $(CUDA_BENCH_BIN)
 # The access pattern's ceiling (loads only, no attention): a CUDA runtime
 # program, so nvcc builds it (run_device.sh on the GPU, ci_compile.sh in CI).
-$(BUILD)/bench_gather: tests/gpu/bench_gather.cu
+$(BUILD)/bench_gather: bench/cuda/bench_gather.cu
 	@test -n "$(NVCC)" || { echo "bench_gather needs nvcc (not found; NVCC=path)"; exit 1; }
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -arch=sm_90a -o $@ $<
@@ -165,7 +171,7 @@ $(BUILD)/stub/libcuda.so.1: tests/gpu/stub/libcuda.c
 	$(CC) $(BASE_CFLAGS) -fvisibility=default -shared -o $@ $<
 stub: $(BUILD)/stub/libcuda.so.1
 
-# The demo: a CPU serving step, checked against the oracle.
+# The demo: a CPU serving step, checked against its own fp64 reference.
 demo: $(TOOL_BIN)
 	$(TOOL_BIN) demo
 
@@ -179,7 +185,7 @@ sanitize:
 	  LDLIBS="-lm -pthread -ldl -fsanitize=address,undefined" \
 	  FI_TEST_ARGS="--quick" test
 
-bench: $(BENCH_BIN)
+bench: $(BENCH_BIN) $(CUDA_BENCH_BIN)
 
 install: lib $(TOOL_BIN)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -1,6 +1,6 @@
 /*
  * bench_balance.c — what load balancing buys on the CPU backend: decode with
- * kv_len ~ U(4096, 16384) (BENCH.md's load-balance workload), 32/8 heads,
+ * kv_len ~ U(4096, 16384) (the load-balance workload of docs/BENCHMARKS.md), 32/8 heads,
  * d 128, bf16 Q/KV, pages of 16, with the scheduler's split-KV on and off,
  * beside the ideal time (KV bytes / this machine's read bandwidth, measured
  * here with the same thread count). Batch 1 and 2 are added: with few

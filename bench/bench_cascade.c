@@ -3,7 +3,7 @@
  *
  *   build/bench_cascade [--reps N] [--quick]
  *
- * 1. BENCH.md's cascade workload scaled to the CPU: decode, a shared prefix
+ * 1. the cascade workload (docs/BENCHMARKS.md) scaled to the CPU: decode, a shared prefix
  *    of {1024, 8192} tokens x batch {16, 64}, a unique 128-token suffix per
  *    request, 32/32 heads, D 128, page 16, f16. Times one step of
  *      single    one plan over the plain batch (each request reads the prefix)

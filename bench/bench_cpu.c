@@ -1,5 +1,5 @@
 /*
- * bench_cpu.c — BENCH.md's CPU workloads on the CPU backend: paged decode
+ * bench_cpu.c — the CPU workloads (docs/BENCHMARKS.md) on the CPU backend: paged decode
  * (batch {1,16} x kv {1k,4k}, plus the 16 x 4096 target cell) and causal
  * prefill (1 x {512, 2048}), 32/8 heads, d 128, f32 and bf16 (q, kv, o alike),
  * beside the machine's measured read bandwidth and fp32 FMA peak.

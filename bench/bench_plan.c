@@ -2,7 +2,7 @@
  * bench_plan.c — the host cost of planning: fi_plan_update latency (public
  * API, CPU context) for decode and mixed batches of 1 .. 4096 requests, the
  * scheduler's share of it (fi_schedule_build alone), and the workspace a
- * plan holds for each of BENCH.md's workloads beside the bounds that size it.
+ * plan holds for each benchmark workload (docs/BENCHMARKS.md) beside the bounds that size it.
  *
  *   build/bench_plan [--json PATH] [--reps N]
  *
@@ -100,9 +100,7 @@ static fi_schedule_input schedule_input(const fi_plan *plan) {
         .num_kv_heads = plan->params.num_kv_heads,
         .causal = plan->params.mask_mode == FI_MASK_CAUSAL,
         .window_left = plan->params.window_left, .num_workers = plan->config.num_workers,
-        .q_tiles = be->q_tiles, .num_q_tiles = be->num_q_tiles,
-        .cost_per_q_row = be->cost_per_q_row, .cost_per_key = be->cost_per_key,
-        .cost_per_row_key = be->cost_per_row_key,
+        .policy = be->policy,
         .disable_split_kv = plan->config.disable_split_kv != 0,
         .fixed_split_size = plan->config.fixed_split_size};
     return in;

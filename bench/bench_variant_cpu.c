@@ -6,9 +6,7 @@
  *  2. run speed of the generic hook kernel against the built-in SIMD kernel
  *     on the same batch: the built-in (no variant), the "none" variant (the
  *     hook kernel's floor), soft-cap as a built-in field and as the soft_cap
- *     spec, and the sink and sigmoid examples; each variant also with the
- *     previous hook kernel (variant_kernel_v1.h, "v1"). Peers timed in one
- *     run.
+ *     spec, and the sink and sigmoid examples. Peers timed in one run.
  *
  *   build/bench_variant_cpu [--json PATH] [--reps N] [--threads N] [--cold N]
  *
@@ -46,7 +44,6 @@ typedef struct peer {
     float soft_cap;
     fi_variant_value values[2];
     int32_t num_values;
-    int v1; /* the previous hook kernel (variant_kernel_v1.h) */
     double ms;
 } peer;
 
@@ -60,9 +57,7 @@ static int time_peer(fi_context *ctx, bench_batch *b, int causal, peer *pe) {
     fi_run_args args = bench_batch_args(b, 1);
     fi_variant_args va = {pe->num_values, pe->values};
     args.variant_args = &va;
-    if (pe->v1) setenv("FLASHINFER_CPU_VARIANT_KERNEL", "1", 1);
     fi_status st = fi_plan_create(ctx, &p, &cfg, &plan);
-    unsetenv("FLASHINFER_CPU_VARIANT_KERNEL");
     if (!st) st = fi_plan_update(plan, &view);
     for (int w = 0; w < 1 && !st; w++) st = fi_plan_run(plan, &args);
     double *t = malloc(sizeof(double) * (size_t)reps);
@@ -153,16 +148,12 @@ int main(int argc, char **argv) {
     float sinks[32];
     for (int h = 0; h < 32; h++) sinks[h] = 0.5f + 0.1f * (float)h;
     peer peers[] = {
-        {"built-in", NULL, 0, {{0}}, 0, 0, 0},
-        {"variant none", none, 0, {{0}}, 0, 0, 0},
-        {"v1 variant none", none, 0, {{0}}, 0, 1, 0},
-        {"built-in soft-cap", NULL, 30.0f, {{0}}, 0, 0, 0},
-        {"variant soft_cap", softcap, 0, {fi_variant_f32(30.0f)}, 1, 0, 0},
-        {"v1 variant soft_cap", softcap, 0, {fi_variant_f32(30.0f)}, 1, 1, 0},
-        {"variant sink", sink, 0, {fi_variant_tensor(sinks)}, 1, 0, 0},
-        {"v1 variant sink", sink, 0, {fi_variant_tensor(sinks)}, 1, 1, 0},
-        {"variant sigmoid", sigmoid, 0, {fi_variant_f32(-1.0f)}, 1, 0, 0},
-        {"v1 variant sigmoid", sigmoid, 0, {fi_variant_f32(-1.0f)}, 1, 1, 0},
+        {"built-in", NULL, 0, {{0}}, 0, 0},
+        {"variant none", none, 0, {{0}}, 0, 0},
+        {"built-in soft-cap", NULL, 30.0f, {{0}}, 0, 0},
+        {"variant soft_cap", softcap, 0, {fi_variant_f32(30.0f)}, 1, 0},
+        {"variant sink", sink, 0, {fi_variant_tensor(sinks)}, 1, 0},
+        {"variant sigmoid", sigmoid, 0, {fi_variant_f32(-1.0f)}, 1, 0},
     };
     enum { NP = sizeof peers / sizeof peers[0] };
     double dec[NP], pre[NP];

@@ -1,5 +1,5 @@
 """torch_cpu_sdpa.py — the CPU peer: torch's scaled_dot_product_attention on
-the same shapes bench_cpu times (BENCH.md's CPU workloads), dense KV, GQA via
+the same shapes bench_cpu times (the CPU workloads of docs/BENCHMARKS.md), dense KV, GQA via
 enable_gqa, same threads, median of repeats. Prints JSON on stdout.
 
     python bench/torch_cpu_sdpa.py --threads 2 --reps 30

@@ -441,6 +441,62 @@ typedef struct fi_run_args {
 
 FI_API fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args);
 
+/* ----------------------------------------------------------------- warmup */
+/* Compile ahead of time the kernels a plan compiles at fi_plan_create, into
+ * the on-disk cache its JIT looks in first ($FLASHINFER_CACHE_DIR, else
+ * $XDG_CACHE_HOME/flashinfer-c, else ~/.cache/flashinfer-c; docs/VARIANTS.md),
+ * e.g. on a build machine, or before a serving process starts; `fi warmup`
+ * is these calls over lists of variants, head dims and dtypes. No context is
+ * made, and no GPU is needed unless CUDA's target is left to device 0.
+ * "That plan" below is a plan on `device` with
+ * `params` and `config` (NULL = fi_plan_config_init's defaults; on CUDA the
+ * kernels depend on device_page_table and max_total_qo):
+ *  - CPU: a plan with params.variant compiles one shared object with the
+ *    system C compiler; any other plan runs the built-in SIMD kernels and
+ *    compiles nothing (an empty list). `arch` is ignored.
+ *  - CUDA: the cubins NVRTC compiles for target `arch`, e.g. "sm_90a" for an
+ *    H200 (letters, digits and '_'); NULL or "" = the target of CUDA device
+ *    0, which needs the driver and a GPU. The cache key includes the NVRTC
+ *    version: a cache filled here serves machines with that NVRTC version
+ *    (where NVRTC does not load, files are listed for version 0.0, which no
+ *    compile writes).
+ *    Kernels a library built with `make aot` carries are listed as well (a
+ *    plan takes those from the library, not the cache). */
+
+/* A plan compiles at most this many kernels. */
+#define FI_WARMUP_MAX_KERNELS 16
+
+/* One kernel of that plan. */
+typedef struct fi_warmup_kernel {
+    char name[128];        /* unique within the list; part of the file name */
+    char arch[32];         /* its target: CUDA the NVRTC one, CPU "native" */
+    char cache_path[1024]; /* its file in the cache */
+    int32_t cached;        /* non-zero: that file exists already */
+} fi_warmup_kernel;
+
+/* FI_OK when this process can compile `device`'s kernels (CPU: the C
+ * compiler, $FLASHINFER_CC else $CC else cc, is found; CUDA: NVRTC loads),
+ * else FI_STATUS_UNSUPPORTED, and fi_last_error() says what is missing. */
+FI_API fi_status fi_warmup_check(fi_device_type device);
+
+/* The kernels of that plan, in a fixed order: *count gets how many there
+ * are, kernels[0 .. min(*count, capacity)) their descriptions (kernels may
+ * be NULL when capacity is 0). CPU: describing a variant's object needs the
+ * C compiler (its identity is part of the key): FI_STATUS_UNSUPPORTED
+ * without one. */
+FI_API fi_status fi_warmup_list(fi_device_type device, const fi_attention_params *params,
+                                const fi_plan_config *config, const char *arch,
+                                fi_warmup_kernel *kernels, int32_t capacity,
+                                int32_t *count);
+
+/* Compile kernel `index` of fi_warmup_list's list into the cache, unless its
+ * file is there already; *was_cached (may be NULL) says which. Calls for
+ * different kernels may run at once, in threads or processes (files are
+ * written through a temporary name): `fi warmup -j N` does so. */
+FI_API fi_status fi_warmup_compile(fi_device_type device, const fi_attention_params *params,
+                                   const fi_plan_config *config, const char *arch,
+                                   int32_t index, int32_t *was_cached);
+
 /* --------------------------------------------------- attention state ops */
 
 /* Merge two attention states over disjoint key sets.

@@ -94,18 +94,15 @@ constexpr int KROW = DQK * KB, VROW = DVO * KB;           /* bytes per key */
 /* Row hooks: 2 stages, and the f32 rows of K / V beside them (ROWF bytes
  * per key), with as many keys per tile as 48 KB holds, so that more
  * threads share a tile's hooks (bf16 d 128, key hook: 32 keys). */
-#ifndef FI_STAGES
-#define FI_STAGES (ROW_KV ? 2 : 3)
-#endif
 constexpr int ROWF = (fi_v::KEY ? DQK * 4 : 0) + (fi_v::VALUE ? DVO * 4 : 0);
-#ifndef FI_TILE_BYTES /* K + V bytes per stage (tuning knob) */
-#define FI_TILE_BYTES \
-    (!ROW_KV ? 16384 : 48 * 1024 / (FI_STAGES * (KROW + VROW) + ROWF) * (KROW + VROW))
-#endif
-constexpr int KPG = imin(pow2_floor(imax(FI_TILE_BYTES / (KROW + VROW) / NG, 1)), 128 / NG);
+/* K + V bytes per stage (an enumerator: a constant the PTX need not hold) */
+enum : int {
+    TILE_BYTES = !ROW_KV ? 16384 : 48 * 1024 / (2 * (KROW + VROW) + ROWF) * (KROW + VROW)
+};
+constexpr int KPG = imin(pow2_floor(imax(TILE_BYTES / (KROW + VROW) / NG, 1)), 128 / NG);
 constexpr int BN = NG * KPG;                 /* keys per tile (<= 16 KB of K+V) */
 constexpr int KSUB = imin(KPG, 4);           /* keys per softmax update */
-constexpr int STAGES = FI_STAGES;
+constexpr int STAGES = ROW_KV ? 2 : 3;
 constexpr int STAGE_BYTES = BN * (KROW + VROW);
 constexpr int KCH = KROW / 16, VCH = VROW / 16, CH = imax(KCH, VCH);
 /* row hooks' f32 rows: K [BN][DQK], V [BN][DVO] after the stages */
@@ -116,11 +113,7 @@ constexpr int VBUF_BYTES = fi_v::VALUE ? BN * DVO * 4 : 0;
 constexpr int RED_BYTES = 4 * (NG * RM * DVO + 3 * NG * RM + 2 * RM + (fi_v::OUTPUT ? RM * DVO : 0));
 constexpr int SMEM_BYTES = imax(STAGES * STAGE_BYTES + KBUF_BYTES + VBUF_BYTES, RED_BYTES);
 static_assert(RM * DQK * 4 <= STAGES * STAGE_BYTES, "q rows of the query hook");
-#ifdef FI_MIN_BLOCKS
-constexpr int MIN_BLOCKS = FI_MIN_BLOCKS;
-#else
 constexpr int MIN_BLOCKS = RM <= 2 ? 4 : RM <= 4 ? 3 : 2; /* registers: q, o, s per row */
-#endif
 constexpr float LOG2E = 1.4426950408889634f;
 
 static_assert(TX >= 8 && TX <= 32 && EQ >= 1 && EV >= 1, "head dims");

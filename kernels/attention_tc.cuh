@@ -213,23 +213,26 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, unsigned char 
 struct alignas(16) KVOff {
     long long k, v;
 };
+/* The standalone kernel (this file's entry point) and the persistent
+ * kernel's tensor-core path share the code below; where ptxas allocates the
+ * two differently, each takes the form that did not spill (measured). */
+#ifdef FI_ATTN_TC_NAME
+enum { STANDALONE = 1 }; /* an enumerator: a constant the PTX need not hold */
+#else
+enum { STANDALONE = 0 };
+#endif
 /* Who keeps the table: for paged KV in the standalone kernel every thread
  * (key tid % BN; warps 0-1 its K offset, warps 2-3 its V offset, each
  * loading the key's page id), so no two warps carry the upkeep that the
- * CTA's barriers then wait for (H200, paged causal 1 x 16384: +2%);
- * otherwise threads 0-63, a key each, in code kept as it was: spread there,
- * ptxas spilled in the ragged tile loop, and NVRTC's build of the
- * persistent kernel in its decode loop (hybrid mix 249 -> 302 us). */
-#ifdef FI_ATTN_TC_NAME
-constexpr bool SPREAD_OFFS = PAGED;
-#else
-constexpr bool SPREAD_OFFS = false;
-#endif
+ * CTA's barriers then wait for; otherwise threads 0-63, a key each: spread
+ * there, ptxas spilled in the ragged tile loop and in the persistent
+ * kernel's decode loop. */
+constexpr bool SPREAD_OFFS = STANDALONE && PAGED;
 static_assert(2 * BN == NT, "a thread per key and cache");
 
 /* Key j's page id (paged KV; 0 past the span): issued a tile before use,
  * as loaded (kv_off and put_off_spread clamp it where they use it: a clamp
- * here would wait on the load at once, and cost paged prefill 3%). */
+ * here would wait on the load at once, measured slower on paged prefill). */
 FI_DEV int page_of(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j) {
     if (!PAGED || j >= it.k1) return 0;
     const int pi = a.page_shift >= 0 ? j >> a.page_shift : j / a.page_size;
@@ -273,20 +276,12 @@ FI_DEV void put_off_spread(KVOff *slot, const fi_attn_args &a, const Item &it, i
  * copy instruction of a warp still covers whole runs of a row), for keys
  * NT / TPK apart: per key one table read and one address for its copies.
  * CPT = 2 in the standalone kernel: with 1, the adds after the table reads
- * were a fifth of its tile loop's short-scoreboard stalls (ncu), and 2
- * takes the loop from 1392 to 1350 instructions (bf16 d 128 causal, no
- * spills). The persistent kernel keeps 1: with 2 its other paths spilled
- * more (the 128-row loop 5 -> 11 local loads a tile, the decode loop 0 -> 8). */
-#ifndef FI_TC_LOAD_CPT
-#ifdef FI_ATTN_TC_NAME
-#define FI_TC_LOAD_CPT 2
-#else
-#define FI_TC_LOAD_CPT 1
-#endif
-#endif
+ * stalled its tile loop (ncu), and 2 shortens the loop without spills. The
+ * persistent kernel keeps 1: with 2 its other paths spill more. */
 FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int valid) {
     const uint32_t ks = st, vs = st + K_BYTES; /* shared addresses: 32-bit arithmetic */
-    constexpr int CH = KCH > VCH ? KCH : VCH, CPT = FI_TC_LOAD_CPT, TPK = CH / CPT, KPI = NT / TPK;
+    constexpr int CH = KCH > VCH ? KCH : VCH, CPT = STANDALONE ? 2 : 1, TPK = CH / CPT,
+                  KPI = NT / TPK;
     static_assert(CH % CPT == 0 && BN % KPI == 0, "chunks per thread");
     const int cg = threadIdx.x % TPK, key0 = threadIdx.x / TPK;
     const char *kb = a.k + cg * 16, *vb = a.v + cg * 16;
@@ -295,9 +290,9 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
         const int key = key0 + it * KPI;
         const KVOff off = tab[key];
         const int bytes = key < valid ? 16 : 0;
-        if constexpr (CPT == 1) { /* the loop below with c = 0, kept as written
-                                     * before: ptxas allocated the persistent
-                                     * kernel differently from that form */
+        if constexpr (CPT == 1) { /* the loop below with c = 0, written out:
+                                     * ptxas allocates the persistent kernel
+                                     * differently from the loop's form */
             if (cg < KCH) fi_cp_async16_to(ks + swz<KCH>(key, cg), kb + off.k, bytes);
             if (cg < VCH) fi_cp_async16_to(vs + swz<VCH>(key, cg), vb + off.v, bytes);
         } else {
@@ -312,43 +307,11 @@ FI_DEV void load_kv(const fi_attn_args &a, const KVOff *tab, uint32_t st, int va
 }
 
 /* The row sums l of the 128-row path: in registers, or (inside the
- * persistent kernel's full form, whose 128-row path ptxas gave 255
- * registers and spilled exactly these four floats to local memory, reloaded
- * every tile) in shared memory, [mt][h][thread]: conflict-free, and a
- * shared load's latency, not a local one's that may reach L2. */
-#ifndef FI_TC_L_SMEM
-#ifdef FI_ATTN_TC_NAME
-#define FI_TC_L_SMEM 0
-#else
-#define FI_TC_L_SMEM (MT == 2 && DQK + DVO > 128) /* d 64 x 64 did not spill them */
-#endif
-#endif
-constexpr bool L_SMEM = FI_TC_L_SMEM;
-
-/* 1: write-through 16-bit O rows, where contiguous, leave in 4-byte
- * stores of two elements (0: 2-byte stores of one, for A/B runs). The
- * 2-byte stores cost a short prefill's items ~3 us each: 128 x 1024 causal
- * went 235 -> 262-268 TFLOP/s with pairs (H200); staging the rows through
- * shared memory for 16-byte stores measured the same as pairs and made
- * ptxas spill in the non-causal tile loops. */
-/* 1: the online softmax steps over all of a thread's rows at once (the
- * maxes as trees, the shuffles side by side, one vote for the rescale of
- * O, before the exponentials); 0: row by row, one vote per row pair. The
- * standalone kernel takes 1 (its tile loop 16-20 instructions shorter, no
- * spills; H200 prefill +0.5-1.5%); the persistent kernel keeps 0: with 1
- * ptxas spilled 4-20 bytes in its full forms, and the mixes measured the
- * same */
-#ifndef FI_TC_SOFTMAX_ROWS
-#ifdef FI_ATTN_TC_NAME
-#define FI_TC_SOFTMAX_ROWS 1
-#else
-#define FI_TC_SOFTMAX_ROWS 0
-#endif
-#endif
-
-#ifndef FI_TC_O_PAIRS
-#define FI_TC_O_PAIRS 1
-#endif
+ * persistent kernel's full form, whose 128-row path ptxas spilled exactly
+ * these four floats to local memory, reloaded every tile) in shared memory,
+ * [mt][h][thread]: conflict-free, and a shared load's latency, not a local
+ * one's that may reach L2. d 64 x 64 does not spill them. */
+constexpr bool L_SMEM = !STANDALONE && MT == 2 && DQK + DVO > 128;
 
 /* One (item, KV head) on tensor cores, every 128-row block; smem holds
  * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
@@ -547,8 +510,9 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             /* online softmax, a row's four lanes together; m is in
              * the log2 domain, s raw (times qs) */
             const float qs = TRANSFORM ? 1.0f : a.q_scale;
-#if FI_TC_SOFTMAX_ROWS
-            /* the thread's 2 MT rows side by side, each step over all of
+#ifdef FI_ATTN_TC_NAME
+            /* The standalone kernel (a shorter tile loop, no spills): the
+             * thread's 2 MT rows side by side, each step over all of
              * them: the maxes as trees, then the shuffles, the exponentials
              * and the sums, so the rows' latency chains overlap; one vote
              * for all rows decides the rescale of O */
@@ -613,7 +577,8 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                         l(mt, h) += sum[0] + sum[1];
                     }
             }
-#else
+#else /* the persistent kernel, which spills with the form above: row by
+       * row, one vote per row pair */
 #pragma unroll
             for (int mt = 0; mt < MT && SOFTMAX; mt++)
 #pragma unroll
@@ -694,7 +659,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
          * adjacent elements in one 4-byte store (uniform). Not in a user
          * variant's kernel: there (block_mask) ptxas spilled in the tile
          * loop with it. */
-        const bool opairs = FI_TC_O_PAIRS && !fi_v::USER && OT != FI_T_F32 && a.o_vec_ok;
+        const bool opairs = !fi_v::USER && OT != FI_T_F32 && a.o_vec_ok;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -792,13 +757,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
             if (fi_item_rows(items, n, GROUP) < a.tc_min_rows) continue; /* the CUDA-core kernel's */
-#ifdef FI_TRACE
-            const unsigned long long t0 = fi_trace_clock();
-#endif
             run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
-#ifdef FI_TRACE
-            if (threadIdx.x == 0) fi_trace_item(blockIdx.x, hkv, n, fi_item_rows(items, n, GROUP), t0);
-#endif
         }
 }
 #endif

@@ -19,7 +19,7 @@
  *                               ldmatrix.trans)
  *
  * so a key costs ~2 mma and ~1 ldmatrix per warp instead of the CUDA-core
- * path's ~70 instructions (docs/CUDA_KERNELS.md). At the end the four
+ * path's ~70 instructions. At the end the four
  * warps' states are merged through shared memory in warp order
  * (deterministic) and O / LSE or the item's partial rows are written.
  *
@@ -40,18 +40,14 @@ constexpr int PER = BN * CH / NT;        /* 16-byte chunks per thread per tile *
 constexpr int DQ_BYTES = 16 * DQK * 2;
 #if FI_TC
 /* beside the 128-row path: as many stages as fit in its shared memory (the
- * persistent kernel's): 3 at d 128 and d 64 (2 beside 64-row blocks) */
+ * persistent kernel's): 2 at d 128, 3 at d 64 (2 beside 64-row blocks) */
 constexpr int STAGES_D = (fi_tc::SMEM_BYTES - DQ_BYTES) / STAGE_BYTES;
-#elif defined(FI_DTC_STAGES)
-/* the decode form, tuning (FLASHINFER_CUDA_DEFINES=-DFI_DTC_STAGES=3: the
- * host launches it with room for 3) */
-constexpr int STAGES_D = FI_DTC_STAGES;
 #else
 /* alone (the decode form of persistent.cuh, two CTAs per SM): 2 stages,
  * 68 KB at d 128 (the host launches it with room for 3) */
 constexpr int STAGES_D = 2;
 #endif
-constexpr int SMEM_D = DQ_BYTES + STAGES_D * STAGE_BYTES; /* <= fi_cuda_persist_decode_smem() */
+constexpr int SMEM_D = DQ_BYTES + STAGES_D * STAGE_BYTES; /* <= the host's (select.c) */
 /* merge: o [NWARP][16][DVO], m, l [NWARP][16] */
 constexpr int RED_BYTES = 4 * (NWARP * 16 * DVO + 2 * NWARP * 16);
 static_assert(KPW == 16, "one k16 step of P V per warp and tile");
@@ -61,11 +57,7 @@ static_assert(RED_BYTES <= STAGES_D * STAGE_BYTES, "merge buffer");
  * path) ldmatrix'd from shared memory each tile: in that form ptxas kept
  * the 32 registers of fragments in local memory and reloaded and stored
  * them every tile (16 LDL.64 + 16 STL.64; 8 LDSM instead) */
-#ifdef FI_DTC_Q_REGS /* A/B builds */
-constexpr bool Q_REGS = FI_DTC_Q_REGS;
-#else
 constexpr bool Q_REGS = !FI_TC || MT == 1;
-#endif
 static_assert(!fi_v::USER && !fi_v::ELEM_MASK && !TRANSFORM && !ROWS && !fi_v::OUTPUT && FI_POS == 0,
               "built-in causal / window only on this path");
 
@@ -173,10 +165,6 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
         }
         const int j0 = it.k0 + t * BN, kw = warp * KPW;
         const uint32_t ks_a = kvs_a + (t % STAGES_D) * STAGE_BYTES, vs_a = ks_a + K_BYTES;
-#ifdef FI_DTC_NO_MATH /* diagnostic: loads only */
-        if (t < ntiles) { __syncthreads(); continue; }
-#endif
-
         /* S = Q K^T for this warp's 16 keys */
         float s[2][4];
 #pragma unroll
@@ -275,8 +263,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
         float L = l[h];
         L += __shfl_xor_sync(0xffffffffu, L, 1);
         L += __shfl_xor_sync(0xffffffffu, L, 2);
-        if (r >= it.rows) continue; /* a padded row: never read (H200: 64 x 1024, two
-                                     * items per CTA, 72.6 -> 71.7 us) */
+        if (r >= it.rows) continue; /* a padded row: never read */
         if (tq == 0) {
             red_m[warp * 16 + r] = m[h];
             red_l[warp * 16 + r] = L;
@@ -326,9 +313,7 @@ FI_DEV void run_sliced(const fi_attn_args &a, const fi_view &v, const Item &it, 
     constexpr int PER = MAX_ROWS / GROUP; /* tokens per slice */
     const int T = it.rows / GROUP;
     if (T <= PER) { /* one slice: the item as it is. The loop below would do the same,
-                     * but this second inlined copy of run_item is measured faster
-                     * (H200: 1 x 1024 8.8 against 9.1 us, 64 x 1024 69.6 against 69.9;
-                     * docs/CUDA_KERNELS.md, "TMA reads, ...") */
+                     * but this second inlined copy of run_item is measured faster */
         run_item(a, v, it, smem);
         return;
     }

@@ -103,8 +103,8 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
      * index; the LSE and the row together), not three (the fused merge,
      * whose sources need no index: one). Only the round's sources: a lane
      * past n holds row 0, and every warp of the grid loading that one row
-     * for its missing sources made one L2 line hot (the separate merge
-     * kernel of 2-source rows 22 -> 37 us, H200) */
+     * for its missing sources made one L2 line hot (measured much slower on
+     * the separate merge kernel's 2-source rows) */
     constexpr int PRE = UNROLL;
     const int n0 = n < PRE ? n : PRE;
     float4 xp[PRE][PERL];
@@ -159,10 +159,8 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
                     if (u < nb) add_row(u, xp[u]);
                 k = PRE < nb ? PRE : nb;
             }
-            /* the rest UNROLL at a time. (Rounds of 16 or 32 sources fully
-             * unrolled gained ~1 us at 1 x 16384 and 1 x 32768 on one H200
-             * and lost 1.4-4 us at 1 x 4096-32768 on another: the merge's
-             * code doubled, docs/CUDA_KERNELS.md.) */
+            /* the rest UNROLL at a time (rounds of 16 or 32 sources fully
+             * unrolled doubled the merge's code and measured no faster) */
 #pragma unroll UNROLL
             for (; k < nb; k++) add_source(k);
         }

@@ -44,8 +44,7 @@
  *           (LLaMA-3.1: the smoothed blend); frequencies in double, once
  *           per block (shared memory), kept as hi + lo floats, so the f32
  *           angle is exact (positions < 2^24; beyond, double); its cos/sin
- *           by MUFU after a Cody-Waite reduction (prelude.cuh;
- *           FI_ROPE_ACCURATE=1: all in double, as before); the rotation in
+ *           by MUFU after a Cody-Waite reduction (prelude.cuh); the rotation in
  *           f32; dims past rotary_dim copied; tokens past indptr[B] (or with
  *           no request in a malformed indptr) untouched.
  */
@@ -462,12 +461,10 @@ extern "C" __global__ void __launch_bounds__(fi_ops::NT) FI_OPS_NAME(const fi_op
     const int pair_units = half / PV;
     const int tail_units = (a.dim - a.rotary_dim) / TV;
     const int heads = a.heads_q + a.heads_k;
-#if !FI_ROPE_ACCURATE
     /* the frequencies of the first FMAX pairs, once per block */
     __shared__ fi_rope_f freq[FMAX];
     for (int i = threadIdx.x; i < half && i < FMAX; i += NT) freq[i] = fi_rope_split(rope_freq(a, i));
     __syncthreads();
-#endif
     for (int64_t base = w.first; base < a.rows; base += w.step) {
         const int64_t row = base + w.group;
         if (row >= a.rows) continue;
@@ -479,11 +476,7 @@ extern "C" __global__ void __launch_bounds__(fi_ops::NT) FI_OPS_NAME(const fi_op
         for (int u = w.sub; u < pair_units + tail_units; u += tpr) {
             if (u < pair_units) {
                 float cs[PV], sn[PV];
-#if FI_ROPE_ACCURATE
-                cos_sin_double(a, pos, u, cs, sn);
-#else
                 cos_sin(a, pos, u, freq, cs, sn);
-#endif
                 for (int h = h0; h < h1; h++) {
                     if (h < a.heads_q)
                         rotate<QT>(a.q + t * a.q_tok + h * a.q_head, a.q_dim,

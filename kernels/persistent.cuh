@@ -31,10 +31,9 @@
  * version 3 in registers (no spills; the full form then spilled ~280 bytes
  * and reloaded them in the tile loop, and now reads Q's fragments from
  * shared memory each tile instead, decode_tc.cuh Q_REGS), and 2 stages of
- * 68 KB. H200: 4.5 TB/s on the large decode cells against 3.6 for the
- * full form in the same run (before Q_REGS);
- * three CTAs per SM (168 registers) spilled again and ran at 4.1
- * (docs/CUDA_KERNELS.md). The host launches it for batches with no item
+ * 68 KB: measured much faster on decode than the full form; three CTAs per
+ * SM spilled again and ran slower (docs/BENCHMARKS.md). The host launches
+ * it for batches with no item
  * wider than 16 rows; a wide item (a graph captured on a decode batch,
  * replayed after a re-plan with a prefill chunk) still runs, in 16-row
  * slices.
@@ -82,11 +81,7 @@ constexpr int DTC_SMEM = 0;
  * tuning (<= 48 KB, attention.cuh) fits; the decode form its own bytes */
 constexpr int SMEM_BYTES = DECODE_FORM ? DTC_SMEM
                            : fi_attn::SMEM_BYTES > TC_SMEM ? fi_attn::SMEM_BYTES : TC_SMEM;
-#ifdef FI_PERSIST_MIN_BLOCKS
-constexpr int MIN_BLOCKS = FI_PERSIST_MIN_BLOCKS;
-#else
 constexpr int MIN_BLOCKS = TC || DECODE_FORM ? 2 : fi_attn::MIN_BLOCKS;
-#endif
 static_assert(fi_attn::NT == NT, "one block size");
 static_assert(!fi_v::USER, "user variants run the separate kernels");
 
@@ -104,7 +99,7 @@ FI_DEV fi_merge::Sources sources(const fi_part_merge &m) {
  * this CTA's to merge), LPP lanes each, NT / LPP pairs at once. The
  * built-in merge: no output hook, no row buffer; 4 sources in flight, not
  * the separate kernel's 8 (half the code, on a path each SM runs once at an
- * item's end: 0.2-0.4 us off the split decode cells, H200). */
+ * item's end: measured faster on split decodes). */
 template <int LPP>
 FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_item &it,
                             const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
@@ -126,10 +121,9 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
  * (kernels/prelude.cuh, fi_atomic_add_acq_rel). The record is plan data,
  * loaded before the barrier, and names the output token and the sources
  * (evenly spaced), so the merge looks nothing else up. (A fence before the
- * barrier and one after the count, the record loaded between them, took
- * 0.6-1.1 us more at the end of 1 x 1024 and 1 x 32768 on the H200; tickets
- * taken before the partial rows, the merger waiting for the others'
- * written count, were even or slower: docs/CUDA_KERNELS.md.) */
+ * barrier and one after the count, the record loaded between them, was
+ * measured slower; so were tickets taken before the partial rows, the
+ * merger waiting for the others' written count.) */
 FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
                          fi_part_merge *mrow) {
     const fi_variant_params VP = fi_v::params(a, v.alibi);
@@ -182,9 +176,6 @@ FI_PERSIST_NAME(const fi_attn_args a) {
     fi_mark_upload_read(a);
     for (int hkv = h0; hkv < a.num_kv_heads; hkv += hs)
         for (int n = ib; n < ie; n++) {
-#ifdef FI_TRACE
-            const unsigned long long t0 = fi_trace_clock();
-#endif
             /* the view is re-read per item (header loads, L1 hits) rather
              * than kept live across both paths: inlined, the paths' live
              * state spilled ~200 bytes with it held */
@@ -204,8 +195,5 @@ FI_PERSIST_NAME(const fi_attn_args a) {
             fi_attn::run_item(a, v, it, smem);
 #endif
             if (it.prow >= 0) finish_split(a, v, it, mrow);
-#ifdef FI_TRACE
-            if (threadIdx.x == 0) fi_trace_item(w, hkv, n, it.rows, t0);
-#endif
         }
 }

@@ -200,15 +200,9 @@ FI_DEV float fi_exp2(float x) {
 /* ------------------------------------------------------------- RoPE angles */
 
 /* sin/cos of RoPE angles (ops.cuh's RoPE, the built-in fused RoPE and the
- * hooks' fi_rope_row in variant.cuh). Default: the angle reduced to
- * [-pi, pi] by Cody-Waite (2 pi = C1 + C2, fmaf) and the MUFU sin/cos;
- * error bound in docs/CUDA_KERNELS.md ("RoPE angles"): below 1e-6 absolute
- * for positions < 2^24 and any theta. FI_ROPE_ACCURATE=1 (a -D, e.g. through
- * FLASHINFER_CUDA_DEFINES) restores the previous code paths (sincosf of
- * f32 angles in the attention kernels, double in the ops) for A/B runs. */
-#ifndef FI_ROPE_ACCURATE
-#define FI_ROPE_ACCURATE 0
-#endif
+ * hooks' fi_rope_row in variant.cuh): the angle reduced to [-pi, pi] by
+ * Cody-Waite (2 pi = C1 + C2, fmaf) and the MUFU sin/cos; error below 1e-6
+ * absolute for positions < 2^24 and any theta (docs/CUDA_KERNELS.md). */
 
 /* A frequency as hi + lo (two floats, |lo| <= ulp(hi) / 2), from a double
  * computed once per thread and dimension: pos * (hi + lo) is the exact
@@ -238,12 +232,8 @@ FI_DEV void fi_sincos_fast(float a, float e, float *s, float *c) {
  * f32): the product pos * f.hi splits exactly into a + its rounding error
  * (fmaf), which joins pos * f.lo after the reduction of a. */
 FI_DEV void fi_rope_sincos(int pos, fi_rope_f f, float *s, float *c) {
-#if FI_ROPE_ACCURATE
-    sincosf((float)pos * f.hi, s, c);
-#else
     const float p = (float)pos, a = p * f.hi;
     fi_sincos_fast(a, fmaf(p, f.lo, fmaf(p, f.hi, -a)), s, c);
-#endif
 }
 
 /* ---------------------------------------------------------------- cp.async */

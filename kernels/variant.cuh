@@ -74,14 +74,7 @@ FI_DEV bool fi_mask_bit(const uint8_t *mask, int64_t bit0, int q_pos, int kv_pos
  * x[i + D/2]) turns by pos * f_i, f_i = theta^(-2i / D) / scale, f_i in
  * double once per thread and dimension (fi_rope_sincos: the angle exact). */
 FI_DEV fi_rope_f fi_rope_freq(float theta, float scale, int i, int dim) {
-#if FI_ROPE_ACCURATE /* the previous f32 frequency, sincosf per element */
-    fi_rope_f f;
-    f.hi = exp2f(-2.0f * (float)i / (float)dim * log2f(theta)) * (1.0f / scale);
-    f.lo = 0.0f;
-    return f;
-#else
     return fi_rope_split(pow((double)theta, -2.0 * i / dim) / (double)scale);
-#endif
 }
 /* One element of the rotated row: x the element, xp its partner, lo whether
  * x is in the first half. */
@@ -101,11 +94,7 @@ FI_DEV void fi_rope_row(float *x, int32_t dim, int32_t pos, float scale, float t
     for (int32_t k = 0; k < half; k++) {
         const float a = p * exp2f((float)(-2 * k) / (float)dim * lt);
         float sn, cs;
-#if FI_ROPE_ACCURATE
-        sincosf(a, &sn, &cs);
-#else
         fi_sincos_fast(a, 0.0f, &sn, &cs);
-#endif
         const float x0 = x[k], x1 = x[k + half];
         x[k] = x0 * cs - x1 * sn;
         x[k + half] = x1 * cs + x0 * sn;

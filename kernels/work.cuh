@@ -90,33 +90,4 @@ FI_DEV fi_item fi_item_load(const fi_item_rec *items, int n, int hkv, int group)
     return it;
 }
 
-#ifdef FI_TRACE
-/* A diagnostic build (FLASHINFER_CUDA_DEFINES=-DFI_TRACE=N, read by
- * bench_mixed --trace): the persistent kernel and the standalone
- * tensor-core one append a record per (item, KV head) of four words,
- * {worker << 32 | KV head << 16 | SM, item << 32 | rows, start ns, end ns}
- * (the global timer), the first N kept. */
-extern "C" { /* unmangled: the host finds them by name (cuModuleGetGlobal) */
-__device__ unsigned long long fi_trace[4 * FI_TRACE];
-__device__ unsigned int fi_trace_count;
-}
-FI_DEV unsigned long long fi_trace_clock() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-FI_DEV void fi_trace_item(int w, int hkv, int n, int rows, unsigned long long t0) {
-    const unsigned long long t1 = fi_trace_clock();
-    unsigned sm;
-    asm("mov.u32 %0, %%smid;" : "=r"(sm));
-    const unsigned k = atomicAdd(&fi_trace_count, 1u);
-    if (k >= FI_TRACE) return;
-    unsigned long long *r = fi_trace + 4 * (size_t)k;
-    r[0] = (unsigned long long)w << 32 | (unsigned long long)hkv << 16 | sm;
-    r[1] = (unsigned long long)n << 32 | (unsigned)rows;
-    r[2] = t0;
-    r[3] = t1;
-}
-#endif
-
 #endif /* FI_WORK_CUH */

@@ -2,7 +2,7 @@
  * oracle.h — the fp64 reference for batched attention: what every backend,
  * format and variant is checked against. Plain loops, written for reading.
  *
- * Semantics are DESIGN.md's (FlashInfer's): causal bottom-right, sliding
+ * Semantics are docs/SEMANTICS.md's (FlashInfer's): causal bottom-right, sliding
  * window, soft-cap, ALiBi, fused LLaMA RoPE, custom bit masks, GQA, LSE in
  * base 2, a row with no visible key gives O = 0 and LSE = -inf.
  */

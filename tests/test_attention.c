@@ -688,7 +688,7 @@ static double case_tol(const case_spec *c, const problem *p) {
 }
 
 /* Tolerance of LSE (f32, log2 units). Logits come from the stored q/k
- * values, exact in f32, with f32 accumulation (DESIGN.md), so whatever the
+ * values, exact in f32, with f32 accumulation (docs/SEMANTICS.md), so whatever the
  * dtypes only f32 rounding remains, except with fused RoPE, where a kernel
  * may round the rotated q/k back to their dtype (FP8 K to f16). */
 static double case_lse_tol(const case_spec *c, const problem *p) {
@@ -1513,7 +1513,7 @@ static void alias_device(const backend *be, problem *dst, const problem *src) {
     dst->vd = src->vd;
 }
 
-/* DESIGN.md: run reads only fixed addresses and a fixed grid, so a graph
+/* docs/SEMANTICS.md: run reads only fixed addresses and a fixed grid, so a graph
  * captured once replays correctly after fi_plan_update with another batch.
  * Warm-up run (JIT), capture on a stream, replay; re-plan a batch of the
  * same totals but other lengths into the same buffers, replay again. */

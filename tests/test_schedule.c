@@ -74,11 +74,12 @@ static void random_scenario(tu_rng *g, scenario *sc) {
     in->causal = tu_rng_int(g, 0, 1);
     in->window_left = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 0, 3000) : -1;
     in->num_workers = tu_rng_int(g, 0, 2) == 0 ? tu_rng_int(g, 1, 4) : tu_rng_int(g, 1, 264);
-    in->split_workers = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 1, in->num_workers) : 0;
-    in->q_tiles = tile_sets[t];
-    in->num_q_tiles = tile_counts[t];
-    in->cost_per_q_row = tu_rng_int(g, 0, 4) == 0 ? 0.0 : tu_rng_range(g, 0.0, 10.0);
-    in->cost_per_key = tu_rng_range(g, 0.1, 2.0);
+    fi_sched_policy *pol = &in->policy;
+    pol->split_workers = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 1, in->num_workers) : 0;
+    memcpy(pol->q_tiles, tile_sets[t], sizeof pol->q_tiles);
+    pol->num_q_tiles = tile_counts[t];
+    pol->cost_per_q_row = tu_rng_int(g, 0, 4) == 0 ? 0.0 : tu_rng_range(g, 0.0, 10.0);
+    pol->cost_per_key = tu_rng_range(g, 0.1, 2.0);
     int32_t mode = tu_rng_int(g, 0, 9);
     static const int32_t splits[] = {64, 100, 256, 1024, 4096};
     in->disable_split_kv = mode == 0;
@@ -119,14 +120,14 @@ static void visible(const fi_schedule_input *in, int32_t qo, int32_t kv, int32_t
 /* The cost model: rows above cost_rows_exact count as whole blocks of
  * cost_rows_block in the row x key term. */
 static double pair_rows(const fi_schedule_input *in, int32_t t) {
-    int64_t rows = (int64_t)t * in->group_size, b = in->cost_rows_block;
-    return (double)(b > 0 && rows > in->cost_rows_exact ? (rows + b - 1) / b * b : rows);
+    int64_t rows = (int64_t)t * in->group_size, b = in->policy.cost_rows_block;
+    return (double)(b > 0 && rows > in->policy.cost_rows_exact ? (rows + b - 1) / b * b : rows);
 }
 
 static double item_cost(const fi_schedule_input *in, const fi_work_item *it) {
     double heads = in->num_kv_heads, t = it->q_end - it->q_start, keys = it->kv_end - it->kv_start;
-    return heads * in->cost_per_q_row * in->group_size * t + heads * in->cost_per_key * keys +
-           heads * in->cost_per_row_key * pair_rows(in, it->q_end - it->q_start) * keys;
+    return heads * in->policy.cost_per_q_row * in->group_size * t + heads * in->policy.cost_per_key * keys +
+           heads * in->policy.cost_per_row_key * pair_rows(in, it->q_end - it->q_start) * keys;
 }
 
 /* Items alone: shapes, ranges, tiles, chunk sizes. */
@@ -135,7 +136,7 @@ static int check_items(const fi_schedule *s, const fi_schedule_input *in) {
     int32_t N = in->num_workers, F = in->disable_split_kv ? 0 : in->fixed_split_size;
     int32_t T = s->q_tile_rows / in->group_size > 1 ? s->q_tile_rows / in->group_size : 1;
     bool tile_ok = false;
-    for (int32_t i = 0; i < in->num_q_tiles; i++) tile_ok |= in->q_tiles[i] == s->q_tile_rows;
+    for (int32_t i = 0; i < in->policy.num_q_tiles; i++) tile_ok |= in->policy.q_tiles[i] == s->q_tile_rows;
     if (!tile_ok) FAIL("q_tile_rows %d is not a supported tile", s->q_tile_rows);
     if (s->num_workers != N || s->worker_indptr[0] != 0 || s->worker_indptr[N] != s->num_items)
         FAIL("worker_indptr: [0]=%d [N]=%d items %d", s->worker_indptr[0],
@@ -545,12 +546,11 @@ static int expect_bound(fi_schedule *s, const fi_schedule_input *in, const char 
 static void case_bounds(void) {
     if (!tu_selected("bounds")) return;
     static int32_t qo[MAX_B + 1], kv[MAX_B];
-    static const int32_t tiles[] = {1, 16, 64, 128};
     for (int32_t r = 0; r < MAX_B; r++) { qo[r + 1] = qo[r] + 1; kv[r] = 5000; }
     fi_schedule_input in = {.batch_size = 8, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
-                            .num_kv_heads = 8, .causal = true, .window_left = -1,
-                            .num_workers = 4, .q_tiles = tiles, .num_q_tiles = 4,
-                            .cost_per_q_row = 1, .cost_per_key = 1};
+                            .num_kv_heads = 8, .causal = true, .window_left = -1, .num_workers = 4,
+                            .policy = {.q_tiles = {1, 16, 64, 128}, .num_q_tiles = 4,
+                                       .cost_per_q_row = 1, .cost_per_key = 1}};
     fi_schedule_limits lim;
     fi_schedule_limits_for(&lim, 8, 8, 4);
     fi_schedule s, keep;
@@ -583,7 +583,6 @@ static void case_bounds(void) {
 /* Decode batches always get the full chunk bound: the partial-row budget of
  * fi_schedule_limits_for never binds for them (the proof in schedule.c). */
 static void case_decode_budget(int32_t count) {
-    static const int32_t tiles[] = {1, 16, 64, 128};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
     char name[64];
     for (int32_t k = 0; k < count; k++) {
@@ -598,10 +597,11 @@ static void case_decode_budget(int32_t count) {
             kv[r] = tu_rng_int(&g, 0, 3) ? tu_rng_int(&g, 1, 2000) : tu_rng_int(&g, 1, 200000);
             S += kv[r];
         }
-        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
-                                .group_size = 4, .num_kv_heads = 8, .causal = true,
-                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
-                                .num_q_tiles = 4, .cost_per_q_row = 1, .cost_per_key = 1};
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
+                                .num_kv_heads = 8, .causal = true, .window_left = -1,
+                                .num_workers = N, .policy = {.q_tiles = {1, 16, 64, 128},
+                                                             .num_q_tiles = 4, .cost_per_q_row = 1,
+                                                             .cost_per_key = 1}};
         fi_schedule_limits lim;
         fi_schedule_limits_for(&lim, B, B, N);
         fi_schedule s;
@@ -641,7 +641,6 @@ static int build_unbudgeted(fi_schedule *s, const fi_schedule_input *in) {
  * at least FI_SCHEDULE_MIN_CHUNK) plus a spread remainder (at most an
  * eighth more, FI_SCHEDULE_MAX_PIECE); so does a tile left whole. */
 static void case_weighted_chunks(int32_t count) {
-    static const int32_t tiles[] = {128};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
     char name[64];
     for (int32_t k = 0; k < count; k++) {
@@ -655,12 +654,14 @@ static void case_weighted_chunks(int32_t count) {
             qo[r + 1] = qo[r] + q;
             kv[r] = r < W ? tu_rng_int(&g, 4000, 20000) : tu_rng_int(&g, 100, 2000);
         }
-        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
-                                .group_size = 4, .num_kv_heads = 8, .causal = true,
-                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
-                                .num_q_tiles = 1, .cost_per_q_row = 1, .cost_per_key = 1,
-                                .cost_per_row_key = 0.007, .cost_rows_exact = 16,
-                                .cost_rows_block = k % 2 ? 128 : 0};
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
+                                .num_kv_heads = 8, .causal = true, .window_left = -1,
+                                .num_workers = N, .policy = {.q_tiles = {128}, .num_q_tiles = 1,
+                                                             .cost_per_q_row = 1,
+                                                             .cost_per_key = 1,
+                                                             .cost_per_row_key = 0.007,
+                                                             .cost_rows_exact = 16,
+                                                             .cost_rows_block = k % 2 ? 128 : 0}};
         fi_schedule s;
         int bad = build_unbudgeted(&s, &in);
         /* with a chunk bound, every item (split or whole) keeps within its
@@ -692,7 +693,6 @@ static void case_weighted_chunks(int32_t count) {
  * near-equal pieces of ceil(len / k) keys rounded up to 16, the last one
  * shorter. */
 static void case_equal_pieces(int32_t count) {
-    static const int32_t tiles[] = {1};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
     char name[64];
     for (int32_t k = 0; k < count; k++) {
@@ -706,11 +706,12 @@ static void case_equal_pieces(int32_t count) {
             qo[r + 1] = qo[r] + 1;
             kv[r] = tu_rng_int(&g, 1, 30000);
         }
-        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
-                                .group_size = 4, .num_kv_heads = 8, .causal = true,
-                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
-                                .num_q_tiles = 1, .cost_per_q_row = 1, .cost_per_key = 1,
-                                .split_workers = equal ? tu_rng_int(&g, 1, N / 4) : 0};
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
+                                .num_kv_heads = 8, .causal = true, .window_left = -1,
+                                .num_workers = N, .policy = {.q_tiles = {1}, .num_q_tiles = 1,
+                                                             .cost_per_q_row = 1,
+                                                             .cost_per_key = 1,
+                                                             .split_workers = equal ? tu_rng_int(&g, 1, N / 4) : 0}};
         fi_schedule s;
         int bad = build_unbudgeted(&s, &in);
         const int64_t L = s.kv_chunk;
@@ -727,7 +728,7 @@ static void case_equal_pieces(int32_t count) {
                 if (it->kv_start % p || it->kv_end - it->kv_start != want) {
                     tu_note("B %d, N %d, split_workers %d, request %d (%lld keys, chunk %lld): "
                             "piece [%d, %d), want %lld keys from a multiple of %lld", (int)B, (int)N,
-                            (int)in.split_workers, (int)r, (long long)len, (long long)L,
+                            (int)in.policy.split_workers, (int)r, (long long)len, (long long)L,
                             (int)it->kv_start, (int)it->kv_end, (long long)want, (long long)p);
                     bad = 1;
                     break;
@@ -763,8 +764,8 @@ static int by_cost_then_gen(const void *x, const void *y) {
 
 static int check_reference_lpt(const fi_schedule *s, const fi_schedule_input *in) {
     int32_t n = s->num_items, N = in->num_workers;
-    double heads = in->num_kv_heads, rc = heads * in->cost_per_q_row * in->group_size;
-    double kc = heads * in->cost_per_key, pc = heads * in->cost_per_row_key;
+    double heads = in->num_kv_heads, rc = heads * in->policy.cost_per_q_row * in->group_size;
+    double kc = heads * in->policy.cost_per_key, pc = heads * in->policy.cost_per_row_key;
     double *cost = malloc(sizeof(double) * ((size_t)n + 1)), *load = calloc((size_t)N, sizeof(double));
     int32_t *ids = malloc(sizeof(int32_t) * ((size_t)n + 1)), *at = calloc((size_t)N, sizeof(int32_t));
     int bad = !cost || !load || !ids || !at;
@@ -806,7 +807,6 @@ static int check_reference_lpt(const fi_schedule *s, const fi_schedule_input *in
 }
 
 static void case_reference_lpt(int32_t count) {
-    static const int32_t tiles[] = {16, 64, 128};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
     char name[64];
     for (int32_t k = 0; k < count; k++) {
@@ -824,12 +824,13 @@ static void case_reference_lpt(int32_t count) {
         }
         if (shape == 2) /* prefill requests first in the batch, then decodes */
             for (int32_t r = 0; r < B; r++) qo[r + 1] = qo[r] + (r < B / 16 ? 128 : 1);
-        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
-                                .group_size = 4, .num_kv_heads = 8, .causal = true,
-                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
-                                .num_q_tiles = 3, .cost_per_q_row = tu_rng_int(&g, 0, 1),
-                                .cost_per_key = 1, .cost_per_row_key = 0.1 * tu_rng_int(&g, 0, 1),
-                                .disable_split_kv = tu_rng_int(&g, 0, 3) == 0};
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
+                                .num_kv_heads = 8, .causal = true, .window_left = -1,
+                                .num_workers = N, .disable_split_kv = tu_rng_int(&g, 0, 3) == 0,
+                                .policy = {.q_tiles = {16, 64, 128}, .num_q_tiles = 3,
+                                           .cost_per_q_row = tu_rng_int(&g, 0, 1),
+                                           .cost_per_key = 1,
+                                           .cost_per_row_key = 0.1 * tu_rng_int(&g, 0, 1)}};
         fi_schedule_limits lim;
         fi_schedule_limits_for(&lim, B, qo[B], N);
         fi_schedule s;
@@ -873,7 +874,6 @@ static int same_counts(const fi_schedule *a, const fi_schedule *b) {
 }
 
 static void case_request_order(int32_t count) {
-    static const int32_t tiles[] = {16, 64, 128};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
     char name[64];
     for (int32_t k = 0; k < count; k++) {
@@ -883,18 +883,19 @@ static void case_request_order(int32_t count) {
         tu_rng_seed(&g, tu_case_seed(name));
         int32_t B = tu_rng_int(&g, 1, MAX_B), N = tu_rng_int(&g, 1, 300);
         random_queue_batch(&g, B, 4, 300, qo, kv);
-        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
-                                .group_size = 4, .num_kv_heads = 8, .causal = k % 2 == 0,
-                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
-                                .num_q_tiles = 3, .cost_per_q_row = 1, .cost_per_key = 1,
-                                .cost_per_row_key = 0.007,
-                                .split_workers = tu_rng_int(&g, 0, N)};
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
+                                .num_kv_heads = 8, .causal = k % 2 == 0, .window_left = -1,
+                                .num_workers = N, .policy = {.q_tiles = {16, 64, 128},
+                                                             .num_q_tiles = 3, .cost_per_q_row = 1,
+                                                             .cost_per_key = 1,
+                                                             .cost_per_row_key = 0.007,
+                                                             .split_workers = tu_rng_int(&g, 0, N)}};
         fi_schedule_limits lim;
         fi_schedule_limits_for(&lim, B, qo[B], N);
         fi_schedule a, b;
         int bad = fi_schedule_init(&a, &lim) || fi_schedule_init(&b, &lim) ||
                   fi_schedule_build(&a, &in);
-        in.queues_in_request_order = true;
+        in.policy.queues_in_request_order = true;
         bad = bad || fi_schedule_build(&b, &in);
         bad = bad || same_counts(&a, &b);
         for (int32_t w = 0; !bad && w < a.num_workers; w++) {
@@ -930,7 +931,6 @@ static void case_request_order(int32_t count) {
  * bound first (each group in id order, costs with their queues), and in
  * each queue those items first, both parts in their old order. */
 static void case_wide_first(int32_t count) {
-    static const int32_t tiles[] = {16, 64, 128};
     static int32_t qo[MAX_B + 1], kv[MAX_B];
     char name[64];
     for (int32_t k = 0; k < count; k++) {
@@ -940,20 +940,23 @@ static void case_wide_first(int32_t count) {
         tu_rng_seed(&g, tu_case_seed(name));
         int32_t B = tu_rng_int(&g, 1, MAX_B), N = tu_rng_int(&g, 1, 300);
         random_queue_batch(&g, B, 8, 600, qo, kv);
-        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv,
-                                .group_size = 4, .num_kv_heads = 8, .causal = k % 2 == 0,
-                                .window_left = -1, .num_workers = N, .q_tiles = tiles,
-                                .num_q_tiles = 3, .cost_per_q_row = 1, .cost_per_key = 1,
-                                .cost_per_row_key = 0.007, .cost_rows_exact = 16,
-                                .cost_rows_block = 128, .split_workers = tu_rng_int(&g, 0, N),
-                                .queues_in_request_order = k % 3 != 0};
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv, .group_size = 4,
+                                .num_kv_heads = 8, .causal = k % 2 == 0, .window_left = -1,
+                                .num_workers = N, .policy = {.q_tiles = {16, 64, 128},
+                                                             .num_q_tiles = 3, .cost_per_q_row = 1,
+                                                             .cost_per_key = 1,
+                                                             .cost_per_row_key = 0.007,
+                                                             .cost_rows_exact = 16,
+                                                             .cost_rows_block = 128,
+                                                             .split_workers = tu_rng_int(&g, 0, N),
+                                                             .queues_in_request_order = k % 3 != 0}};
         const int32_t wide_rows = 16;
         fi_schedule_limits lim;
         fi_schedule_limits_for(&lim, B, qo[B], N);
         fi_schedule a, b;
         int bad = fi_schedule_init(&a, &lim) || fi_schedule_init(&b, &lim) ||
                   fi_schedule_build(&a, &in);
-        in.wide_first_rows = wide_rows;
+        in.policy.wide_first_rows = wide_rows;
         bad = bad || fi_schedule_build(&b, &in);
         bad = bad || same_counts(&a, &b);
 #define IS_WIDE(it) ((int64_t)((it).q_end - (it).q_start) * in.group_size > wide_rows)
@@ -1205,7 +1208,7 @@ static void case_api_invariance(fi_context *ctx) {
     abatch_free(&b);
 }
 
-/* The plan's split budget (fi_plan_split_rows): BENCH.md's prefill mix,
+/* The plan's split budget (fi_plan_split_rows): the prefill mix (docs/BENCHMARKS.md),
  * 4 requests of 128 causal queries over 4096 keys, 32/8 heads, planned for
  * 132 workers: its 16 wide tiles split, every tile in at least two chunks,
  * where the schedule limits alone (min(3 N, max_total_qo + N) rows) let 4
@@ -1237,7 +1240,7 @@ static void case_api_budget(fi_context *ctx) {
     if (res == TU_PASS) {
         const fi_schedule *s = &plan->schedule;
         int32_t T = 128 / 4, tiles = B * Q / T, k = 2 * 132 / 8;
-        int32_t want = k * (plan->ctx->backend->q_tiles[plan->ctx->backend->num_q_tiles - 1] / 4);
+        int32_t want = k * (plan->ctx->backend->policy.q_tiles[plan->ctx->backend->policy.num_q_tiles - 1] / 4);
         int32_t *chunks = calloc((size_t)tiles, sizeof(int32_t));
         for (int32_t i = 0; chunks && i < s->num_items; i++) {
             const fi_work_item *it = &s->items[i];

@@ -1,7 +1,7 @@
 /*
  * fi.c — the `fi` command line.
  *   fi info    version, backends found, CPU features in use
- *   fi demo    a CPU serving step, checked against the fp64 oracle
+ *   fi demo    a CPU serving step, checked against an fp64 reference
  *   fi warmup  compile variant kernels into the cache
  */
 #include "tools.h"
@@ -36,7 +36,7 @@ static void usage(void) {
            "  info   version, backends found, CPU features used\n"
            "  demo   a serving step on the CPU: mixed prefill/decode batch in a paged\n"
            "         KV cache, planned once, run over several layers, checked\n"
-           "         against the fp64 oracle\n"
+           "         against attention computed in fp64\n"
            "  warmup compile variants x head dims x dtypes into the kernel cache\n"
            "         (fi warmup --help)\n");
 }

@@ -1,33 +1,25 @@
 /*
- * warmup.c — `fi warmup`: compile variants x head dims x dtypes into the
- * on-disk cache ahead of time (docs/VARIANTS.md), with one progress bar and
- * one summary over both backends:
- *  - CPU: the shared object a plan with those params would load (system C
- *    compiler; layout, format and masks are run-time values there);
- *  - CUDA: the cubins (NVRTC) a plan would load on a GPU of the target
- *    architecture, for each group size, KV format and mask mode asked for
- *    (compile-time facts of the CUDA kernels): attention, its merge and the
- *    tensor-core attention where supported — the specs of
- *    fi_cuda_plan_specs, cached under fi_cuda_cache_path, so the names and
- *    keys are the ones the plan computes. With a GPU the target is its
- *    architecture; without one, --arch (e.g. sm_90a for an H200) compiles
- *    for a machine that has it (the key covers the NVRTC version, so that
- *    machine needs the same NVRTC).
+ * warmup.c — `fi warmup`: compile ahead of time, into the on-disk cache,
+ * the kernels that plans of the built-in variants x head dims x dtypes
+ * would compile at creation (docs/VARIANTS.md), with one progress bar and
+ * one summary per backend. It is the public warmup API over those lists:
+ * every combination is a plan's params and config, fi_warmup_list names its
+ * kernels (duplicates across plans dropped: a merge serves several), and
+ * -j worker threads call fi_warmup_compile on them.
+ *  - CPU: the shared object of each (variant, dim, dtype); layout, format
+ *    and masks are run-time values there.
+ *  - CUDA: the cubins for the target (--arch, e.g. sm_90a for an H200, no
+ *    GPU needed; else the GPU's), for each group size, KV format, mask mode
+ *    and page table asked for, the CUDA kernels' compile-time facts.
  *   fi warmup [--variants a,b,...|all] [--head-dims 64,128,256]
  *             [--dtypes f16,bf16,f32] [--backends cpu,cuda] [--arch sm_90a]
- *             [--groups 4] [--kv paged,ragged] [--masks none,causal]
- *             [-j N] [--dry-run] [--manifest FILE] [--list]
- * Variants by name: the built-in specs (fi_variant_builtin) and the examples
- * of tests/variant_examples.h. Q, KV and O share each dtype.
+ *             [--groups 4] [--kv paged,ragged] [--masks none,causal,custom]
+ *             [--page-tables host,device] [-j N] [--dry-run] [--manifest FILE]
+ *             [--list]
+ * Q, KV and O share each dtype.
  */
 #include "tools.h"
-#include "core/cache.h"
-#include "core/variant.h"
-#include "cpu/variant_jit.h"
-#include "cuda/cuda_backend.h"
-#include "../tests/variant_examples.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,28 +28,50 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { CPU = 0, CUDA = 1, MAX_VARIANTS = 32 };
+static const char *const variant_names[] = {"none",           "soft_cap",    "alibi",
+                                            "sliding_window", "custom_mask", "rope_llama"};
+static const char *const dtype_names[] = {"f32", "f16", "bf16"};
+static const fi_dtype dtype_values[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
+static const char *const kv_names[] = {"paged", "ragged"};
+static const char *const mask_names[] = {"none", "causal", "custom"};
+static const char *const table_names[] = {"host", "device"};
+static const char *const backend_names[] = {"cpu", "cuda"};
 
-static const char *const builtin_names[] = {"none", "soft_cap", "alibi", "sliding_window",
-                                            "custom_mask", "rope_llama"};
+#define COUNT(a) ((int)(sizeof a / sizeof a[0]))
+enum { MAX_ITEMS = 16, ITEM_CHARS = 32 };
 
+/* A comma-separated list, split: its items and how many. */
+typedef struct list {
+    char item[MAX_ITEMS][ITEM_CHARS];
+    int n;
+} list;
+
+/* The command line. */
+typedef struct options {
+    list variants, dims, dtypes, backends, groups, kvs, masks, tables;
+    char arch[32];
+    const char *manifest;
+    int threads, dry_run, show_list;
+} options;
+
+/* One kernel to compile: kernel `index` of the plan (device, params, config). */
 typedef struct job {
-    int backend;
-    const fi_variant *v;
-    fi_cpu_variant_config cfg; /* CPU */
-    fi_kernel_spec spec;       /* CUDA */
-    int cached;
+    fi_device_type device;
+    fi_attention_params params;
+    fi_plan_config config;
+    int32_t index;
+    fi_warmup_kernel kernel;
+    const char *variant; /* for the CPU's manifest lines */
+    int32_t cached;
     fi_status status;
     double seconds;
-    char path[1024];
     char error[256];
 } job;
 
 typedef struct warmup {
     job *jobs;
     int num_jobs, cap;
-    char arch[32];
-    int dry_run;
+    const char *arch; /* NULL: the GPU's */
     atomic_int next_job, done_jobs;
     pthread_mutex_t print_lock;
 } warmup;
@@ -68,39 +82,124 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The variant called `name`: a built-in, else an example (created once). */
-static const fi_variant *find_variant(const char *name) {
-    static fi_variant *examples[VX_COUNT];
-    const fi_variant *v = NULL;
-    for (size_t i = 0; i < sizeof builtin_names / sizeof builtin_names[0]; i++)
-        if (!strcmp(name, builtin_names[i]) && fi_variant_builtin(name, &v) == FI_OK) return v;
-    for (int i = 0; i < VX_COUNT; i++) {
-        if (strcmp(name, vx_spec(i)->name)) continue;
-        if (!examples[i] && fi_variant_create(vx_spec(i), &examples[i])) return NULL;
-        return examples[i];
-    }
-    return NULL;
+static int usage(void) {
+    fprintf(stderr,
+            "usage: fi warmup [--variants a,b,...|all] [--head-dims 64,128,256]\n"
+            "                 [--dtypes f16,bf16,f32] [--backends cpu,cuda] [--arch sm_90a]\n"
+            "                 [--groups 4] [--kv paged,ragged] [--masks none,causal,custom]\n"
+            "                 [--page-tables host,device] [-j N] [--dry-run]\n"
+            "                 [--manifest FILE] [--list]\n"
+            "Compile the kernels plans of the built-in variants would compile into the\n"
+            "cache (docs/VARIANTS.md): CPU objects, and CUDA cubins for this machine's GPU\n"
+            "or for --arch (no GPU needed). --groups, --kv, --masks and --page-tables are\n"
+            "the CUDA kernels' compile-time facts (query heads per KV head, KV format,\n"
+            "mask mode, a host or a device page table); defaults 4, paged, none,causal,\n"
+            "host.\n");
+    return 2;
 }
 
-/* A variant's CUDA hook text, generated once (kept for the process). */
-static const char *cuda_source(const fi_variant *v) {
-    static const fi_variant *keys[MAX_VARIANTS];
-    static char *texts[MAX_VARIANTS];
-    for (int i = 0; i < MAX_VARIANTS; i++) {
-        if (keys[i] == v) return texts[i];
-        if (!keys[i]) {
-            keys[i] = v;
-            return texts[i] = fi_variant_source_alloc(v, FI_VARIANT_TARGET_CUDA);
+static int split(const char *text, list *out) {
+    char copy[1024], *save;
+    snprintf(copy, sizeof copy, "%s", text);
+    out->n = 0;
+    for (char *s = strtok_r(copy, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+        if (out->n == MAX_ITEMS || strlen(s) >= ITEM_CHARS) return -1;
+        snprintf(out->item[out->n++], ITEM_CHARS, "%s", s);
+    }
+    return out->n ? 0 : -1;
+}
+
+/* The index of `s` among names[0..n), or -1. */
+static int find(const char *s, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+static int has(const list *l, const char *name) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->item[i], name)) return 1;
+    return 0;
+}
+
+/* Every item of l is one of names[0..n); else -1 after a message. */
+static int check_names(const list *l, const char *const *names, int n, const char *what) {
+    for (int i = 0; i < l->n; i++) {
+        if (find(l->item[i], names, n) >= 0) continue;
+        fprintf(stderr, "fi warmup: %s %s: expected", what, l->item[i]);
+        for (int k = 0; k < n; k++) fprintf(stderr, "%s %s", k ? "," : "", names[k]);
+        fprintf(stderr, "\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_numbers(const list *l, const char *what) {
+    for (int i = 0; i < l->n; i++) {
+        char *end;
+        long v = strtol(l->item[i], &end, 10);
+        if (*end || v < 1 || v > 65536) {
+            fprintf(stderr, "fi warmup: %s %s: expected a positive number\n", what, l->item[i]);
+            return -1;
         }
     }
-    return NULL;
+    return 0;
 }
 
-static int parse_dtype(const char *s, fi_dtype *t) {
-    static const char *const names[] = {"f32", "f16", "bf16"};
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(s, names[i])) return *t = (fi_dtype)i, 0;
-    return -1;
+/* Parse argv into o; returns 0, or the exit code (2) after a message. */
+static int parse(int argc, char **argv, options *o) {
+    const char *variants = "all", *dims = "64,128,256", *dtypes = "f16,bf16,f32";
+    const char *backends = "", *groups = "4", *kvs = "paged", *masks = "none,causal";
+    const char *tables = "host", *arch = "", *jobs = NULL;
+    memset(o, 0, sizeof *o);
+    const struct {
+        const char *flag;
+        const char **value;
+    } flags[] = {{"--variants", &variants}, {"--head-dims", &dims},  {"--dtypes", &dtypes},
+                 {"--backends", &backends}, {"--arch", &arch},       {"--groups", &groups},
+                 {"--kv", &kvs},            {"--masks", &masks},     {"--page-tables", &tables},
+                 {"--manifest", &o->manifest}, {"-j", &jobs}};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--list")) {
+            o->show_list = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--dry-run")) {
+            o->dry_run = 1;
+            continue;
+        }
+        int f = 0;
+        while (f < COUNT(flags) && strcmp(argv[i], flags[f].flag)) f++;
+        if (f == COUNT(flags) || i + 1 == argc) return usage();
+        *flags[f].value = argv[++i];
+    }
+    if (strlen(arch) >= sizeof o->arch) return usage();
+    snprintf(o->arch, sizeof o->arch, "%s", arch);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = jobs ? atoi(jobs) : ncpu > 0 ? (int)ncpu : 1;
+    if (!strcmp(variants, "all")) {
+        o->variants.n = COUNT(variant_names);
+        for (int i = 0; i < o->variants.n; i++)
+            snprintf(o->variants.item[i], ITEM_CHARS, "%s", variant_names[i]);
+    } else if (split(variants, &o->variants)) {
+        return usage();
+    }
+    o->backends.n = 0;
+    if ((backends[0] && split(backends, &o->backends)) || split(dims, &o->dims) ||
+        split(dtypes, &o->dtypes) || split(groups, &o->groups) || split(kvs, &o->kvs) ||
+        split(masks, &o->masks) || split(tables, &o->tables))
+        return usage();
+    if (check_names(&o->variants, variant_names, COUNT(variant_names), "variant") ||
+        check_names(&o->dtypes, dtype_names, COUNT(dtype_names), "dtype") ||
+        check_names(&o->backends, backend_names, COUNT(backend_names), "backend") ||
+        check_names(&o->kvs, kv_names, COUNT(kv_names), "kv") ||
+        check_names(&o->masks, mask_names, COUNT(mask_names), "mask") ||
+        check_names(&o->tables, table_names, COUNT(table_names), "page table") ||
+        check_numbers(&o->dims, "head dim") || check_numbers(&o->groups, "group"))
+        return 2;
+    if (o->threads < 1) o->threads = 1;
+    if (o->threads > 64) o->threads = 64;
+    return 0;
 }
 
 static job *add_job(warmup *w) {
@@ -115,12 +214,88 @@ static job *add_job(warmup *w) {
     return j;
 }
 
+static const char *device_name(fi_device_type d) { return d == FI_DEVICE_CPU ? "cpu" : "cuda"; }
+
+/* The kernels of one plan, those already listed (by file) dropped. */
+static int add_plan(warmup *w, fi_device_type device, const fi_attention_params *p,
+                    const fi_plan_config *c, const char *variant) {
+    fi_warmup_kernel k[FI_WARMUP_MAX_KERNELS];
+    int32_t n = 0;
+    if (fi_warmup_list(device, p, c, w->arch, k, FI_WARMUP_MAX_KERNELS, &n)) {
+        fprintf(stderr, "fi warmup: %s %s d%d %s: %s\n", device_name(device), variant,
+                (int)p->head_dim_qk, fi_dtype_name(p->q_dtype), fi_last_error());
+        return -1;
+    }
+    for (int32_t i = 0; i < n && i < FI_WARMUP_MAX_KERNELS; i++) {
+        int dup = 0;
+        for (int j = 0; j < w->num_jobs && !dup; j++)
+            dup = !strcmp(w->jobs[j].kernel.cache_path, k[i].cache_path);
+        if (dup) continue;
+        job *jb = add_job(w);
+        if (!jb) return fprintf(stderr, "fi warmup: out of memory\n"), -1;
+        jb->device = device, jb->params = *p, jb->config = *c, jb->index = i;
+        jb->kernel = k[i], jb->variant = variant;
+    }
+    return 0;
+}
+
+/* The axes of the combinations, digits of a mixed-radix number (the first
+ * varies slowest); the CPU's kernel depends on the first three alone. */
+enum { AX_VARIANT, AX_DIM, AX_DTYPE, CPU_AXES, AX_GROUP = CPU_AXES, AX_KV, AX_MASK, AX_TABLE,
+       CUDA_AXES };
+
+static const list *axis(const options *o, int a) {
+    const list *axes[CUDA_AXES] = {&o->variants, &o->dims,  &o->dtypes, &o->groups,
+                                   &o->kvs,      &o->masks, &o->tables};
+    return axes[a];
+}
+
+/* Combination `c` over the first `naxes` axes as a plan (the other axes at
+ * their first value, the page table on the host); 0 when it is none (a
+ * device page table needs paged KV). */
+static int plan_of(const options *o, long c, int naxes, fi_attention_params *p,
+                   fi_plan_config *cfg, const char **variant) {
+    int at[CUDA_AXES] = {0};
+    for (int a = naxes - 1; a >= 0; a--) {
+        at[a] = (int)(c % axis(o, a)->n);
+        c /= axis(o, a)->n;
+    }
+#define ITEM(a) axis(o, a)->item[at[a]]
+    *variant = ITEM(AX_VARIANT);
+    fi_attention_params_init(p);
+    p->num_kv_heads = 1;
+    p->num_qo_heads = atoi(ITEM(AX_GROUP));
+    p->head_dim_qk = p->head_dim_vo = atoi(ITEM(AX_DIM));
+    p->q_dtype = p->kv_dtype = p->o_dtype =
+        dtype_values[find(ITEM(AX_DTYPE), dtype_names, COUNT(dtype_names))];
+    p->kv_format = find(ITEM(AX_KV), kv_names, COUNT(kv_names)) ? FI_KV_FORMAT_RAGGED
+                                                                  : FI_KV_FORMAT_PAGED;
+    p->mask_mode = (fi_mask_mode)find(ITEM(AX_MASK), mask_names, COUNT(mask_names));
+    fi_plan_config_init(cfg);
+    if (naxes > AX_TABLE)
+        cfg->device_page_table = find(ITEM(AX_TABLE), table_names, COUNT(table_names));
+#undef ITEM
+    fi_variant_builtin(*variant, &p->variant); /* a built-in name: checked by parse */
+    return !(cfg->device_page_table && p->kv_format != FI_KV_FORMAT_PAGED);
+}
+
+/* The kernels of every combination asked for on `device`. */
+static int add_plans(warmup *w, const options *o, fi_device_type device) {
+    int naxes = device == FI_DEVICE_CPU ? CPU_AXES : CUDA_AXES;
+    long combos = 1;
+    for (int a = 0; a < naxes; a++) combos *= axis(o, a)->n;
+    for (long c = 0; c < combos; c++) {
+        fi_attention_params p;
+        fi_plan_config cfg;
+        const char *variant;
+        if (plan_of(o, c, naxes, &p, &cfg, &variant) && add_plan(w, device, &p, &cfg, variant))
+            return -1;
+    }
+    return 0;
+}
+
 static void label(const job *j, char *buf, size_t n) {
-    if (j->backend == CPU)
-        snprintf(buf, n, "cpu  %s d%d %s", fi_variant_get_spec(j->v)->name,
-                 (int)j->cfg.head_dim_qk, fi_dtype_name(j->cfg.q_dtype));
-    else
-        snprintf(buf, n, "cuda %s", j->spec.name);
+    snprintf(buf, n, "%-4s %s", device_name(j->device), j->kernel.name);
 }
 
 static void progress(warmup *w, const job *j) {
@@ -137,99 +312,75 @@ static void progress(warmup *w, const job *j) {
     pthread_mutex_unlock(&w->print_lock);
 }
 
-static void run_job(warmup *w, job *j) {
-    double t0 = now();
-    if (j->backend == CPU) {
-        const fi_vk_entry *e;
-        fi_cc_result r;
-        j->status = fi_cpu_variant_load(j->v, &j->cfg, &e, &r);
-        if (!j->status) {
-            j->cached = r.was_cached;
-            snprintf(j->path, sizeof j->path, "%s", r.path);
-            dlclose(r.handle);
-        }
-    } else {
-        j->status = fi_cuda_jit_warm(&j->spec, w->arch, &j->cached);
-    }
-    j->seconds = now() - t0;
-    if (j->status) snprintf(j->error, sizeof j->error, "%s", fi_last_error());
-}
-
 static void *worker(void *arg) {
     warmup *w = arg;
     for (int i; (i = atomic_fetch_add(&w->next_job, 1)) < w->num_jobs;) {
-        run_job(w, &w->jobs[i]);
-        progress(w, &w->jobs[i]);
+        job *j = &w->jobs[i];
+        double t0 = now();
+        j->status = fi_warmup_compile(j->device, &j->params, &j->config, w->arch, j->index,
+                                      &j->cached);
+        j->seconds = now() - t0;
+        if (j->status) snprintf(j->error, sizeof j->error, "%s", fi_last_error());
+        progress(w, j);
     }
     return NULL;
 }
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: fi warmup [--variants a,b,...|all] [--head-dims 64,128,256]\n"
-            "                 [--dtypes f16,bf16,f32] [--backends cpu,cuda] [--arch sm_90a]\n"
-            "                 [--groups 4] [--kv paged,ragged] [--masks none,causal,custom]\n"
-            "                 [-j N] [--dry-run] [--manifest FILE] [--list]\n"
-            "Compile variant kernels into the cache (docs/VARIANTS.md): CPU objects, and\n"
-            "CUDA cubins for this machine's GPU or for --arch (no GPU needed). --groups,\n"
-            "--kv and --masks are the CUDA kernels' compile-time facts (query heads per KV\n"
-            "head, KV format, mask mode); defaults 4, paged, none,causal.\n");
-    return 2;
+static void compile_all(warmup *w, int threads) {
+    pthread_t tid[64];
+    int started[64] = {0};
+    for (int i = 1; i < threads; i++) started[i] = pthread_create(&tid[i], NULL, worker, w) == 0;
+    worker(w);
+    for (int i = 1; i < threads; i++)
+        if (started[i]) pthread_join(tid[i], NULL);
 }
 
-/* The CUDA kernels of (v, dim, dtype) for each group x format x mask, the
- * duplicates (a merge shared by several) dropped. */
-static int add_cuda_jobs(warmup *w, const fi_variant *v, int dim, fi_dtype dt, const char *groups,
-                         const char *kvs, const char *masks) {
-    const char *vsrc = cuda_source(v);
-    if (!vsrc) return fprintf(stderr, "fi warmup: variant source: out of memory\n"), -1;
-    char gcopy[128], kcopy[128], mcopy[128], *gs, *ks, *ms;
-    snprintf(gcopy, sizeof gcopy, "%s", groups);
-    for (char *g = strtok_r(gcopy, ",", &gs); g; g = strtok_r(NULL, ",", &gs)) {
-        int group = atoi(g);
-        if (group < 1 || group > 64)
-            return fprintf(stderr, "fi warmup: group %s: expected 1..64\n", g), -1;
-        snprintf(kcopy, sizeof kcopy, "%s", kvs);
-        for (char *k = strtok_r(kcopy, ",", &ks); k; k = strtok_r(NULL, ",", &ks)) {
-            if (strcmp(k, "paged") && strcmp(k, "ragged"))
-                return fprintf(stderr, "fi warmup: kv %s: expected paged or ragged\n", k), -1;
-            snprintf(mcopy, sizeof mcopy, "%s", masks);
-            for (char *m = strtok_r(mcopy, ",", &ms); m; m = strtok_r(NULL, ",", &ms)) {
-                fi_attention_params p;
-                fi_attention_params_init(&p);
-                p.num_kv_heads = 1, p.num_qo_heads = group;
-                p.head_dim_qk = p.head_dim_vo = dim;
-                p.q_dtype = p.kv_dtype = p.o_dtype = dt;
-                p.kv_format = !strcmp(k, "paged") ? FI_KV_FORMAT_PAGED : FI_KV_FORMAT_RAGGED;
-                if (!strcmp(m, "none")) p.mask_mode = FI_MASK_NONE;
-                else if (!strcmp(m, "causal")) p.mask_mode = FI_MASK_CAUSAL;
-                else if (!strcmp(m, "custom")) p.mask_mode = FI_MASK_CUSTOM;
-                else return fprintf(stderr, "fi warmup: mask %s: none, causal or custom\n", m), -1;
-                p.variant = v;
-                fi_kernel_spec specs[3];
-                int n = fi_cuda_plan_specs(&p, 0, vsrc, specs, NULL);
-                for (int i = 0; i < n; i++) {
-                    int dup = 0;
-                    for (int j = 0; j < w->num_jobs && !dup; j++)
-                        dup = w->jobs[j].backend == CUDA && !strcmp(w->jobs[j].spec.name, specs[i].name);
-                    if (dup) continue;
-                    job *jb = add_job(w);
-                    if (!jb) return fprintf(stderr, "fi warmup: out of memory\n"), -1;
-                    jb->backend = CUDA, jb->v = v, jb->spec = specs[i];
-                    fi_cuda_cache_path(&specs[i], w->arch, jb->path, sizeof jb->path);
-                }
-            }
+/* The directory of device's first kernel file ("" without kernels), and
+ * how many kernels it has. */
+static int cache_dir_of(const warmup *w, fi_device_type device, char *dir, size_t n) {
+    int count = 0;
+    dir[0] = 0;
+    for (int i = 0; i < w->num_jobs; i++) {
+        if (w->jobs[i].device != device) continue;
+        if (!count++) {
+            snprintf(dir, n, "%s", w->jobs[i].kernel.cache_path);
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
         }
     }
-    return 0;
+    return count;
 }
 
-static void summary(const warmup *w, int backend, const char *where) {
+static const char *arch_of(const warmup *w, fi_device_type device) {
+    for (int i = 0; i < w->num_jobs; i++)
+        if (w->jobs[i].device == device) return w->jobs[i].kernel.arch;
+    return "";
+}
+
+/* "fi warmup: 6 CPU kernels into DIR, 12 CUDA kernels for sm_90a into DIR;
+ * 4 jobs": only the backends that have kernels. */
+static void announce(const warmup *w, int threads, int dry_run) {
+    char line[2400], dir[1024];
+    int at = snprintf(line, sizeof line, "fi warmup:");
+    int n = cache_dir_of(w, FI_DEVICE_CPU, dir, sizeof dir);
+    if (n) at += snprintf(line + at, sizeof line - (size_t)at, " %d CPU kernel%s into %s", n,
+                          n == 1 ? "" : "s", dir);
+    int m = cache_dir_of(w, FI_DEVICE_CUDA, dir, sizeof dir);
+    if (m) at += snprintf(line + at, sizeof line - (size_t)at, "%s %d CUDA kernel%s for %s into %s",
+                          n ? "," : "", m, m == 1 ? "" : "s", arch_of(w, FI_DEVICE_CUDA), dir);
+    if (!n && !m) at += snprintf(line + at, sizeof line - (size_t)at, " nothing to compile");
+    fprintf(stderr, "%s; %d job%s%s\n", line, threads, threads == 1 ? "" : "s",
+            dry_run ? " (dry run: nothing compiled)" : "");
+}
+
+static void summary(const warmup *w, fi_device_type device) {
     int compiled = 0, cached = 0, failed = 0, total = 0;
     double compile_s = 0, load_s = 0;
+    char dir[1024];
+    if (!cache_dir_of(w, device, dir, sizeof dir)) return;
     for (int i = 0; i < w->num_jobs; i++) {
         const job *j = &w->jobs[i];
-        if (j->backend != backend) continue;
+        if (j->device != device) continue;
         total++;
         if (j->status) {
             char what[200];
@@ -242,148 +393,85 @@ static void summary(const warmup *w, int backend, const char *where) {
             compiled++, compile_s += j->seconds;
         }
     }
-    if (!total) return;
     printf("fi warmup: %-4s %d kernels: %d compiled (%.2f s, %.0f ms each), %d already cached "
            "(%.2f ms each), %d failed; cache %s\n",
-           backend == CPU ? "CPU" : "CUDA", total, compiled, compile_s,
+           device == FI_DEVICE_CPU ? "CPU" : "CUDA", total, compiled, compile_s,
            compiled ? 1e3 * compile_s / compiled : 0.0, cached,
-           cached ? 1e3 * load_s / cached : 0.0, failed, where);
+           cached ? 1e3 * load_s / cached : 0.0, failed, dir);
 }
 
+/* One line per kernel: "cpu <variant> d<dim> <dtype> <path>" or
+ * "cuda <arch> <name> <path>". */
 static int write_manifest(const warmup *w, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) return fprintf(stderr, "fi warmup: cannot write %s\n", path), -1;
     for (int i = 0; i < w->num_jobs; i++) {
         const job *j = &w->jobs[i];
-        if (j->backend == CPU)
-            fprintf(f, "cpu %s d%d %s %s\n", fi_variant_get_spec(j->v)->name,
-                    (int)j->cfg.head_dim_qk, fi_dtype_name(j->cfg.q_dtype),
-                    j->path[0] ? j->path : "-");
+        if (j->device == FI_DEVICE_CPU)
+            fprintf(f, "cpu %s d%d %s %s\n", j->variant, (int)j->params.head_dim_qk,
+                    fi_dtype_name(j->params.q_dtype), j->kernel.cache_path);
         else
-            fprintf(f, "cuda %s %s %s\n", w->arch, j->spec.name, j->path);
+            fprintf(f, "cuda %s %s %s\n", j->kernel.arch, j->kernel.name, j->kernel.cache_path);
     }
     return fclose(f) ? -1 : 0;
 }
 
+/* Which backends: as asked; by default the CPU's, and CUDA's with --arch or
+ * a GPU. A backend that cannot compile here is an error when asked for by
+ * name (or --arch), else left out with a note. Returns 0 or an exit code. */
+static int choose_backends(const options *o, int *cpu, int *cuda) {
+    int named = o->backends.n > 0;
+    *cpu = !named || has(&o->backends, "cpu");
+    *cuda = named ? has(&o->backends, "cuda") : o->arch[0] || fi_device_available(FI_DEVICE_CUDA);
+    int cuda_asked = named ? *cuda : o->arch[0] != 0;
+    if (*cuda && !o->arch[0] && !fi_device_available(FI_DEVICE_CUDA)) {
+        fprintf(stderr, "fi warmup: CUDA: the driver sees no GPU; give --arch (e.g. sm_90a) "
+                        "to compile without one\n");
+        return 1;
+    }
+    if (*cuda && !o->dry_run && fi_warmup_check(FI_DEVICE_CUDA)) {
+        fprintf(stderr, "fi warmup: %s\n", fi_last_error());
+        if (cuda_asked) return 1;
+        *cuda = 0;
+    }
+    if (*cpu && fi_warmup_check(FI_DEVICE_CPU)) { /* its keys need the compiler */
+        fprintf(stderr, "fi warmup: %s\n", fi_last_error());
+        if (named || !*cuda) return 1;
+        *cpu = 0;
+    }
+    return 0;
+}
+
 int fi_warmup(int argc, char **argv) {
-    char variants[1024] = "all", dims[128] = "64,128,256", dtypes[128] = "f16,bf16,f32";
-    char backends[64] = "", groups[128] = "4", kvs[128] = "paged", masks[128] = "none,causal";
-    const char *manifest = NULL;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = ncpu > 0 ? (int)ncpu : 1, list = 0, rc = 0;
+    options o;
+    int rc = parse(argc, argv, &o), cpu, cuda;
+    if (rc) return rc;
+    if (o.show_list) {
+        printf("variants:");
+        for (int i = 0; i < o.variants.n; i++) printf("%s%s", i ? "," : " ", o.variants.item[i]);
+        printf("\n");
+        return 0;
+    }
+    if ((rc = choose_backends(&o, &cpu, &cuda))) return rc;
     warmup w;
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.print_lock, NULL);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--list")) list = 1;
-        else if (!strcmp(a, "--dry-run")) w.dry_run = 1;
-        else if (!val) return usage();
-        else if (!strcmp(a, "--variants")) snprintf(variants, sizeof variants, "%s", val), i++;
-        else if (!strcmp(a, "--head-dims")) snprintf(dims, sizeof dims, "%s", val), i++;
-        else if (!strcmp(a, "--dtypes")) snprintf(dtypes, sizeof dtypes, "%s", val), i++;
-        else if (!strcmp(a, "--backends")) snprintf(backends, sizeof backends, "%s", val), i++;
-        else if (!strcmp(a, "--arch")) snprintf(w.arch, sizeof w.arch, "%s", val), i++;
-        else if (!strcmp(a, "--groups")) snprintf(groups, sizeof groups, "%s", val), i++;
-        else if (!strcmp(a, "--kv")) snprintf(kvs, sizeof kvs, "%s", val), i++;
-        else if (!strcmp(a, "--masks")) snprintf(masks, sizeof masks, "%s", val), i++;
-        else if (!strcmp(a, "--manifest")) manifest = val, i++;
-        else if (!strcmp(a, "-j")) threads = atoi(val), i++;
-        else return usage();
+    w.arch = o.arch[0] ? o.arch : NULL;
+    if ((cpu && add_plans(&w, &o, FI_DEVICE_CPU)) || (cuda && add_plans(&w, &o, FI_DEVICE_CUDA))) {
+        free(w.jobs);
+        return 2;
     }
-    if (!strcmp(variants, "all")) {
-        int n = 0;
-        for (size_t i = 0; i < sizeof builtin_names / sizeof builtin_names[0]; i++)
-            n += snprintf(variants + n, sizeof variants - (size_t)n, "%s,", builtin_names[i]);
-        for (int i = 0; i < VX_COUNT; i++)
-            n += snprintf(variants + n, sizeof variants - (size_t)n, "%s,", vx_spec(i)->name);
-        variants[n - 1] = 0;
-    }
-    if (list) {
-        printf("variants: %s\n", variants);
-        return 0;
-    }
-    /* Backends: as asked; by default the CPU's, and CUDA's with --arch or a GPU. */
-    int explicit = backends[0] != 0;
-    int want_cpu = !explicit || strstr(backends, "cpu") != NULL;
-    int want_cuda = explicit ? strstr(backends, "cuda") != NULL : w.arch[0] != 0;
-    int asked_cuda = want_cuda; /* not merely found: then a missing NVRTC fails */
-    const char *why = NULL;
-    if (want_cuda || !explicit) {
-        if (!w.arch[0] && fi_cuda_device_arch(0, w.arch, sizeof w.arch) == FI_OK) want_cuda = 1;
-        if (want_cuda && !w.arch[0]) {
-            fprintf(stderr, "fi warmup: CUDA: %s; give --arch (e.g. sm_90a) to compile "
-                            "without a GPU\n", fi_last_error());
-            return 1;
-        }
-        if (want_cuda && !w.dry_run && !fi_nvrtc_load(&why)) {
-            fprintf(stderr, "fi warmup: CUDA kernels: %s\n", why);
-            if (asked_cuda) return 1;
-            want_cuda = 0;
-        }
-    }
-    if (want_cpu && !fi_cc_available(&why)) {
-        fprintf(stderr, "fi warmup: CPU kernels: %s\n", why);
-        if (explicit || !want_cuda) return 1;
-        want_cpu = 0;
-    }
-    char *vs, *ds, *ts;
-    for (char *v = strtok_r(variants, ",", &vs); v; v = strtok_r(NULL, ",", &vs)) {
-        const fi_variant *var = find_variant(v);
-        if (!var) {
-            fprintf(stderr, "fi warmup: no variant \"%s\" (fi warmup --list)\n", v);
-            return 2;
-        }
-        char dcopy[128];
-        snprintf(dcopy, sizeof dcopy, "%s", dims);
-        for (char *d = strtok_r(dcopy, ",", &ds); d; d = strtok_r(NULL, ",", &ds)) {
-            int dim = atoi(d);
-            if (dim != 64 && dim != 128 && dim != 256) {
-                fprintf(stderr, "fi warmup: head dim %s: expected 64, 128 or 256\n", d);
-                return 2;
-            }
-            char tcopy[128];
-            snprintf(tcopy, sizeof tcopy, "%s", dtypes);
-            for (char *t = strtok_r(tcopy, ",", &ts); t; t = strtok_r(NULL, ",", &ts)) {
-                fi_dtype dt;
-                if (parse_dtype(t, &dt)) {
-                    fprintf(stderr, "fi warmup: dtype %s: expected f32, f16 or bf16\n", t);
-                    return 2;
-                }
-                if (want_cpu) {
-                    job *j = add_job(&w);
-                    if (!j) return 1;
-                    j->backend = CPU, j->v = var, j->cfg = (fi_cpu_variant_config){dim, dim, dt, dt, dt};
-                }
-                if (want_cuda && add_cuda_jobs(&w, var, dim, dt, groups, kvs, masks)) return 2;
-            }
-        }
-    }
-    char dir[800], cpu_dir[810];
-    fi_cache_dir(dir, sizeof dir);
-    snprintf(cpu_dir, sizeof cpu_dir, "%s/cpu", dir);
-    int ncpu_jobs = 0;
-    for (int i = 0; i < w.num_jobs; i++) ncpu_jobs += w.jobs[i].backend == CPU;
-    if (threads < 1) threads = 1;
-    if (threads > 64) threads = 64;
-    fprintf(stderr, "fi warmup: %d CPU kernels into %s, %d CUDA kernels for %s into %s; %d job%s%s\n",
-            ncpu_jobs, cpu_dir, w.num_jobs - ncpu_jobs, want_cuda ? w.arch : "-", dir, threads,
-            threads == 1 ? "" : "s", w.dry_run ? " (dry run: nothing compiled)" : "");
-    double t0 = now();
-    if (!w.dry_run && w.num_jobs) {
-        pthread_t tid[64];
-        int started[64] = {0};
-        for (int i = 1; i < threads; i++)
-            started[i] = pthread_create(&tid[i], NULL, worker, &w) == 0;
-        worker(&w);
-        for (int i = 1; i < threads; i++)
-            if (started[i]) pthread_join(tid[i], NULL);
-        summary(&w, CPU, cpu_dir);
-        summary(&w, CUDA, dir);
+    announce(&w, o.threads, o.dry_run);
+    if (!o.dry_run && w.num_jobs) {
+        double t0 = now();
+        compile_all(&w, o.threads);
+        summary(&w, FI_DEVICE_CPU);
+        summary(&w, FI_DEVICE_CUDA);
         printf("fi warmup: %.1f s wall\n", now() - t0);
         for (int i = 0; i < w.num_jobs; i++) rc |= w.jobs[i].status != FI_OK;
     }
-    if (manifest && write_manifest(&w, manifest)) rc = 1;
+    if (o.manifest && write_manifest(&w, o.manifest)) rc = 1;
     free(w.jobs);
+    pthread_mutex_destroy(&w.print_lock);
     return rc;
 }

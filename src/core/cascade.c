@@ -370,18 +370,18 @@ fi_status fi_cascade_update(fi_cascade *c, const fi_batch *levels) {
  * re-reads the keys, so rows beyond the largest tile cost another pass. */
 static double item_cost(const fi_backend *be, int32_t heads, int64_t rows, int64_t keys) {
     if (rows <= 0) return 0.0;
-    int32_t max_tile = be->q_tiles[be->num_q_tiles - 1];
+    int32_t max_tile = be->policy.q_tiles[be->policy.num_q_tiles - 1];
     int64_t tiles = (rows + max_tile - 1) / max_tile;
     int64_t tile = max_tile;
     if (tiles == 1)
-        for (int32_t i = 0; i < be->num_q_tiles; i++)
-            if (be->q_tiles[i] >= rows) {
-                tile = be->q_tiles[i];
+        for (int32_t i = 0; i < be->policy.num_q_tiles; i++)
+            if (be->policy.q_tiles[i] >= rows) {
+                tile = be->policy.q_tiles[i];
                 break;
             }
     return (double)heads * (double)tiles *
-           (be->cost_per_q_row * (double)tile + be->cost_per_key * (double)keys +
-            be->cost_per_row_key * (double)tile * (double)keys);
+           (be->policy.cost_per_q_row * (double)tile + be->policy.cost_per_key * (double)keys +
+            be->policy.cost_per_row_key * (double)tile * (double)keys);
 }
 
 /* Required gain before splitting: the merge is estimated, not measured. */
@@ -489,7 +489,7 @@ static double suffix_cost(const fi_cascade *c, const fi_batch *b, const int32_t 
          * query head): priced as a pass over that many keys of every row */
         int64_t rows = (int64_t)b->qo_indptr[b->batch_size] * group;
         cost += (double)heads * (double)rows *
-                (be->cost_per_q_row + levels * (be->cost_per_key + be->cost_per_row_key));
+                (be->policy.cost_per_q_row + levels * (be->policy.cost_per_key + be->policy.cost_per_row_key));
     }
     return cost;
 }

@@ -1,4 +1,4 @@
-/* context.c — contexts: choose the backend, resolve threads, describe. */
+/* context.c — contexts: find the backend, resolve threads, describe. */
 #include "core/internal.h"
 
 #include <stdlib.h>
@@ -13,8 +13,8 @@ void fi_context_options_init(fi_context_options *options) {
 }
 
 int32_t fi_device_available(fi_device_type device) {
-    if (device == FI_DEVICE_CUDA) return fi_cuda_device_available();
-    return device == FI_DEVICE_CPU;
+    const fi_backend *be = fi_backend_for(device);
+    return be ? be->device_available() : 0;
 }
 
 static fi_status check_simd_name(const char *name) {
@@ -39,7 +39,8 @@ fi_status fi_context_create(const fi_context_options *options, fi_context **out)
                             (unsigned)options->struct_size, sizeof *options);
         opt = *options;
     }
-    if (opt.device != FI_DEVICE_CPU && opt.device != FI_DEVICE_CUDA)
+    const fi_backend *backend = fi_backend_for(opt.device);
+    if (!backend)
         return fi_error(FI_STATUS_INVALID_ARGUMENT, "device=%d is not a fi_device_type",
                         (int)opt.device);
     if (opt.num_threads < 0 || opt.num_threads > 1024)
@@ -59,7 +60,7 @@ fi_status fi_context_create(const fi_context_options *options, fi_context **out)
     }
     if (opt.cpu_simd && strcmp(opt.cpu_simd, "auto") != 0)
         strncpy(ctx->simd_request, opt.cpu_simd, sizeof ctx->simd_request - 1);
-    ctx->backend = opt.device == FI_DEVICE_CUDA ? &fi_cuda_backend : &fi_cpu_backend;
+    ctx->backend = backend;
     st = ctx->backend->context_init(ctx);
     if (st) {
         free(ctx);

@@ -27,19 +27,57 @@ void fi_error_clear(void);
 
 struct fi_plan;
 
+/* How the scheduler cuts and orders a batch for one backend's kernels: the
+ * backend's defaults (fi_backend.policy), which its plan_init may refine for
+ * the kernels a plan runs (docs/SCHEDULER.md). */
+typedef struct fi_sched_policy {
+    /* Packed-row query tiles the kernels support, ascending. */
+    int32_t q_tiles[4];
+    int32_t num_q_tiles;
+    /* The cost model of one work item, measured per backend:
+     *   a * packed query rows + b * keys + c * packed query rows * keys,
+     * where rows above cost_rows_exact count as whole blocks of
+     * cost_rows_block (0: rows as they are). */
+    double cost_per_q_row;
+    double cost_per_key;
+    double cost_per_row_key;
+    int32_t cost_rows_exact;
+    int32_t cost_rows_block;
+    /* > 0: items that run at once, for the chunk bound ceil(S /
+     * split_workers) (<= num_workers; 0: num_workers). */
+    int32_t split_workers;
+    /* Each worker's queue in generation order (request, tokens, keys)
+     * instead of longest first; the same items on each worker. */
+    bool queues_in_request_order;
+    /* > 0: items of more packed rows lead their queues, their workers lead
+     * the worker order. */
+    int32_t wide_first_rows;
+} fi_sched_policy;
+
+/* fi_warmup_* on one backend (no context; arguments validated, index in
+ * range): the kernels a plan with `params` and `config` compiles for target
+ * `arch` ("" = the backend's default), all counted in *count, the first
+ * `capacity` written; and kernel `index` of that list compiled into the
+ * disk cache unless it is there. */
+typedef fi_status fi_warmup_list_fn(const fi_attention_params *params,
+                                    const fi_plan_config *config, const char *arch,
+                                    fi_warmup_kernel *kernels, int32_t capacity,
+                                    int32_t *count);
+typedef fi_status fi_warmup_compile_fn(const fi_attention_params *params,
+                                       const fi_plan_config *config, const char *arch,
+                                       int32_t index, int32_t *was_cached);
+
 /* A backend is a table of functions behind the context. Arguments reaching
  * these have been validated by the core (shapes, dtypes, bounds, indices). */
 typedef struct fi_backend {
     const char *name;
-    /* Scheduling facts: the packed-row query tiles the kernels support
-     * (ascending) and the cost model of one work item,
-     *   a * packed query rows + b * keys + c * packed query rows * keys,
-     * measured per backend (docs/SCHEDULER.md). */
-    int32_t q_tiles[4];
-    int32_t num_q_tiles;
-    double cost_per_q_row;
-    double cost_per_key;
-    double cost_per_row_key;
+    /* The kernels' tensors are host memory: the core may read index tensors
+     * (page tables, positions) to check their values before a call. */
+    bool host_memory;
+    /* Non-zero when the backend can be used on this machine (CPU: always;
+     * CUDA: the driver loads at run time and sees a GPU). */
+    int32_t (*device_available)(void);
+    fi_sched_policy policy; /* the scheduler's defaults for its kernels */
     fi_status (*context_init)(fi_context *ctx);
     void (*context_fini)(fi_context *ctx);
     /* Workers the scheduler plans for (threads; SMs x CTAs per SM). */
@@ -84,12 +122,18 @@ typedef struct fi_backend {
                       fi_tensor *k_out, const fi_tensor *pos_ids,
                       const fi_tensor *indptr, const fi_tensor *offsets,
                       void *stream);
+
+    /* fi_warmup_*: what this process lacks to compile the backend's
+     * kernels (NULL: nothing; else e.g. "no C compiler: ..."), the list of
+     * a plan's kernels and the compile of one. */
+    const char *(*warmup_missing)(void);
+    fi_warmup_list_fn *warmup_list;
+    fi_warmup_compile_fn *warmup_compile;
 } fi_backend;
 
-extern const fi_backend fi_cpu_backend;
-extern const fi_backend fi_cuda_backend;
-/* Non-zero when the CUDA driver loads at run time and sees a GPU (src/cuda). */
-int32_t fi_cuda_device_available(void);
+/* The table that serves `device` (src/backends.c); NULL for a value that is
+ * not a fi_device_type. */
+const fi_backend *fi_backend_for(fi_device_type device);
 
 struct fi_context {
     fi_device_type device;
@@ -158,23 +202,9 @@ typedef struct fi_schedule_input {
     bool causal;
     int32_t window_left;      /* -1 = none */
     int32_t num_workers;
-    int32_t split_workers;    /* > 0: items that run at once, for the chunk
-                                 bound ceil(S / split_workers) (<= num_workers;
-                                 0: num_workers) */
-    const int32_t *q_tiles;   /* packed-row tile sizes the backend supports, ascending */
-    int32_t num_q_tiles;
-    double cost_per_q_row;    /* cost model: a * packed query rows + b * keys */
-    double cost_per_key;
-    double cost_per_row_key;  /*   + c * packed query rows * keys, where */
-    int32_t cost_rows_exact;  /*   rows above this count as whole blocks */
-    int32_t cost_rows_block;  /*   of this many (0: rows as they are) */
+    fi_sched_policy policy;
     bool disable_split_kv;
     int32_t fixed_split_size; /* > 0: chunks of exactly this many keys */
-    bool queues_in_request_order; /* each worker's queue in generation order
-                                     (request, tokens, keys) instead of longest
-                                     first; the same items on each worker */
-    int32_t wide_first_rows;  /* > 0: items of more packed rows lead their
-                                 queues, their workers lead the worker order */
 } fi_schedule_input;
 
 fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits);
@@ -192,15 +222,9 @@ struct fi_plan {
     fi_plan_config config;
     float *alibi_slopes;          /* [num_qo_heads] when pos_encoding is ALiBi */
     int32_t group_size;           /* num_qo_heads / num_kv_heads */
-    /* The scheduler's query tiles and cost model: the backend's, which its
-     * plan_init may refine for the kernels the plan runs. */
-    int32_t q_tiles[4];
-    int32_t num_q_tiles;
-    double cost_per_q_row, cost_per_key, cost_per_row_key;
-    int32_t cost_rows_exact, cost_rows_block; /* fi_schedule_input's */
-    int32_t split_workers;        /* 0: num_workers (fi_schedule_input) */
-    bool queues_in_request_order; /* fi_schedule_input's (the backend's choice) */
-    int32_t wide_first_rows;      /* fi_schedule_input's (the backend's choice) */
+    /* The scheduler's policy: the backend's, which its plan_init may refine
+     * for the kernels the plan runs. */
+    fi_sched_policy policy;
 
     /* The batch of the last fi_plan_update, copied (capacity from config). */
     bool planned;

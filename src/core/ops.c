@@ -1,9 +1,9 @@
 /*
  * ops.c — the public standalone ops: merging attention states, appending to
  * a paged KV cache, RoPE. Each one checks every argument (NULLs, dtypes,
- * ranks, shapes agreeing across tensors, and on the CPU the index values
- * themselves) before the backend reads or writes anything, then dispatches
- * through ctx->backend.
+ * ranks, shapes agreeing across tensors, and where the backend's tensors
+ * are host memory the index values themselves) before the backend reads or
+ * writes anything, then dispatches through ctx->backend.
  *
  * Index tensors (batch_indices, positions, kv_indptr ...) are int32 and
  * contiguous. On a CUDA context they live in device memory, so their values
@@ -253,7 +253,7 @@ fi_status fi_append_paged_kv_cache(fi_context *ctx, const fi_tensor *append_k,
     FI_TRY(check_index(kv_last_page_len, "fi_append_paged_kv_cache: kv_last_page_len", batch));
     FI_TRY(check_index(kv_indices, "fi_append_paged_kv_cache: kv_indices", -1));
 
-    if (ctx->device == FI_DEVICE_CPU) {
+    if (ctx->backend->host_memory) {
         FI_TRY(check_page_table(kv_indptr->data, kv_indices->data, kv_last_page_len->data,
                                 batch, kv_indices->shape[0], pages, page_size));
         FI_TRY(check_token_slots(batch_indices->data, positions->data, nnz, kv_indptr->data,
@@ -340,7 +340,7 @@ fi_status fi_rope_apply(fi_context *ctx, const fi_rope_params *params, const fi_
                         (long long)indptr->shape[0]);
     const int32_t batch = (int32_t)(indptr->shape[0] - 1);
     FI_TRY(check_index(offsets, "fi_rope_apply: offsets", batch));
-    if (ctx->device == FI_DEVICE_CPU) {
+    if (ctx->backend->host_memory) {
         /* Tokens past indptr[B] belong to no request and are left alone. */
         FI_TRY(fi_check_indptr(indptr->data, batch, "indptr", q->shape[0]));
         const int32_t *off = offsets->data;
@@ -362,7 +362,7 @@ fi_status fi_rope_apply_pos_ids(fi_context *ctx, const fi_rope_params *params,
     fi_rope_params p;
     FI_TRY(resolve_rope_params(params, q->shape[2], fn, &p));
     FI_TRY(check_index(pos_ids, "fi_rope_apply_pos_ids: pos_ids", q->shape[0]));
-    if (ctx->device == FI_DEVICE_CPU) {
+    if (ctx->backend->host_memory) {
         const int32_t *pos = pos_ids->data;
         for (int64_t t = 0; t < q->shape[0]; t++)
             if (pos[t] < 0)

@@ -8,7 +8,7 @@
 
 #define INVALID(...) fi_error(FI_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
-static fi_status validate_config(const fi_plan_config *c, const fi_attention_params *p) {
+fi_status fi_plan_config_validate(const fi_plan_config *c, const fi_attention_params *p) {
     if (c->struct_size != sizeof *c)
         return INVALID("fi_plan_config.struct_size=%u, expected %zu: call fi_plan_config_init "
                        "first", (unsigned)c->struct_size, sizeof *c);
@@ -76,7 +76,7 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
     fi_plan_config cfg;
     fi_plan_config_init(&cfg);
     if (config) cfg = *config;
-    if ((st = validate_config(&cfg, params))) return st;
+    if ((st = fi_plan_config_validate(&cfg, params))) return st;
 
     fi_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_plan_create: out of memory");
@@ -101,11 +101,11 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
         fi_schedule_limits_for(&lim, cfg.max_batch_size, cfg.max_total_qo,
                                plan->config.num_workers);
         /* Room for one widest tile's tokens per item in flight, so that a
-         * few prefill tiles split about as finely as decodes do (BENCH.md's
-         * prefill mix on an H200: 16 tiles of 32 tokens, 33 items in flight,
-         * 32 chunks of 2048 keys instead of 20 items of up to 4096) */
+         * few prefill tiles split about as finely as decodes do (without it
+         * a batch of a few prefill tiles on a GPU could split only some of
+         * them: docs/SCHEDULER.md) */
         const fi_backend *be = ctx->backend;
-        int64_t tile = be->q_tiles[be->num_q_tiles - 1] / plan->group_size;
+        int64_t tile = be->policy.q_tiles[be->policy.num_q_tiles - 1] / plan->group_size;
         if (tile < 1) tile = 1;
         if (tile > cfg.max_total_qo) tile = cfg.max_total_qo;
         int32_t want = fi_plan_split_rows(plan->config.num_workers, params, tile);
@@ -138,11 +138,7 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
                                                      : fi_alibi_slope(h, params->num_qo_heads);
     plan->workspace_bytes = bytes + fi_schedule_bytes(&lim);
     const fi_backend *be = ctx->backend;
-    memcpy(plan->q_tiles, be->q_tiles, sizeof plan->q_tiles);
-    plan->num_q_tiles = be->num_q_tiles;
-    plan->cost_per_q_row = be->cost_per_q_row;
-    plan->cost_per_key = be->cost_per_key;
-    plan->cost_per_row_key = be->cost_per_row_key;
+    plan->policy = be->policy;
 
     if (ctx->backend->plan_init && (st = ctx->backend->plan_init(plan))) {
         fi_plan_destroy(plan);

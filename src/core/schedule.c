@@ -237,8 +237,8 @@ static inline void tile_span(const fi_schedule_input *in, int32_t qo, int32_t kv
 /* Items that run at once, for automatic split-KV: split_workers where it is
  * set and below the workers (a GPU: resident CTAs / H_kv), else the workers. */
 static inline int32_t split_slots(const fi_schedule_input *in) {
-    return in->split_workers > 0 && in->split_workers < in->num_workers ? in->split_workers
-                                                                        : in->num_workers;
+    const int32_t sw = in->policy.split_workers;
+    return sw > 0 && sw < in->num_workers ? sw : in->num_workers;
 }
 
 /* A span of len > L keys cut into chunks of L keys from its start, the
@@ -250,17 +250,15 @@ static inline int32_t split_slots(const fi_schedule_input *in) {
  * than there are workers (split_workers < num_workers: a GPU, where each
  * item runs as H_kv CTAs and the workers outnumber the resident slots four
  * to one), so no worker packs a remainder beside a full chunk, and the
- * span's longest chunk is what the batch waits for (H200, the hybrid mix's
- * 10000-key spans as 3344 x 3 keys instead of 3648 x 2 + 2704: 228.4 ->
- * 220.6 us; on a CPU's 16 workers the same pieces took the balance model's
- * max/mean at batch 2 from 1.007 to 1.103). And a
- * sliver, a remainder shorter than FI_SCHEDULE_MIN_CHUNK and at most L / 8,
- * is spread over the other chunks (pieces of up to L + L / 8, aligned): on
- * a GPU it is a CTA of its own that pays an item's whole fixed
- * cost (its pipeline's fill, its partial row, a merge source) for a few
- * keys, after the full chunks took every resident slot (H200, 16 x 4096
- * keys on 33 slots: 32 chunks of 2048 instead of 32 of 2000 and 16 of 96,
- * 4% faster; 16 x 32768 kept its 16 chunks of 992: spread, they cost 1%). */
+ * span's longest chunk is what the batch waits for (measured faster on a
+ * GPU; on a CPU's workers the same pieces balance worse, hence only with
+ * `equal`: docs/SCHEDULER.md). And a sliver, a remainder shorter than
+ * FI_SCHEDULE_MIN_CHUNK and at most L / 8, is spread over the other chunks
+ * (pieces of up to L + L / 8, aligned): on a GPU it is a CTA of its own
+ * that pays an item's whole fixed cost (its pipeline's fill, its partial
+ * row, a merge source) for a few keys, after the full chunks took every
+ * resident slot (measured faster; spreading longer remainders cost time,
+ * hence the bounds: docs/SCHEDULER.md). */
 static inline int32_t auto_chunks(int32_t len, int32_t L, bool equal, int32_t *piece) {
     int32_t k = (int32_t)(((int64_t)len + L - 1) / L);
     const int64_t rem = (int64_t)len - (int64_t)(k - 1) * L;
@@ -361,7 +359,7 @@ static inline void emit(gen_state *g, int32_t r, int32_t q0, int32_t q1, int32_t
  * spans in one-token keys: a chunk bound L is L keys for a one-token tile
  * and about L / key_weight(t) for a tile of t tokens, so that a wide tile's
  * chunk costs what a decode's full chunk does (on a GPU a 128-row block's
- * key costs ~1.5-2.4 decode keys). Batches whose tiles are all alike get
+ * key costs more than a decode's). Batches whose tiles are all alike get
  * the plain bound. */
 static inline double key_weight(const gen_state *g, int32_t t) {
     double one = key_cost_at(g->key_cost, g->pair_cost,
@@ -413,8 +411,7 @@ static void survey_fixed(const fi_schedule_input *in, int32_t T, int32_t F, surv
  * at most cap of them. All the state lives in locals, which the stores of
  * the items cannot alias. The sort's facts about the costs are taken in a
  * second pass: in this one their four chains ran out of registers and went
- * through the stack (the whole update of 256 decodes ~0.1 us faster on the
- * development VM). */
+ * through the stack (two passes measured slightly faster: docs/SCHEDULER.md). */
 static void survey_batch(const fi_schedule_input *in, int32_t T, survey *sv, gen_state *g,
                          int32_t cap) {
     fi_work_item *gen = g->sc->gen;
@@ -1004,9 +1001,9 @@ static void assign_tree(scratch *sc, int32_t from, int32_t n, int32_t N, double 
  * the worker order (each group in id order). LPT hands the wide items of a
  * mostly-decode batch to the least-loaded workers, the last ids, which a
  * GPU runs last: their math then formed the launch's tail alone; run
- * first, it overlaps the decodes' reads (H200, BENCH.md's chunked mix:
- * docs/SCHEDULER.md). Worker order changes no result: partial rows and
- * merges do not depend on it. */
+ * first, it overlaps the decodes' reads (measured faster on a GPU's
+ * chunked mix: docs/SCHEDULER.md). Worker order changes no result:
+ * partial rows and merges do not depend on it. */
 static inline bool wide_item(const fi_work_item *it, int32_t group, int32_t wide_rows) {
     return wide_rows > 0 && (int64_t)(it->q_end - it->q_start) * group > wide_rows;
 }
@@ -1076,26 +1073,27 @@ static fi_status check_input(const fi_schedule *s, const fi_schedule_input *in) 
                                             : FI_STATUS_BOUND_EXCEEDED,
                         "workers %d: expected 1 .. max_workers %d", (int)in->num_workers,
                         (int)l->max_workers);
-    if (in->group_size < 1 || in->num_kv_heads < 1 || in->num_q_tiles < 1 || !in->q_tiles)
+    const fi_sched_policy *pol = &in->policy;
+    const int32_t nt = pol->num_q_tiles, max_tiles = (int32_t)(sizeof pol->q_tiles / 4);
+    if (in->group_size < 1 || in->num_kv_heads < 1 || nt < 1 || nt > max_tiles)
         return fi_error(FI_STATUS_INVALID_ARGUMENT,
-                        "schedule: group_size %d, num_kv_heads %d, %d query tiles",
-                        (int)in->group_size, (int)in->num_kv_heads, (int)in->num_q_tiles);
-    for (int32_t i = 0; i < in->num_q_tiles; i++)
-        if (in->q_tiles[i] < 1 || (i > 0 && in->q_tiles[i] <= in->q_tiles[i - 1]))
+                        "schedule: group_size %d, num_kv_heads %d, %d query tiles (1 .. %d)",
+                        (int)in->group_size, (int)in->num_kv_heads, (int)nt, (int)max_tiles);
+    for (int32_t i = 0; i < nt; i++)
+        if (pol->q_tiles[i] < 1 || (i > 0 && pol->q_tiles[i] <= pol->q_tiles[i - 1]))
             return fi_error(FI_STATUS_INVALID_ARGUMENT,
                             "schedule: query tiles must be positive and ascending");
-    if (!(in->cost_per_q_row >= 0 && in->cost_per_key >= 0 && in->cost_per_row_key >= 0 &&
-          in->cost_per_q_row < 1e30 && in->cost_per_key < 1e30 && in->cost_per_row_key < 1e30))
+    const double a = pol->cost_per_q_row, b = pol->cost_per_key, c = pol->cost_per_row_key;
+    if (!(a >= 0 && b >= 0 && c >= 0 && a < 1e30 && b < 1e30 && c < 1e30))
         return fi_error(FI_STATUS_INVALID_ARGUMENT,
-                        "schedule: cost constants %g, %g, %g must be finite and >= 0",
-                        in->cost_per_q_row, in->cost_per_key, in->cost_per_row_key);
+                        "schedule: cost constants %g, %g, %g must be finite and >= 0", a, b, c);
     if (in->fixed_split_size < 0)
         return fi_error(FI_STATUS_INVALID_ARGUMENT, "schedule: fixed_split_size %d < 0",
                         (int)in->fixed_split_size);
-    if (in->cost_rows_exact < 0 || in->cost_rows_block < 0)
+    if (pol->cost_rows_exact < 0 || pol->cost_rows_block < 0)
         return fi_error(FI_STATUS_INVALID_ARGUMENT,
                         "schedule: cost_rows_exact %d, cost_rows_block %d must be >= 0",
-                        (int)in->cost_rows_exact, (int)in->cost_rows_block);
+                        (int)pol->cost_rows_exact, (int)pol->cost_rows_block);
     return FI_OK;
 }
 
@@ -1104,11 +1102,11 @@ static fi_status check_input(const fi_schedule *s, const fi_schedule_input *in) 
  * pass over the batch is needed), else the largest. Fixed split uses the
  * largest always, so that a request's items do not depend on the batch. */
 static int32_t choose_q_tile(const fi_schedule_input *in, bool fixed) {
-    int32_t last = in->q_tiles[in->num_q_tiles - 1], B = in->batch_size;
+    int32_t last = in->policy.q_tiles[in->policy.num_q_tiles - 1], B = in->batch_size;
     if (fixed || B == 0) return last;
     int64_t rows = (int64_t)(in->qo_indptr[B] - in->qo_indptr[0]) * in->group_size;
-    for (int32_t i = 0; i < in->num_q_tiles; i++)
-        if ((int64_t)in->q_tiles[i] * B >= rows) return in->q_tiles[i];
+    for (int32_t i = 0; i < in->policy.num_q_tiles; i++)
+        if ((int64_t)in->policy.q_tiles[i] * B >= rows) return in->policy.q_tiles[i];
     return last;
 }
 
@@ -1127,10 +1125,11 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     int32_t tile = choose_q_tile(in, F > 0);
     int32_t T = tile / in->group_size > 1 ? tile / in->group_size : 1;
     double heads = in->num_kv_heads;
-    gen_state g = {.s = s, .sc = sc, .row_cost = heads * in->cost_per_q_row * in->group_size,
-                   .key_cost = heads * in->cost_per_key,
-                   .pair_cost = heads * in->cost_per_row_key, .group = in->group_size,
-                   .rows_exact = in->cost_rows_exact, .rows_block = in->cost_rows_block,
+    const fi_sched_policy *pol = &in->policy;
+    gen_state g = {.s = s, .sc = sc, .row_cost = heads * pol->cost_per_q_row * in->group_size,
+                   .key_cost = heads * pol->cost_per_key,
+                   .pair_cost = heads * pol->cost_per_row_key, .group = in->group_size,
+                   .rows_exact = pol->cost_rows_exact, .rows_block = pol->cost_rows_block,
                    .equal_pieces = split_slots(in) < in->num_workers};
     gen_reset(&g);
     survey sv;
@@ -1165,7 +1164,8 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in) {
     if (N > 1) sort_longest_first(sc, g.n, &g);
     else for (int32_t i = 0; i < g.n; i++) sc->order[i] = i;
     assign_lpt(sc, g.n, N, s->worker_cost);
-    emit_queues(s, sc, g.n, N, in->queues_in_request_order, in->wide_first_rows, in->group_size);
+    emit_queues(s, sc, g.n, N, in->policy.queues_in_request_order, in->policy.wide_first_rows,
+                in->group_size);
     double total = 0.0, most = 0.0; /* in registers: through s, each sum waited on a store */
     for (int32_t w = 0; w < N; w++) {
         total += s->worker_cost[w];

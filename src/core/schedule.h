@@ -18,9 +18,9 @@
  * FI_SCHEDULE_MIN_CHUNK, halved when chunks of that size would fill under a
  * quarter of the slots. A few short spans then run as twice the items, each
  * half as long: with so few items a GPU's CTAs are latency-bound, and the
- * larger merge costs less than half the tiles (H200, decode 1 x 1024 on 33
- * slots: 8 chunks of 128 keys 10.1 us, 4 of 256 12.0, 16 of 64 10.8;
- * 1 x 4096 kept its 16 of 256: 14.3 us, 15.2 with 32 of 128). */
+ * larger merge costs less than half the tiles (measured on a GPU: halving
+ * further, or halving a batch that already fills the slots, was slower;
+ * docs/SCHEDULER.md). */
 static inline int64_t fi_schedule_min_chunk(double S, int64_t N) {
     return 4.0 * S < (double)FI_SCHEDULE_MIN_CHUNK * (double)N ? FI_SCHEDULE_MIN_CHUNK / 2
                                                                 : FI_SCHEDULE_MIN_CHUNK;

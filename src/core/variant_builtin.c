@@ -31,7 +31,16 @@ static const char mask_body[] =
     "const uint8_t *m = p.mask + p.mask_indptr[c->request];\n"
     "return (m[bit >> 3] >> (bit & 7)) & 1;";
 
-#define NUM_BUILTINS 6
+/* The built-ins, in the order fi_variant_builtin searches them. */
+enum {
+    BUILTIN_NONE,
+    BUILTIN_SOFT_CAP,
+    BUILTIN_ALIBI,
+    BUILTIN_SLIDING_WINDOW,
+    BUILTIN_CUSTOM_MASK,
+    BUILTIN_ROPE_LLAMA,
+    NUM_BUILTINS
+};
 
 static fi_variant builtins[NUM_BUILTINS];
 static fi_status builtin_status = FI_OK;
@@ -40,24 +49,24 @@ static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
 static void spec_of(int i, fi_variant_spec *s) {
     fi_variant_spec_init(s);
     switch (i) {
-    case 0: s->name = "none"; break;
-    case 1:
+    case BUILTIN_NONE: s->name = "none"; break;
+    case BUILTIN_SOFT_CAP:
         s->name = "soft_cap", s->params = soft_cap_params, s->num_params = 1;
         s->logits_transform = "return p.cap * tanhf(s / p.cap);";
         break;
-    case 2:
+    case BUILTIN_ALIBI:
         s->name = "alibi", s->params = alibi_params, s->num_params = 1;
         s->logits_transform = "return s + p.slopes[c->qo_head] * (float)(c->kv_pos - c->q_pos);";
         break;
-    case 3:
+    case BUILTIN_SLIDING_WINDOW:
         s->name = "sliding_window", s->params = window_params, s->num_params = 1;
         s->logits_mask = "return c->kv_pos >= c->q_pos - p.window_left;";
         break;
-    case 4:
+    case BUILTIN_CUSTOM_MASK:
         s->name = "custom_mask", s->params = mask_params, s->num_params = 2;
         s->logits_mask = mask_body;
         break;
-    default:
+    default: /* BUILTIN_ROPE_LLAMA */
         s->name = "rope_llama", s->params = rope_params, s->num_params = 2;
         /* LLaMA RoPE on halves: angle_k = pos / scale * theta^(-2k/D), the
          * hooks' library helper (fast sin/cos on the GPU) */

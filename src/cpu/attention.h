@@ -38,8 +38,28 @@ typedef struct fi_cpu_kv {
     bool contiguous;       /* elem_stride == elem: SIMD tables can read rows */
 } fi_cpu_kv;
 
-/* The view of a K or V tensor of a plan's layout (run.c). */
-fi_cpu_kv fi_cpu_kv_view(const struct fi_plan *plan, const fi_tensor *t);
+/* The view of a K or V tensor of a plan's layout (the run's job, and the
+ * variant kernel's). */
+static inline fi_cpu_kv fi_cpu_kv_view(const struct fi_plan *plan, const fi_tensor *t) {
+    const fi_attention_params *p = &plan->params;
+    int64_t e = (int64_t)fi_dtype_size(t->dtype);
+    bool nhd = p->kv_layout == FI_KV_LAYOUT_NHD;
+    fi_cpu_kv kv = {.base = t->data, .dtype = t->dtype, .elem = (size_t)e};
+    if (p->kv_format == FI_KV_FORMAT_PAGED) {
+        /* NHD [pages, page_size, H, D]; HND [pages, H, page_size, D] */
+        kv.page_stride = t->stride[0] * e;
+        kv.slot_stride = t->stride[nhd ? 1 : 2] * e;
+        kv.head_stride = t->stride[nhd ? 2 : 1] * e;
+        kv.elem_stride = t->stride[3] * e;
+    } else {
+        /* NHD [tokens, H, D]; HND [H, tokens, D] */
+        kv.slot_stride = t->stride[nhd ? 0 : 1] * e;
+        kv.head_stride = t->stride[nhd ? 1 : 0] * e;
+        kv.elem_stride = t->stride[2] * e;
+    }
+    kv.contiguous = kv.elem_stride == e;
+    return kv;
+}
 
 /* Q, O and LSE of run args `a` into job `j` (fi_cpu_job, or the variant
  * ABI's fi_vk_job, which names them alike): data pointers, byte strides of

@@ -1,11 +1,10 @@
 /*
  * attention_avx512.c — the AVX-512 SIMD table (F, BW, VL, DQ; F16C).
  *
- * All arithmetic is f32 FMA. On the machine this was tuned on (Sapphire
- * Rapids under KVM) vdpbf16ps retires one per ~2.4 ns against ~4 f32 FMAs
- * per ns and shares their ports, so bf16 dot products lose to converting
- * bf16 to f32, which costs one op per 16 values when the even and odd
- * elements of a 32-element chunk are split (shift left 16 / mask high half).
+ * All arithmetic is f32 FMA. vdpbf16ps shares the FMA ports at a lower
+ * instruction rate, so bf16 dot products lose to converting bf16 to f32,
+ * which costs one op per 16 values when the even and odd elements of a
+ * 32-element chunk are split (shift left 16 / mask high half).
  * Everything that meets a bf16 row then works in that split order: q is
  * reordered once per row block (qx), and o is kept split while V is bf16
  * and put back by finish_o. See docs/CPU_KERNELS.md for the numbers.

@@ -58,6 +58,8 @@ static fi_status cpu_plan_init(struct fi_plan *plan) {
 
 static int32_t cpu_num_workers(const fi_context *ctx) { return ctx->num_threads; }
 
+static int32_t cpu_device_available(void) { return 1; }
+
 static fi_status cpu_mem_alloc(fi_context *ctx, size_t bytes, void **out) {
     (void)ctx;
     *out = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -80,15 +82,16 @@ static fi_status cpu_plan_copy_in(struct fi_plan *plan, void *dst, const void *s
 
 const fi_backend fi_cpu_backend = {
     .name = "cpu",
+    .host_memory = true,
+    .device_available = cpu_device_available,
     /* Packed-row tiles: a multiple of the kernel's 64-row block, or less for
-     * small requests. Cost per item ~ rows * 8 + keys (keys dominate). */
-    .q_tiles = {16, 64, 128},
-    .num_q_tiles = 3,
-    /* Time per (packed row, key) dominates on the CPU: bench_cost's fit,
-     * docs/SCHEDULER.md "Cost model". */
-    .cost_per_q_row = 0.0,
-    .cost_per_key = 1.0,
-    .cost_per_row_key = 0.1,
+     * small requests. Time per (packed row, key) dominates on the CPU:
+     * bench_cost's fit, docs/SCHEDULER.md "Cost model". */
+    .policy = {.q_tiles = {16, 64, 128},
+               .num_q_tiles = 3,
+               .cost_per_q_row = 0.0,
+               .cost_per_key = 1.0,
+               .cost_per_row_key = 0.1},
     .context_init = cpu_context_init,
     .context_fini = cpu_context_fini,
     .num_workers = cpu_num_workers,
@@ -104,4 +107,7 @@ const fi_backend fi_cpu_backend = {
     .merge_states = fi_cpu_merge_states,
     .append_paged_kv_cache = fi_cpu_append_paged_kv_cache,
     .rope = fi_cpu_rope,
+    .warmup_missing = fi_cpu_warmup_missing,
+    .warmup_list = fi_cpu_warmup_list,
+    .warmup_compile = fi_cpu_warmup_compile,
 };

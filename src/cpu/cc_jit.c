@@ -167,21 +167,39 @@ static fi_status compile(const cc_tool *t, const char *name, const char *base,
     return s;
 }
 
-fi_status fi_cc_load(const char *name, const char *source, fi_cc_result *out) {
-    memset(out, 0, sizeof *out);
+/* The compiler, and the cache path of name's object for `source` without
+ * its ".so": <dir>/cpu/<name>-<key>. */
+static fi_status cache_base(const char *name, const char *source, cc_tool *t, char *base,
+                            size_t n) {
     pthread_once(&cpu_id_once, cpu_id_init);
-    double t0 = now_seconds();
-    cc_tool t;
     const char *why = NULL;
-    if (!resolve(&t, &why)) return fi_error(FI_STATUS_UNSUPPORTED, "%s: %s", name, why);
+    if (!resolve(t, &why)) return fi_error(FI_STATUS_UNSUPPORTED, "%s: %s", name, why);
     uint64_t key = fi_fnv_str(FI_FNV_SEED, CC_FORMAT);
     key = fi_fnv_str(key, source);
     key = fi_fnv_str(key, FI_CC_FLAGS);
-    uint64_t ids[2] = {t.id, cpu_id_value};
+    uint64_t ids[2] = {t->id, cpu_id_value};
     key = fi_fnv(key, ids, sizeof ids);
-    char dir[800], base[1000];
+    char dir[800];
     fi_cache_dir(dir, sizeof dir);
-    snprintf(base, sizeof base, "%.800s/cpu/%.120s-%016llx", dir, name, (unsigned long long)key);
+    snprintf(base, n, "%.800s/cpu/%.120s-%016llx", dir, name, (unsigned long long)key);
+    return FI_OK;
+}
+
+fi_status fi_cc_path(const char *name, const char *source, char *path, size_t n) {
+    cc_tool t;
+    char base[1000];
+    fi_status st = cache_base(name, source, &t, base, sizeof base);
+    if (!st) snprintf(path, n, "%s.so", base);
+    return st;
+}
+
+fi_status fi_cc_load(const char *name, const char *source, fi_cc_result *out) {
+    memset(out, 0, sizeof *out);
+    double t0 = now_seconds();
+    cc_tool t;
+    char base[1000];
+    fi_status st = cache_base(name, source, &t, base, sizeof base);
+    if (st) return st;
     snprintf(out->path, sizeof out->path, "%s.so", base);
     out->was_cached = access(out->path, R_OK) == 0;
     if (out->was_cached) {
@@ -189,8 +207,7 @@ fi_status fi_cc_load(const char *name, const char *source, fi_cc_result *out) {
         out->was_cached = out->handle != NULL; /* a broken file: compile afresh */
     }
     if (!out->handle) {
-        fi_status st = compile(&t, name, base, source, out->path);
-        if (st) return st;
+        if ((st = compile(&t, name, base, source, out->path))) return st;
         out->handle = dlopen(out->path, RTLD_NOW | RTLD_LOCAL);
         if (!out->handle) {
             const char *e = dlerror();

@@ -31,4 +31,9 @@ bool fi_cc_available(const char **why);
  * friendly label (identifier characters). */
 fi_status fi_cc_load(const char *name, const char *source, fi_cc_result *out);
 
+/* The shared object fi_cc_load would load or write for the same arguments
+ * (fi warmup's listing); FI_STATUS_UNSUPPORTED without a compiler, whose
+ * identity is part of the key. */
+fi_status fi_cc_path(const char *name, const char *source, char *path, size_t n);
+
 #endif /* FI_CPU_CC_JIT_H */

@@ -7,6 +7,14 @@
 
 #include "core/internal.h"
 
+/* The backend's table (backend.c), for the registry (src/backends.c). */
+extern const fi_backend fi_cpu_backend;
+
+/* fi_backend's warmup members (warmup.c). */
+const char *fi_cpu_warmup_missing(void);
+fi_warmup_list_fn fi_cpu_warmup_list;
+fi_warmup_compile_fn fi_cpu_warmup_compile;
+
 /* ------------------------------------------------------------ thread pool */
 
 typedef struct fi_thread_pool fi_thread_pool;

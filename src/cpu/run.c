@@ -15,27 +15,6 @@
 
 #define LOG2E 1.4426950408889634f
 
-fi_cpu_kv fi_cpu_kv_view(const fi_plan *plan, const fi_tensor *t) {
-    const fi_attention_params *p = &plan->params;
-    int64_t e = (int64_t)fi_dtype_size(t->dtype);
-    bool nhd = p->kv_layout == FI_KV_LAYOUT_NHD;
-    fi_cpu_kv kv = {.base = t->data, .dtype = t->dtype, .elem = (size_t)e};
-    if (p->kv_format == FI_KV_FORMAT_PAGED) {
-        /* NHD [pages, page_size, H, D]; HND [pages, H, page_size, D] */
-        kv.page_stride = t->stride[0] * e;
-        kv.slot_stride = t->stride[nhd ? 1 : 2] * e;
-        kv.head_stride = t->stride[nhd ? 2 : 1] * e;
-        kv.elem_stride = t->stride[3] * e;
-    } else {
-        /* NHD [tokens, H, D]; HND [H, tokens, D] */
-        kv.slot_stride = t->stride[nhd ? 0 : 1] * e;
-        kv.head_stride = t->stride[nhd ? 1 : 0] * e;
-        kv.elem_stride = t->stride[2] * e;
-    }
-    kv.contiguous = kv.elem_stride == e;
-    return kv;
-}
-
 static void job_init(fi_cpu_job *j, const fi_plan *plan, const fi_run_args *a) {
     const fi_attention_params *p = &plan->params;
     const fi_cpu_state *st = plan->ctx->backend_state;

@@ -3,8 +3,8 @@
  *
  * A run publishes (fn, arg) and bumps a generation counter; workers spin on
  * the counter for a short while after each job (back-to-back layers then
- * start in well under a microsecond) and sleep on a condition variable when
- * idle longer. The caller is worker 0 and waits for the others by spinning,
+ * start without a wake-up) and sleep on a condition variable when idle
+ * longer. The caller is worker 0 and waits for the others by spinning,
  * then sleeping. Nothing is allocated per run.
  */
 #include "cpu/cpu.h"
@@ -23,7 +23,7 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* Spin iterations (~pause instructions) before sleeping: roughly 50-100 us. */
+/* Spin iterations (~pause instructions) before sleeping. */
 #define SPIN_ITERS 20000
 
 typedef struct worker {

@@ -42,17 +42,16 @@ char *fi_cpu_variant_source(const fi_variant *v, const fi_cpu_variant_config *cf
              (int)cfg->head_dim_qk, (int)cfg->head_dim_vo, (int)cfg->q_dtype,
              (int)cfg->kv_dtype, (int)cfg->o_dtype);
     char *hooks = fi_variant_source_alloc(v, FI_VARIANT_TARGET_C);
-    if (!hooks || fi_cpu_jit_file_count != 5) {
+    if (!hooks || fi_cpu_jit_file_count != FI_CPU_JIT_FILE_COUNT) {
         free(hooks);
         return NULL;
     }
-    /* FLASHINFER_CPU_VARIANT_KERNEL=1: the previous kernel version (kept
-     * side by side for bench_variant_cpu; docs/VARIANTS.md) */
-    const char *ver = getenv("FLASHINFER_CPU_VARIANT_KERNEL");
-    int kernel = ver && !strcmp(ver, "1") ? 4 : 3;
-    const char *parts[] = {config, hooks, fi_cpu_jit_files[0].text, fi_cpu_jit_files[1].text,
-                           fi_cpu_jit_files[2].text, fi_cpu_jit_files[kernel].text};
-    char *s = concat(parts, 6);
+    const char *parts[] = {config, hooks,
+                           fi_cpu_jit_files[FI_CPU_JIT_FLASHINFER_H].text,
+                           fi_cpu_jit_files[FI_CPU_JIT_CONVERT_H].text,
+                           fi_cpu_jit_files[FI_CPU_JIT_VARIANT_ABI_H].text,
+                           fi_cpu_jit_files[FI_CPU_JIT_VARIANT_KERNEL_H].text};
+    char *s = concat(parts, (int)(sizeof parts / sizeof parts[0]));
     free(hooks);
     return s;
 }
@@ -64,12 +63,17 @@ static fi_status resolve(void *handle, const char *symbol, const char *path, con
     return fi_error(FI_STATUS_BACKEND_ERROR, "%s has no symbol %s", path, symbol);
 }
 
+void fi_cpu_variant_name(const fi_variant *v, const fi_cpu_variant_config *cfg, char *buf,
+                         size_t n) {
+    snprintf(buf, n, "%s_d%dx%d_%s_%s_%s", v->spec.name, (int)cfg->head_dim_qk,
+             (int)cfg->head_dim_vo, fi_dtype_name(cfg->q_dtype), fi_dtype_name(cfg->kv_dtype),
+             fi_dtype_name(cfg->o_dtype));
+}
+
 fi_status fi_cpu_variant_load(const fi_variant *v, const fi_cpu_variant_config *cfg,
                               const fi_vk_entry **entry, fi_cc_result *result) {
     char name[200];
-    snprintf(name, sizeof name, "%s_d%dx%d_%s_%s_%s", v->spec.name, (int)cfg->head_dim_qk,
-             (int)cfg->head_dim_vo, fi_dtype_name(cfg->q_dtype), fi_dtype_name(cfg->kv_dtype),
-             fi_dtype_name(cfg->o_dtype));
+    fi_cpu_variant_name(v, cfg, name, sizeof name);
     char *src = fi_cpu_variant_source(v, cfg);
     if (!src) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant %s: out of memory", name);
     fi_status st = fi_cc_load(name, src, result);
@@ -99,8 +103,7 @@ typedef struct cpu_variant_plan {
 
 fi_status fi_cpu_variant_plan_init(struct fi_plan *plan) {
     const fi_attention_params *p = &plan->params;
-    fi_cpu_variant_config cfg = {p->head_dim_qk, p->head_dim_vo, p->q_dtype, p->kv_dtype,
-                                 p->o_dtype};
+    fi_cpu_variant_config cfg = fi_cpu_variant_config_of(p);
     cpu_variant_plan *vp = calloc(1, sizeof *vp);
     if (!vp) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant plan: out of memory");
     fi_cc_result r;
@@ -233,8 +236,9 @@ fi_status fi_cpu_variant_hooks(const fi_variant *v, const fi_vk_hooks **hooks, v
     *hooks = NULL;
     *handle = NULL;
     char *text = fi_variant_source_alloc(v, FI_VARIANT_TARGET_C);
-    const char *parts[] = {text ? text : "", fi_cpu_jit_files[2].text, hooks_table};
-    char *src = text ? concat(parts, 3) : NULL;
+    const char *parts[] = {text ? text : "", fi_cpu_jit_files[FI_CPU_JIT_VARIANT_ABI_H].text,
+                           hooks_table};
+    char *src = text ? concat(parts, (int)(sizeof parts / sizeof parts[0])) : NULL;
     free(text);
     if (!src) return fi_error(FI_STATUS_OUT_OF_MEMORY, "variant %s: out of memory", v->spec.name);
     char name[100];

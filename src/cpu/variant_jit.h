@@ -10,9 +10,9 @@
 #include "cpu/cc_jit.h"
 #include "cpu/variant_abi.h"
 
-/* The sources embedded for the JIT (src/embed.sh --flatten): flashinfer.h,
- * convert.h, variant_abi.h, variant_kernel.h, variant_kernel_v1.h (the
- * previous kernel, for comparison), in that order. */
+/* The sources embedded for the JIT (src/embed.sh --flatten), in the order
+ * of the Makefile's CPU_TEMPLATE_SRC, which is their dependency order: the
+ * kernel's source is all of them concatenated. */
 typedef struct fi_cpu_jit_file {
     const char *name;
     const char *text;
@@ -20,15 +20,35 @@ typedef struct fi_cpu_jit_file {
 extern const fi_cpu_jit_file fi_cpu_jit_files[];
 extern const int fi_cpu_jit_file_count;
 
+/* Indices into fi_cpu_jit_files. */
+enum {
+    FI_CPU_JIT_FLASHINFER_H,
+    FI_CPU_JIT_CONVERT_H,
+    FI_CPU_JIT_VARIANT_ABI_H,
+    FI_CPU_JIT_VARIANT_KERNEL_H,
+    FI_CPU_JIT_FILE_COUNT
+};
+
 /* The kernel configuration a plan compiles. */
 typedef struct fi_cpu_variant_config {
     int32_t head_dim_qk, head_dim_vo;
     fi_dtype q_dtype, kv_dtype, o_dtype;
 } fi_cpu_variant_config;
 
+/* The configuration a plan with params `p` compiles. */
+static inline fi_cpu_variant_config fi_cpu_variant_config_of(const fi_attention_params *p) {
+    fi_cpu_variant_config c = {p->head_dim_qk, p->head_dim_vo, p->q_dtype, p->kv_dtype,
+                               p->o_dtype};
+    return c;
+}
+
 /* The full C source of the kernel for `v` and `cfg`, malloc'd (NULL when out
  * of memory). */
 char *fi_cpu_variant_source(const fi_variant *v, const fi_cpu_variant_config *cfg);
+/* Its name in the cache: <variant>_d<qk>x<vo>_<q>_<kv>_<o> (at most 90
+ * characters). */
+void fi_cpu_variant_name(const fi_variant *v, const fi_cpu_variant_config *cfg, char *buf,
+                         size_t n);
 
 /* Compile or load the kernel (fi warmup, and plans). On success *entry is
  * the object's table and result->handle its dlopen handle (dlclose it). */

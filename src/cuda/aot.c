@@ -7,17 +7,9 @@
 #include "cuda/aot_table.h"
 #include "cuda/cuda_backend.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 int fi_cuda_aot_count(void) { return fi_aot_kernel_count; }
-
-int fi_cuda_aot_enabled(void) {
-    const char *aot = getenv("FLASHINFER_AOT"), *jit = getenv("FLASHINFER_JIT");
-    if (aot && aot[0] == '0') return 0;
-    if (jit && !strcmp(jit, "force")) return 0;
-    return 1;
-}
 
 /* Whether the table's "-DA -DB ..." is exactly the spec's defines in order. */
 static int same_options(const char *opts, const fi_kernel_spec *spec) {

@@ -7,7 +7,7 @@
  * CUDA-core kernel and the tensor-core kernel, plus the merge kernel of each
  * dtype and head dim, and the persistent kernel (kernels/persistent.cuh:
  * what a plan runs by default; the separate kernels serve
- * prefill-only runs and FLASHINFER_CUDA_PERSIST=0), its decode form (what
+ * prefill-only runs and user variants), its decode form (what
  * decode batches run) and its 64-row tensor-core block form (plans of 17 to
  * 64 packed rows: a cascade's shared level): 2 x 2 x 3 x 2 x 2 x 5; and for
  * plans with a device page table (fi_plan_config.device_page_table: the
@@ -39,14 +39,22 @@ static void attn_config_at(int i, fi_attn_config *c) {
     c->qt = c->kvt = c->ot = aot_dtypes[dt];
     c->group = aot_groups[g];
     c->rows = c->group < 8 ? c->group : 8; /* as fi_cuda_attn_config */
-    c->paged = fmt == 0;
-    c->mask = mask;
+    c->paged = fmt == 0 ? FI_CUDA_KV_PAGED : FI_CUDA_KV_RAGGED;
+    c->mask = (fi_mask_mode)mask;
 }
 
-/* Specs as the library builds them. The tuning environment
- * (FLASHINFER_CUDA_DEFINES, _TC, _DECODE_TC) changes their options or names,
- * so such a spec never matches the table and is JIT'd; the list tool
- * (src/cuda/aot/list.c) unsets it, so the set is built without it. */
+/* The i-th configuration's persistent form f, as a plan with at most
+ * max_rows packed rows selects it under the default settings (the AOT set
+ * does not follow the environment: a plan whose settings select other
+ * kernels finds no match in the table and JIT-compiles them). */
+static void persist_form(const fi_attn_config *c, int64_t max_rows, fi_cuda_form f,
+                         fi_kernel_spec *s) {
+    const fi_cuda_tuning defaults = {.use_aot = true, .pdl = true};
+    fi_cuda_selection sel;
+    fi_cuda_select(c, max_rows, &defaults, &sel);
+    *s = sel.spec[f];
+}
+
 void fi_cuda_aot_set_spec(int i, fi_kernel_spec *s) {
     fi_attn_config c;
     if (i < N_ATTN) {
@@ -57,20 +65,19 @@ void fi_cuda_aot_set_spec(int i, fi_kernel_spec *s) {
         fi_cuda_attn_tc_spec(&c, s);
     } else if (i < 3 * N_ATTN) {
         attn_config_at(i - 2 * N_ATTN, &c);
-        fi_cuda_persist_spec(&c, s);
+        persist_form(&c, INT32_MAX, FI_CUDA_FORM_PERSIST, s);
     } else if (i < 4 * N_ATTN) { /* every configuration here has a decode form */
         attn_config_at(i - 3 * N_ATTN, &c);
-        fi_cuda_persist_decode_spec(&c, s);
+        persist_form(&c, INT32_MAX, FI_CUDA_FORM_PERSIST_DECODE, s);
     } else if (i < 5 * N_ATTN) { /* and a tensor-core path: 64-row blocks */
         attn_config_at(i - 4 * N_ATTN, &c);
-        c.tc_block = 64;
-        fi_cuda_persist_spec(&c, s);
+        persist_form(&c, 64, FI_CUDA_FORM_PERSIST, s);
     } else if (i < 5 * N_ATTN + 2 * N_DTABLE) { /* device page tables */
         int k = i - 5 * N_ATTN, j = k % N_DTABLE;
         attn_config_at(j % N_MASK + j / N_MASK * N_MASK * N_FMT, &c); /* fmt 0: paged */
-        c.paged = 2;
-        if (k < N_DTABLE) fi_cuda_persist_spec(&c, s);
-        else fi_cuda_persist_decode_spec(&c, s);
+        c.paged = FI_CUDA_KV_DEVICE_TABLE;
+        persist_form(&c, INT32_MAX,
+                     k < N_DTABLE ? FI_CUDA_FORM_PERSIST : FI_CUDA_FORM_PERSIST_DECODE, s);
     } else {
         int k = i - 5 * N_ATTN - 2 * N_DTABLE;
         fi_cuda_merge_spec(aot_dims[k % N_DIM], aot_dtypes[k / N_DIM], s);

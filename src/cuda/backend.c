@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int32_t fi_cuda_device_available(void) {
+static int32_t cuda_device_available(void) {
     const fi_cu_api *cu = fi_cu_load(NULL);
     int n = 0;
     return cu && cu->DeviceGetCount(&n) == 0 && n > 0;
@@ -62,10 +62,9 @@ static fi_status device_facts(fi_cuda_ctx *cc) {
     FI_CU(cu, DeviceGetAttribute, &cc->cc_major, FI_CU_ATTR_CC_MAJOR, cc->dev);
     FI_CU(cu, DeviceGetAttribute, &cc->cc_minor, FI_CU_ATTR_CC_MINOR, cc->dev);
     FI_CU(cu, DeviceGetName, cc->name, (int)sizeof cc->name, cc->dev);
-    fi_cuda_arch_name(cc->cc_major, cc->cc_minor, cc->arch, sizeof cc->arch);
-    cc->use_aot = fi_cuda_aot_enabled();
-    const char *pdl = getenv("FLASHINFER_CUDA_PDL");
-    cc->pdl = cc->cc_major >= 9 && cu->LaunchKernelEx && !(pdl && !strcmp(pdl, "0"));
+    fi_cuda_tuning_read(&cc->tuning);
+    fi_cuda_arch_name(cc->cc_major, cc->cc_minor, &cc->tuning, cc->arch, sizeof cc->arch);
+    cc->pdl = cc->cc_major >= 9 && cu->LaunchKernelEx && cc->tuning.pdl;
     return FI_OK;
 }
 
@@ -82,7 +81,9 @@ fi_status fi_cuda_device_arch(int32_t device, char *buf, size_t n) {
     FI_CU(cu, DeviceGet, &dev, device);
     FI_CU(cu, DeviceGetAttribute, &major, FI_CU_ATTR_CC_MAJOR, dev);
     FI_CU(cu, DeviceGetAttribute, &minor, FI_CU_ATTR_CC_MINOR, dev);
-    fi_cuda_arch_name(major, minor, buf, n);
+    fi_cuda_tuning t;
+    fi_cuda_tuning_read(&t);
+    fi_cuda_arch_name(major, minor, &t, buf, n);
     return FI_OK;
 }
 
@@ -123,8 +124,6 @@ static fi_status cuda_context_init(fi_context *ctx) {
  * CTAs also split the KV heads (grid.y, chosen at plan creation). */
 static int32_t cuda_num_workers(const fi_context *ctx) {
     const fi_cuda_ctx *cc = ctx->backend_state;
-    const int asked = fi_cuda_env_count("FLASHINFER_CUDA_WORKERS"); /* tuning experiments */
-    if (asked > 0) return asked;
     return cc && cc->sm_count > 0 ? cc->sm_count : 1;
 }
 
@@ -150,14 +149,16 @@ static void cuda_mem_free(fi_context *ctx, void *ptr) {
 
 const fi_backend fi_cuda_backend = {
     .name = "cuda",
-    /* Packed-row tiles; the CUDA-core kernel runs any tile as blocks of up to
-     * 8 rows, each block streaming the item's keys: cost ~ rows * keys / 8.
-     * Placeholders until measured (bench_cost on the GPU). */
-    .q_tiles = {8, 32, 128},
-    .num_q_tiles = 3,
-    .cost_per_q_row = 1.0,
-    .cost_per_key = 0.0,
-    .cost_per_row_key = 0.125,
+    .host_memory = false,
+    .device_available = cuda_device_available,
+    /* Packed-row tiles of the CUDA-core kernel, which runs any tile as
+     * blocks of up to 8 rows, each block streaming the item's keys: cost ~
+     * rows * keys / 8. Plans with a tensor-core path refine it (plan.c). */
+    .policy = {.q_tiles = {8, 32, 128},
+               .num_q_tiles = 3,
+               .cost_per_q_row = 1.0,
+               .cost_per_key = 0.0,
+               .cost_per_row_key = 0.125},
     .context_init = cuda_context_init,
     .context_fini = cuda_context_fini,
     .num_workers = cuda_num_workers,
@@ -173,4 +174,7 @@ const fi_backend fi_cuda_backend = {
     .merge_states = fi_cuda_merge_states,
     .append_paged_kv_cache = fi_cuda_append_paged_kv_cache,
     .rope = fi_cuda_rope,
+    .warmup_missing = fi_cuda_warmup_missing,
+    .warmup_list = fi_cuda_warmup_list,
+    .warmup_compile = fi_cuda_warmup_compile,
 };

@@ -1,5 +1,6 @@
 /* cuda_api.c — dlopen the CUDA driver and NVRTC; errors in words. */
 #include "cuda/cuda_api.h"
+#include "cuda/tuning.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -95,8 +96,8 @@ const fi_cu_api *fi_cu_load(const char **why) {
 }
 
 static void *open_nvrtc(void) {
-    const char *env = getenv("FLASHINFER_NVRTC");
-    if (env && env[0]) return dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    const char *env = fi_cuda_env_nvrtc();
+    if (env) return dlopen(env, RTLD_NOW | RTLD_LOCAL);
     static const char *names[] = {
         "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
         "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
@@ -106,8 +107,8 @@ static void *open_nvrtc(void) {
         void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (lib) return lib;
     }
-    const char *home = getenv("CUDA_HOME");
-    if (home && home[0]) {
+    const char *home = fi_cuda_env_cuda_home();
+    if (home) {
         char path[1024];
         snprintf(path, sizeof path, "%s/lib64/libnvrtc.so", home);
         return dlopen(path, RTLD_NOW | RTLD_LOCAL);

@@ -7,8 +7,17 @@
 #define FI_CUDA_BACKEND_H
 
 #include "cuda/cuda_api.h"
+#include "cuda/tuning.h"
 
 #include <pthread.h>
+
+/* The backend's table (backend.c), for the registry (src/backends.c). */
+extern const fi_backend fi_cuda_backend;
+
+/* fi_backend's warmup members (warmup.c). */
+const char *fi_cuda_warmup_missing(void);
+fi_warmup_list_fn fi_cuda_warmup_list;
+fi_warmup_compile_fn fi_cuda_warmup_compile;
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -27,12 +36,26 @@ typedef struct fi_kernel_spec {
     const char *header;
 } fi_kernel_spec;
 
-/* The compile-time facts of one attention kernel (see kernels/attention.cuh). */
+/* Where an attention kernel reads K/V (its FI_PAGED): a ragged tensor, pages
+ * through a page table staged with the plan's metadata, or pages through the
+ * caller's device page table (fi_plan_config.device_page_table), whose ids
+ * the kernels clamp to the cache. */
+typedef enum fi_cuda_kv_source {
+    FI_CUDA_KV_RAGGED = 0,
+    FI_CUDA_KV_PAGED = 1,
+    FI_CUDA_KV_DEVICE_TABLE = 2,
+} fi_cuda_kv_source;
+
+/* The compile-time facts of one attention kernel (see kernels/attention.cuh);
+ * the kernels' FI_MASK and FI_POS codes are the public enums' values. */
 typedef struct fi_attn_config {
     int dqk, dvo;
     int qt, kvt, ot; /* fi_dtype codes */
     int group, rows;
-    int paged, mask, window, softcap, pos; /* paged: 0 ragged, 1, 2 device table */
+    fi_cuda_kv_source paged;
+    fi_mask_mode mask;
+    int window, softcap; /* 0 or 1 */
+    fi_pos_encoding pos;
     /* A user variant: its name, hook text (CUDA target; owned by the
      * caller) and hook bits (FI_VH_*); NULL / 0 for the built-ins. */
     const char *vname;
@@ -45,42 +68,75 @@ typedef struct fi_attn_config {
     int tc_block;
 } fi_attn_config;
 
+/* spec.c: configurations, their kernels' names and -D options. */
+
 /* The configuration of a plan's params; device_table: the plan takes a
- * device page table (fi_plan_config.device_page_table: paged = 2, kernels
- * that clamp page ids). A variant's text is attached with
+ * device page table. A variant's text is attached with
  * fi_cuda_attn_set_variant. */
 void fi_cuda_attn_config(const fi_attention_params *p, int32_t group, int device_table,
                          fi_attn_config *c);
 /* Attach variant v's CUDA hook text `src` (kept by reference) to c. */
 void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char *src);
+/* The CUDA-core attention kernel (kernels/attention.cuh). */
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
-/* Appends the -D options of $FLASHINFER_CUDA_DEFINES (space-separated) to
- * spec: the attention kernels and the RoPE op take them. */
-void fi_cuda_env_defines(fi_kernel_spec *spec);
-/* A tuning variable's value as a positive integer, 0 where unset or not
- * positive (FLASHINFER_CUDA_WORKERS, _GRID_Y, _DECODE_ROOM, _MERGE_CTAS;
- * read at context or plan creation). */
-int fi_cuda_env_count(const char *name);
+/* The tensor-core attention kernel (kernels/attention_tc.cuh). */
+void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+/* The persistent kernel (kernels/persistent.cuh) with its tensor-core path
+ * (tc) and decode version 3 for its small items (dtc); c->tc_block 64 gives
+ * the 64-row-block form where tc. */
+void fi_cuda_persist_spec(const fi_attn_config *c, int tc, int dtc, fi_kernel_spec *spec);
 /* The merge kernel of c's output (the built-in one unless c's variant has an
  * output hook or use_softmax = 0). */
 void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *spec);
 void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *spec);
-/* The separate kernels of params `p` (a variant's plan runs these): attention,
- * its merge and, where the configuration allows, tensor-core attention
- * (specs[2]); returns how many (2 or 3). device_table: a plan with
- * fi_plan_config.device_page_table (paged kernels that clamp page ids,
- * FI_PAGED = 2). vsrc: p->variant's CUDA hook text (kept by reference), or
- * NULL without a variant; *vhooks (may be NULL) gets its FI_VH_* bits.
- * Plans and fi warmup get kernel names and cache keys from here (through
- * fi_cuda_plan_specs). */
-int fi_cuda_separate_specs(const fi_attention_params *p, int device_table, const char *vsrc,
-                           fi_kernel_spec specs[3], int *vhooks);
-/* The tensor-core kernel (kernels/attention_tc.cuh): whether it supports the
- * configuration (16-bit Q == KV dtype, head dims 64/128, no fused RoPE), its
- * spec, and its dynamic shared memory in bytes. */
-int fi_cuda_attn_tc_supported(const fi_attn_config *c);
-void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *spec);
-int fi_cuda_attn_tc_smem(const fi_attn_config *c);
+
+/* select.c: the one place that chooses kernels. */
+
+/* The kernel forms a plan may launch: one row each of its table. */
+typedef enum fi_cuda_form {
+    FI_CUDA_FORM_PERSIST = 0,     /* the persistent kernel: every item and the merge */
+    FI_CUDA_FORM_PERSIST_DECODE,  /* its decode form: decode version 3 alone */
+    FI_CUDA_FORM_PERSIST_MIXED,   /* its full form with 64-row tensor-core blocks */
+    FI_CUDA_FORM_ATTN,            /* separate kernels: CUDA-core attention, */
+    FI_CUDA_FORM_ATTN_TC,         /*   tensor-core attention, */
+    FI_CUDA_FORM_MERGE,           /*   the merge of split items */
+    FI_CUDA_FORM_COUNT
+} fi_cuda_form;
+
+/* What a plan's configuration runs on: the forms in its table, their specs
+ * and dynamic shared memory, and the facts run.c chooses a form by. */
+typedef struct fi_cuda_selection {
+    unsigned forms;                        /* bit f: form f is in the table */
+    fi_kernel_spec spec[FI_CUDA_FORM_COUNT];
+    int smem[FI_CUDA_FORM_COUNT];          /* bytes */
+    bool tc_path;          /* items of >= FI_CUDA_TC_MIN_ROWS packed rows run on
+                              tensor cores (16-byte K/V rows at run time) */
+    bool decode_tc;        /* the persistent kernel's small items on decode
+                              version 3, which has no CUDA-core path: a run whose
+                              K/V rows are not 16-byte copyable or whose page size
+                              is not a power of two takes the separate kernels */
+    bool prefill_separate; /* batches of tensor-core items only take the
+                              separate tensor-core kernel */
+    int tc_block;          /* rows of the persistent kernel's tensor-core block */
+} fi_cuda_selection;
+
+/* The table of configuration `c` (its variant attached) for a plan whose
+ * items have at most `max_rows` packed rows (max_total_qo x group), under
+ * settings `t`. */
+void fi_cuda_select(const fi_attn_config *c, int64_t max_rows, const fi_cuda_tuning *t,
+                    fi_cuda_selection *sel);
+static inline bool fi_cuda_has_form(const fi_cuda_selection *sel, fi_cuda_form f) {
+    return (sel->forms >> f) & 1u;
+}
+/* The kernels a plan with params `p` loads, in form order, into specs;
+ * returns how many (at most FI_CUDA_FORM_COUNT). device_table: a plan with
+ * fi_plan_config.device_page_table; max_rows as fi_cuda_select's; vsrc:
+ * p->variant's CUDA hook text (kept by reference), or NULL without a
+ * variant; *vhooks (may be NULL) gets its FI_VH_* bits. The settings are
+ * read from the environment now. What fi warmup and `jit_compile --warm`
+ * compile ahead. */
+int fi_cuda_plan_specs(const fi_attention_params *p, int device_table, int64_t max_rows,
+                       const char *vsrc, fi_kernel_spec specs[FI_CUDA_FORM_COUNT], int *vhooks);
 /* Items with at least this many packed rows (tokens x group) go to the
  * tensor-core kernel when the plan has one. */
 #define FI_CUDA_TC_MIN_ROWS 16
@@ -88,48 +144,12 @@ int fi_cuda_attn_tc_smem(const fi_attn_config *c);
  * m16 tile of packed rows take that path (a 16-row item, e.g. 16 queries on
  * a cascade's shared prefix, would fill an eighth of a 128-row block). */
 #define FI_CUDA_DTC_MAX_ROWS 16
-/* A mixed batch runs the 64-row-block full form (persist_mix) when its wide
- * items' row x key products are below this many times its small items'
- * keys: per KV head that is their FLOPs over the small items' K/V bytes
- * (16-bit KV). H200 (docs/CUDA_KERNELS.md): the 64-row form reads decode K/V
- * at 4.5 TB/s instead of 3.65 but runs prefill at ~240 TFLOP/s instead of
- * ~300, so it pays below ~62 FLOP per byte. */
+/* A mixed batch runs the mixed form when its wide items' row x key products
+ * are below this many times its small items' keys: per KV head that is
+ * their FLOPs over the small items' K/V bytes (16-bit KV). The 64-row form
+ * reads decode K/V faster but runs prefill slower than the 128-row one;
+ * this is where they cross (measured, docs/BENCHMARKS.md). */
 #define FI_CUDA_MIX_FLOP_PER_BYTE 62
-/* The persistent kernel (kernels/persistent.cuh): both paths (the
- * tensor-core one when supported) and the fused merge in one launch; its
- * dynamic shared memory. */
-void fi_cuda_persist_spec(const fi_attn_config *c, fi_kernel_spec *spec);
-int fi_cuda_persist_smem(const fi_attn_config *c);
-/* Its decode form (decode version 3 alone, without the full form's register
- * spills): runs batches whose items are all at most
- * FI_CUDA_DTC_MAX_ROWS packed rows; wide items in 16-row slices. */
-int fi_cuda_persist_decode_supported(const fi_attn_config *c);
-void fi_cuda_persist_decode_spec(const fi_attn_config *c, fi_kernel_spec *spec);
-int fi_cuda_persist_decode_smem(const fi_attn_config *c);
-/* The mixed form (the full form with 64-row blocks) where a plan with
- * config `c` also compiles it; its spec (and config, in `mixed`). */
-int fi_cuda_persist_mix_supported(const fi_attn_config *c);
-void fi_cuda_persist_mix_spec(const fi_attn_config *c, fi_attn_config *mixed,
-                              fi_kernel_spec *spec);
-/* The persistent kernel's forms for config `c`, in order: the full form,
- * its decode form and its mixed form where supported (the mixed form's
- * config in `mixed`); returns how many (1-3). */
-int fi_cuda_persist_forms(const fi_attn_config *c, fi_attn_config *mixed, fi_kernel_spec specs[3]);
-/* Whether the persistent kernel takes the small items on tensor cores
- * (decode version 3, kernels/decode_tc.cuh). That kernel has no CUDA-core
- * path: a run whose K/V rows are not 16-byte copyable, or whose page size is
- * not a power of two, takes the separate kernels instead. */
-int fi_cuda_decode_tc_supported(const fi_attn_config *c);
-/* Whether plans run the persistent kernel (default) or the separate
- * CUDA-core, tensor-core and merge kernels (FLASHINFER_CUDA_PERSIST=0). */
-int fi_cuda_persist_enabled(void);
-/* The kernels a plan with params `p` resolves, in order; returns how many
- * (at most 3): the persistent kernel, its decode form and its mixed form
- * where supported (when enabled, without a variant), else
- * fi_cuda_separate_specs. What `jit_compile --warm` and `fi warmup` compile
- * ahead. */
-int fi_cuda_plan_specs(const fi_attention_params *p, int device_table, const char *vsrc,
-                       fi_kernel_spec specs[3], int *vhooks);
 
 /* ------------------------------------------------------------------- JIT */
 
@@ -150,8 +170,8 @@ uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch);
 void fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n);
 /* The NVRTC target of compute capability major.minor: "sm_90a" for 9.0
  * (Hopper's arch-specific target: wgmma, setmaxnreg), else "sm_<major><minor>";
- * $FLASHINFER_CUDA_ARCH overrides (e.g. "sm_90" to test). */
-void fi_cuda_arch_name(int major, int minor, char *buf, size_t n);
+ * t->arch (FLASHINFER_CUDA_ARCH) overrides (e.g. "sm_90" to test). */
+void fi_cuda_arch_name(int major, int minor, const fi_cuda_tuning *t, char *buf, size_t n);
 /* The target of CUDA device `device` through the driver alone (no context):
  * FI_STATUS_NO_DEVICE without a driver or that device (fi warmup). */
 fi_status fi_cuda_device_arch(int32_t device, char *buf, size_t n);
@@ -167,9 +187,6 @@ void fi_cuda_aot_set_spec(int i, fi_kernel_spec *spec);
 const void *fi_cuda_aot_find(const fi_kernel_spec *spec, const char *arch, size_t *size);
 /* Kernels in the table (0 without AOT). */
 int fi_cuda_aot_count(void);
-/* Whether this process may use the table: not when FLASHINFER_AOT=0 or
- * FLASHINFER_JIT=force (tests comparing the two builds; read per context). */
-int fi_cuda_aot_enabled(void);
 
 typedef struct fi_cuda_jit_stats {
     int compiled, disk_loads, memory_hits, aot_loads;
@@ -193,10 +210,10 @@ typedef struct fi_cuda_ctx {
     CUcontext pctx; /* the device's primary context, retained */
     int sm_count, cc_major, cc_minor;
     char arch[16];  /* "sm_90a" */
-    int use_aot;    /* fi_cuda_aot_enabled() at creation */
+    fi_cuda_tuning tuning; /* the settings, read at creation */
     int pdl;        /* the attention kernels launched with programmatic
                        dependent launch (sm_90 on, cuLaunchKernelEx;
-                       FLASHINFER_CUDA_PDL=0 turns it off) */
+                       unless tuning.pdl is off) */
     char name[128];
     pthread_mutex_t lock; /* guards modules and stats */
     fi_cuda_module *modules;
@@ -218,8 +235,8 @@ fi_status fi_cuda_push(const fi_cuda_ctx *cc);
 void fi_cuda_pop(const fi_cuda_ctx *cc);
 /* The same for the per-step paths (fi_plan_update, fi_plan_run): nothing
  * is pushed when the calling thread has the context current already, as a
- * serving loop's thread does (a push and a pop, 0.2-0.4 us on an H200's
- * host); *pushed says whether fi_cuda_leave must pop. */
+ * serving loop's thread does (a push and a pop cost a noticeable part of
+ * the host step); *pushed says whether fi_cuda_leave must pop. */
 fi_status fi_cuda_enter(const fi_cuda_ctx *cc, bool *pushed);
 void fi_cuda_leave(const fi_cuda_ctx *cc, bool pushed);
 
@@ -251,32 +268,25 @@ typedef struct fi_cuda_plan {
     CUstream upload_stream;  /* where the last copy was queued */
     CUstream ordered_stream; /* a stream known to be ordered after that copy */
     CUstream last_stream;    /* the stream of the last run */
-    CUfunction last_form;    /* the persistent kernel's form the last run
-                                launched (NULL: the separate kernels); tests
-                                compare an eager run's with a graph's */
-    CUfunction attn, merge;
-    CUfunction attn_tc;      /* tensor-core kernel, NULL when unsupported */
-    CUfunction persist;      /* one launch for everything (NULL: the three) */
-    int persist_smem;
-    int persist_dtc;         /* it has no CUDA-core path (decode_tc.cuh) */
-    CUfunction persist_dec;  /* its decode form (NULL: none) */
-    int persist_b64;         /* its tensor-core blocks are 64 rows */
-    CUfunction persist_mix;  /* the full form with 64-row blocks for mixed
-                                batches (NULL: none) */
-    int persist_mix_smem;
-    int mix_b64;             /* this schedule runs persist_mix */
-    int persist_dec_smem;
-    int heads_x;             /* its grid: x = KV heads, y = workers */
-    int prefill_separate;    /* tensor-core-only runs: attn_tc */
-    int has_tc_path;         /* the configuration has a tensor-core kernel */
+    CUfunction last_form;    /* the form the last run launched (NULL: the
+                                separate kernels); tests compare an eager
+                                run's with a graph's */
+    /* The plan's table (select.c), loaded at creation: each form's entry
+     * point (NULL: not in the table) and dynamic shared memory. */
+    CUfunction fn[FI_CUDA_FORM_COUNT];
+    int smem[FI_CUDA_FORM_COUNT];
+    bool tc_path, decode_tc, prefill_separate; /* fi_cuda_selection's */
+    int tc_block;
     CUdeviceptr merge_count; /* int32 [max_total_qo, H_kv], zero between runs */
-    int tc_smem;             /* its dynamic shared memory */
-    int has_tc_items;        /* this schedule has items for attn_tc */
-    int has_cc_items;        /* ... and for attn */
-    int has_wide_items;      /* ... items wider than decode v3's m16 tile */
-    unsigned grid_x, grid_y, merge_grid;
-    int blocks_per_sm;
-    char attn_name[FI_KERNEL_NAME_MAX];
+    /* Facts of the last schedule, for run.c's choice of form (pack). */
+    bool has_tc_items;       /* items for the tensor-core kernel */
+    bool has_cc_items;       /* ... and for the CUDA-core one */
+    bool has_wide_items;     /* items wider than decode v3's m16 tile */
+    bool mixed_form;         /* the mixed form runs this schedule */
+    unsigned grid_x, grid_y; /* workers, KV heads (the persistent kernel's
+                                grid is transposed: x = KV heads) */
+    unsigned merge_grid;
+    int blocks_per_sm;       /* resident CTAs of the decode-bound form */
     char *vsrc;              /* a user variant's CUDA hook text (malloc'd) */
     int vhooks;              /* its FI_VH_* bits */
 } fi_cuda_plan;
@@ -284,10 +294,6 @@ typedef struct fi_cuda_plan {
 fi_status fi_cuda_plan_init(struct fi_plan *plan);
 void fi_cuda_plan_fini(struct fi_plan *plan);
 fi_status fi_cuda_plan_upload(struct fi_plan *plan);
-/* Resolve the separate kernels (attention, merge, tensor-core) of a plan
- * that runs the persistent kernel, for runs it cannot take; the context
- * current. */
-fi_status fi_cuda_plan_resolve_separate(struct fi_plan *plan);
 fi_status fi_cuda_run(struct fi_plan *plan, const fi_run_args *args);
 /* Host bytes into device memory, queued on the stream of the plan's next
  * upload (its event then orders every run after the copy). */

@@ -142,11 +142,6 @@ void fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf,
              (unsigned long long)fi_cuda_jit_key(spec, arch));
 }
 
-static int jit_log(void) {
-    const char *e = getenv("FLASHINFER_JIT_LOG");
-    return e && e[0] && e[0] != '0';
-}
-
 fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *was_cached) {
     char path[1024];
     fi_cuda_cache_path(spec, arch, path, sizeof path);
@@ -185,14 +180,14 @@ static fi_status load_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, const 
 static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cuda_module *m) {
     double t0 = now_seconds();
     size_t size = 0;
-    const void *aot = cc->use_aot ? fi_cuda_aot_find(spec, cc->arch, &size) : NULL;
+    const void *aot = cc->tuning.use_aot ? fi_cuda_aot_find(spec, cc->arch, &size) : NULL;
     if (aot) {
         fi_status st = load_module(cc, spec, aot, m);
         if (st == FI_OK) {
             double dt = now_seconds() - t0;
             cc->stats.aot_loads++;
             cc->stats.aot_load_seconds += dt;
-            if (jit_log())
+            if (cc->tuning.jit_log)
                 fprintf(stderr, "flashinfer-c jit: %s loaded from the AOT table in %.2f ms\n",
                         spec->name, 1e3 * dt);
             return FI_OK;
@@ -210,7 +205,7 @@ static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cu
             double dt = now_seconds() - t0;
             cc->stats.disk_loads++;
             cc->stats.disk_load_seconds += dt;
-            if (jit_log())
+            if (cc->tuning.jit_log)
                 fprintf(stderr, "flashinfer-c jit: %s loaded from %s in %.2f ms\n", spec->name,
                         path, 1e3 * dt);
             return FI_OK;
@@ -226,7 +221,7 @@ static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cu
     fi_cache_write(path, image, size);
     st = load_module(cc, spec, image, m);
     free(image);
-    if (jit_log())
+    if (cc->tuning.jit_log)
         fprintf(stderr, "flashinfer-c jit: %s compiled by NVRTC for %s in %.1f ms -> %s\n",
                 spec->name, cc->arch, 1e3 * dt, path);
     return st;
@@ -291,7 +286,7 @@ fi_status fi_cuda_jit_prepare(fi_cuda_ctx *cc, const fi_kernel_spec *const *spec
     for (int i = 0; i < n && k < MAXJ; i++) {
         size_t aot_size;
         if (in_memory(cc, specs[i]) ||
-            (cc->use_aot && fi_cuda_aot_find(specs[i], cc->arch, &aot_size)))
+            (cc->tuning.use_aot && fi_cuda_aot_find(specs[i], cc->arch, &aot_size)))
             continue;
         char path[1024];
         fi_cuda_cache_path(specs[i], cc->arch, path, sizeof path);
@@ -316,7 +311,7 @@ fi_status fi_cuda_jit_prepare(fi_cuda_ctx *cc, const fi_kernel_spec *const *spec
     cc->stats.compiled += compiled;
     cc->stats.compile_seconds += dt;
     pthread_mutex_unlock(&cc->lock);
-    if (jit_log())
+    if (cc->tuning.jit_log)
         fprintf(stderr, "flashinfer-c jit: %d kernels compiled by NVRTC side by side in %.1f ms\n",
                 compiled, 1e3 * dt);
     return st;

@@ -82,7 +82,6 @@ void fi_cuda_ops_rope_spec(int qt, int kt, int interleave, int pos_ids, int vec,
     define(s, "-DFI_OPS_POSIDS=%d", pos_ids != 0);
     define(s, "-DFI_OPS_VEC=%d", vec != 0);
     define(s, "-DFI_OPS_NAME=%s", s->name);
-    fi_cuda_env_defines(s); /* FI_ROPE_ACCURATE=1 for A/B runs */
 }
 
 enum { F32 = FI_DTYPE_F32, F16 = FI_DTYPE_F16, BF16 = FI_DTYPE_BF16 };

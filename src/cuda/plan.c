@@ -1,7 +1,8 @@
 /*
  * plan.c — a plan's device side: fixed device workspace (metadata region,
- * partial states) and pinned staging sized from the plan's bounds, kernels
- * resolved (JIT) at creation, and the one async copy per fi_plan_update.
+ * partial states) and pinned staging sized from the plan's bounds, the
+ * kernel table (select.c) loaded at creation, the scheduler's policy, and
+ * the one async copy per fi_plan_update.
  */
 #include "cuda/cuda_backend.h"
 #include "core/variant.h"
@@ -61,91 +62,68 @@ void fi_cuda_plan_fini(fi_plan *plan) {
     plan->backend_state = NULL;
 }
 
-/* Kernels for the plan's params, and the grid: x = workers, y = KV heads.
- * One CTA per (worker, KV head): the heads of a worker's items run side by
- * side (their pages are read at about the same time), measured faster than
- * keeping every CTA resident with heads looped inside a CTA (y = 2 for
- * 32/8 heads: 2.47 vs 2.65 TB/s, docs/CUDA_KERNELS.md). When the grid is
- * larger than the resident CTAs it runs in waves.
- *
- * By default one persistent kernel runs every item and the merge
- * (kernels/persistent.cuh); FLASHINFER_CUDA_PERSIST=0 resolves the separate
- * CUDA-core, merge and tensor-core kernels instead (comparisons). */
-fi_status fi_cuda_plan_resolve_separate(fi_plan *plan) {
-    fi_cuda_plan *ps = plan->backend_state;
-    const fi_attention_params *p = &plan->params;
-    /* attention, merge and (where the configuration allows) tensor-core
-     * attention: items with many packed rows run on tensor cores
-     * (kernels/attention_tc.cuh); both attention kernels share the grid,
-     * each skips the other's items. Cold ones compile side by side. The
-     * same specs as fi warmup's (fi_cuda_separate_specs; the variant's text
-     * was made by resolve_kernels, kept in ps). */
-    fi_kernel_spec specs[3];
-    const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
-    int nspecs = fi_cuda_separate_specs(p, plan->config.device_page_table, ps->vsrc, specs,
-                                        &ps->vhooks);
-    bool tc = nspecs == 3;
-    fi_status st = fi_cuda_jit_prepare(ps->cc, list, nspecs);
-    if (st) return st;
-    if (!ps->persist) memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
-    if ((st = fi_cuda_jit_function(ps->cc, &specs[0], &ps->attn))) return st;
-    if ((st = fi_cuda_jit_function(ps->cc, &specs[1], &ps->merge))) return st;
-    if (tc) {
-        if ((st = fi_cuda_jit_function(ps->cc, &specs[2], &ps->attn_tc))) return st;
-        fi_attn_config cfg;
-        fi_cuda_attn_config(p, plan->group_size, plan->config.device_page_table, &cfg);
-        ps->tc_smem = fi_cuda_attn_tc_smem(&cfg);
-        FI_CU(ps->cc->cu, FuncSetAttribute, ps->attn_tc, FI_CU_FUNC_MAX_DYN_SMEM, ps->tc_smem);
-    }
-    return FI_OK;
-}
-
-/* One form of the persistent kernel: its function, allowed `smem` bytes of
- * dynamic shared memory. */
-static fi_status load_form(fi_cuda_plan *ps, const fi_kernel_spec *spec, int smem,
-                           CUfunction *fn) {
-    fi_status st = fi_cuda_jit_function(ps->cc, spec, fn);
-    if (st) return st;
-    FI_CU(ps->cc->cu, FuncSetAttribute, *fn, FI_CU_FUNC_MAX_DYN_SMEM, smem);
-    return FI_OK;
-}
-
-/* The persistent kernel's forms, compiled side by side when cold: the full
- * form (64-row tensor-core blocks for plans of 17-64 packed rows: a
- * cascade's shared level; at most 16 never reach it), its decode form where
- * supported, and the full form with 64-row blocks (the mixed form) for
- * mixed batches whose wide items are a small part of the work
- * (fi_cuda_plan_upload decides; FLASHINFER_CUDA_MIXED_B64=0 turns it off;
- * docs/CUDA_KERNELS.md). */
-static fi_status resolve_persistent(fi_plan *plan, fi_cuda_plan *ps, fi_attn_config *cfg) {
-    int64_t rows = (int64_t)plan->config.max_total_qo * plan->group_size;
-    if (rows > FI_CUDA_DTC_MAX_ROWS && rows <= 64) cfg->tc_block = 64;
-    ps->persist_b64 = cfg->tc_block == 64;
-    fi_attn_config mixed;
-    fi_kernel_spec specs[3];
-    const fi_kernel_spec *list[3] = {&specs[0], &specs[1], &specs[2]};
-    int n = fi_cuda_persist_forms(cfg, &mixed, specs);
-    bool dec = n >= 2, mix = n == 3;
+/* The plan's kernel table (select.c), loaded in one step: cold kernels
+ * compile side by side, then every form is loaded (AOT table, disk cache or
+ * the compile just made) with its dynamic shared memory allowed. */
+static fi_status load_table(fi_cuda_plan *ps, const fi_cuda_selection *sel) {
+    const fi_kernel_spec *list[FI_CUDA_FORM_COUNT];
+    int n = 0;
+    for (int f = 0; f < FI_CUDA_FORM_COUNT; f++)
+        if (fi_cuda_has_form(sel, (fi_cuda_form)f)) list[n++] = &sel->spec[f];
     fi_status st = fi_cuda_jit_prepare(ps->cc, list, n);
-    if (st) return st;
-    memcpy(ps->attn_name, specs[0].name, sizeof ps->attn_name);
-    ps->persist_smem = fi_cuda_persist_smem(cfg);
-    ps->persist_dtc = fi_cuda_decode_tc_supported(cfg);
-    if ((st = load_form(ps, &specs[0], ps->persist_smem, &ps->persist))) return st;
-    if (dec) {
-        ps->persist_dec_smem = fi_cuda_persist_decode_smem(cfg);
-        if ((st = load_form(ps, &specs[1], ps->persist_dec_smem, &ps->persist_dec))) return st;
+    for (int f = 0; !st && f < FI_CUDA_FORM_COUNT; f++) {
+        if (!fi_cuda_has_form(sel, (fi_cuda_form)f)) continue;
+        if ((st = fi_cuda_jit_function(ps->cc, &sel->spec[f], &ps->fn[f]))) break;
+        ps->smem[f] = sel->smem[f];
+        if (sel->smem[f] > 0)
+            FI_CU(ps->cc->cu, FuncSetAttribute, ps->fn[f], FI_CU_FUNC_MAX_DYN_SMEM, sel->smem[f]);
     }
-    if (mix) {
-        ps->persist_mix_smem = fi_cuda_persist_smem(&mixed);
-        if ((st = load_form(ps, &specs[2], ps->persist_mix_smem, &ps->persist_mix))) return st;
-    }
-    return FI_OK;
+    return st;
 }
 
+/* The scheduler's policy for the kernels this plan runs. With a tensor-core
+ * path a key of a 128-row block costs about two decode keys, not 32x as on
+ * CUDA cores (measured, docs/BENCHMARKS.md): cost = rows + keys + 0.007 rows
+ * x keys, where an item of more than one m16 tile of rows counts whole
+ * blocks, and every request in tiles of 128 rows (a decode request still
+ * makes 1-token items; a prefill chunk beside decodes gets no tiles of 8 or
+ * 32 rows, which the tensor cores would pad to 128). The scheduler shortens
+ * a wide tile's split chunks by the same ratio (schedule.c, key_weight). */
+static void set_policy(fi_plan *plan, const fi_cuda_plan *ps) {
+    fi_sched_policy *pol = &plan->policy;
+    /* A worker's items run as grid_y CTAs, blocks_per_sm CTAs per SM at
+     * once: split long spans for that many items at a time, not for every
+     * worker (one long request then splits into one wave of chunks, not
+     * several waves and a wide merge). */
+    const int32_t slots = ps->cc->sm_count * ps->blocks_per_sm / (int32_t)ps->grid_y;
+    pol->split_workers = slots > 1 ? slots : 1;
+    /* Each worker's queue in request order, not longest first: the CTAs
+     * then sweep the requests together, and a request's causal tiles, which
+     * read the same keys, share them in L2. */
+    pol->queues_in_request_order = true;
+    /* Items wider than the decode path's m16 tile (tensor-core blocks,
+     * compute-bound) lead their queues, and their workers run first:
+     * LPT gives them the last workers, where they ran as the launch's tail
+     * (schedule.c, emit_queues). */
+    pol->wide_first_rows = FI_CUDA_DTC_MAX_ROWS;
+    if (ps->tc_path) {
+        pol->q_tiles[0] = 128;
+        pol->num_q_tiles = 1;
+        pol->cost_per_q_row = 1.0;
+        pol->cost_per_key = 1.0;
+        pol->cost_per_row_key = 0.007;
+        pol->cost_rows_exact = FI_CUDA_DTC_MAX_ROWS; /* decode version 3's m16 tile */
+        pol->cost_rows_block = ps->tc_block;
+    }
+}
+
+/* Kernels for the plan's params (the table), and the grid: one CTA per
+ * (worker, KV head): the heads of a worker's items run side by side (their
+ * pages are read at about the same time), measured faster than keeping
+ * every CTA resident with heads looped inside a CTA. When the grid is
+ * larger than the resident CTAs it runs in waves. */
 static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     const fi_attention_params *p = &plan->params;
-    const fi_cu_api *cu = ps->cc->cu;
     fi_attn_config cfg;
     fi_cuda_attn_config(p, plan->group_size, plan->config.device_page_table, &cfg);
     if (p->variant) { /* a user variant: its hooks spliced into every kernel */
@@ -154,92 +132,33 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
         fi_cuda_attn_set_variant(&cfg, p->variant, ps->vsrc);
         ps->vhooks = cfg.vhooks;
     }
-    ps->has_tc_path = fi_cuda_attn_tc_supported(&cfg);
-    fi_status st;
-    CUfunction occ;
-    /* user variants run the separate kernels (their merge may carry an
-     * output hook; the persistent kernel's fused merge is the built-in one) */
-    size_t occ_smem = 0;
-    if (fi_cuda_persist_enabled() && !p->variant) {
-        if ((st = resolve_persistent(plan, ps, &cfg))) return st;
-        /* long spans are split for the decode form's resident CTAs where
-         * there is one: splits matter for few long decodes, which it runs */
-        occ = ps->persist_dec ? ps->persist_dec : ps->persist;
-        occ_smem = (size_t)(ps->persist_dec ? ps->persist_dec_smem : ps->persist_smem);
-    } else {
-        if ((st = fi_cuda_plan_resolve_separate(plan))) return st;
-        occ = ps->attn;
-    }
+    fi_cuda_selection *sel = malloc(sizeof *sel);
+    if (!sel) return fi_error(FI_STATUS_OUT_OF_MEMORY, "CUDA plan: out of memory");
+    fi_cuda_select(&cfg, (int64_t)plan->config.max_total_qo * plan->group_size,
+                   &ps->cc->tuning, sel);
+    ps->tc_path = sel->tc_path;
+    ps->decode_tc = sel->decode_tc;
+    ps->prefill_separate = sel->prefill_separate;
+    ps->tc_block = sel->tc_block;
+    fi_status st = load_table(ps, sel);
+    free(sel);
+    if (st) return st;
+    /* Resident CTAs of the form long decodes run (the decode form where
+     * there is one): the split of long spans is sized for it. */
+    fi_cuda_form occ = ps->fn[FI_CUDA_FORM_PERSIST_DECODE] ? FI_CUDA_FORM_PERSIST_DECODE
+                       : ps->fn[FI_CUDA_FORM_PERSIST]      ? FI_CUDA_FORM_PERSIST
+                                                           : FI_CUDA_FORM_ATTN;
     int blocks = 0;
-    FI_CU(cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, occ, 128, occ_smem);
+    FI_CU(ps->cc->cu, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks, ps->fn[occ], 128,
+          (size_t)ps->smem[occ]);
     ps->blocks_per_sm = blocks > 0 ? blocks : 1;
-    int32_t hkv = p->num_kv_heads, gy = hkv;
-    const int asked_y = fi_cuda_env_count("FLASHINFER_CUDA_GRID_Y"); /* tuning experiments */
-    if (asked_y > 0) gy = asked_y < hkv ? asked_y : hkv;
     ps->grid_x = (unsigned)plan->config.num_workers;
-    ps->grid_y = (unsigned)gy;
-    /* A worker's items run as grid_y CTAs, `blocks_per_sm` CTAs per SM at
-     * once: split long spans for that many items at a time, not for every
-     * worker (1 x 32768: 33 chunks of ~1000 keys, one wave, instead of 128
-     * of 256 keys in four waves and a 128-way merge). */
-    int32_t slots = ps->cc->sm_count * ps->blocks_per_sm / gy;
-    plan->split_workers = slots > 1 ? slots : 1;
-    const char *sw = getenv("FLASHINFER_CUDA_SPLIT_WORKERS"); /* tuning: 0 = every worker */
-    if (sw) plan->split_workers = atoi(sw) > 0 ? atoi(sw) : 0;
-    /* Each worker's queue in request order, not longest first: the CTAs
-     * then sweep the requests together, and a request's causal tiles, which
-     * read the same keys, share them in L2 (FlashInfer's fa2 hit L2 80% of
-     * the time on short prefills, our longest-first queues 21%:
-     * docs/CUDA_KERNELS.md). FLASHINFER_CUDA_QUEUE_ORDER=cost: longest first
-     * (A/B runs). */
-    const char *qo = getenv("FLASHINFER_CUDA_QUEUE_ORDER");
-    plan->queues_in_request_order = !(qo && !strcmp(qo, "cost"));
-    /* Items wider than the decode path's m16 tile (tensor-core blocks,
-     * compute-bound) lead their queues, and their workers run first:
-     * LPT gives them the last workers, where they ran as the launch's tail
-     * (schedule.c, emit_queues). FLASHINFER_CUDA_WIDE_FIRST=0: off (A/B). */
-    const char *wf = getenv("FLASHINFER_CUDA_WIDE_FIRST");
-    plan->wide_first_rows = wf && wf[0] == '0' ? 0 : FI_CUDA_DTC_MAX_ROWS;
-    /* grid x = KV heads for the persistent kernel (FLASHINFER_CUDA_HEADS_X=0:
-     * x = workers) */
-    const char *hx = getenv("FLASHINFER_CUDA_HEADS_X");
-    ps->heads_x = ps->persist && !(hx && hx[0] == '0');
-    /* prefill-only runs (captured too) on the standalone tensor-core kernel
-     * (run.c; FLASHINFER_CUDA_PREFILL_SEPARATE=0: the persistent one),
-     * except where the persistent kernel has 64-row blocks (the standalone
-     * one's 128-row blocks would be half idle) */
-    const char *pf = getenv("FLASHINFER_CUDA_PREFILL_SEPARATE");
-    ps->prefill_separate =
-        ps->persist && ps->has_tc_path && !ps->persist_b64 && !(pf && pf[0] == '0');
-    /* The merge kernel: 16 CTAs of 4 warps per SM, more than fit at once
-     * (6 at its 78 registers), so that every SM keeps all the warps it can
-     * on the rows' chains of dependent loads (H200, the prefill mix's 16384
-     * two-source rows: 132.2 us at 4 per SM, 129.3 at 16, 132.7 at 8;
-     * FLASHINFER_CUDA_MERGE_CTAS=N: N per SM, tuning) */
-    const int merge_ctas = fi_cuda_env_count("FLASHINFER_CUDA_MERGE_CTAS");
-    ps->merge_grid = (unsigned)(ps->cc->sm_count * (merge_ctas ? merge_ctas : 16));
-    /* With a tensor-core path, a key of a 128-row block costs ~1.9 decode
-     * keys (H200: 303 TFLOP/s = 4.6e9 block-keys/s against the decode
-     * form's 4.5 TB/s / 512 B = 8.8e9 keys/s per KV head; in the hybrid
-     * mix's trace 2.3, 59 against 25.7 ns per key and KV head, but c =
-     * 0.0102 for that ran it 3 us slower than near-equal pieces at 0.007,
-     * docs/CUDA_KERNELS.md), not 32x as on CUDA cores: cost
-     * = rows + keys + 0.007 rows x keys, where an item of more than 16 rows
-     * counts whole blocks (17 tokens x group 4 = 68 rows cost a 128-row
-     * block), and every request in tiles of 128 rows (a decode request
-     * still makes 1-token items; a prefill chunk beside decodes no longer
-     * gets tiles of 8 or 32 rows, which the tensor cores would pad to 128).
-     * The scheduler shortens a wide tile's split chunks by the same ratio
-     * (schedule.c, key_weight). */
-    if (ps->has_tc_path) {
-        plan->q_tiles[0] = 128;
-        plan->num_q_tiles = 1;
-        plan->cost_per_q_row = 1.0;
-        plan->cost_per_key = 1.0;
-        plan->cost_per_row_key = 0.007;
-        plan->cost_rows_exact = FI_CUDA_DTC_MAX_ROWS; /* decode version 3's m16 tile */
-        plan->cost_rows_block = ps->persist_b64 ? 64 : 128;
-    }
+    ps->grid_y = (unsigned)p->num_kv_heads;
+    /* The merge kernel: 16 CTAs of 4 warps per SM, more than fit at once,
+     * so that every SM keeps all the warps it can on the rows' chains of
+     * dependent loads. */
+    ps->merge_grid = (unsigned)(ps->cc->sm_count * 16);
+    set_policy(plan, ps);
     return FI_OK;
 }
 
@@ -284,7 +203,7 @@ fi_status fi_cuda_plan_init(fi_plan *plan) {
 /* Pack the batch and schedule into staging; returns the bytes used, or 0
  * for a schedule the fused merge cannot take (never: core/schedule.c).
  * On the way, which kernels and forms the run needs (run.c): the has_*
- * flags and mix_b64. */
+ * flags and mixed_form. */
 static size_t pack(fi_plan *plan, fi_cuda_plan *ps, char *base) {
     const fi_schedule *s = &plan->schedule;
     int32_t b = plan->batch_size;
@@ -300,7 +219,7 @@ static size_t pack(fi_plan *plan, fi_cuda_plan *ps, char *base) {
     m.off_items = fi_meta_items(W);
     fi_item_rec *rec = (fi_item_rec *)(void *)(base + m.off_items);
     const int64_t group = plan->group_size;
-    const int64_t tc_rows = ps->has_tc_path ? FI_CUDA_TC_MIN_ROWS : INT64_MAX;
+    const int64_t tc_rows = ps->tc_path ? FI_CUDA_TC_MIN_ROWS : INT64_MAX;
     bool tc = false, cc = false, wide = false;
     int64_t small_keys = 0;   /* per KV head: the decodes' keys in integers, */
     double wide_row_keys = 0; /* off a chain of double additions */
@@ -323,8 +242,8 @@ static size_t pack(fi_plan *plan, fi_cuda_plan *ps, char *base) {
         }
     }
     ps->has_tc_items = tc, ps->has_cc_items = cc, ps->has_wide_items = wide;
-    ps->mix_b64 = ps->persist_mix && wide &&
-                  wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * (double)small_keys;
+    ps->mixed_form = ps->fn[FI_CUDA_FORM_PERSIST_MIXED] && wide &&
+                     wide_row_keys < FI_CUDA_MIX_FLOP_PER_BYTE * (double)small_keys;
     size_t at = a16((size_t)m.off_items + (size_t)ni * sizeof(fi_item_rec));
     m.off_qo_indptr = put(base, &at, plan->qo_indptr, (size_t)(b + 1) * 4);
     int32_t nnz = plan->params.kv_format == FI_KV_FORMAT_PAGED ? plan->kv_indptr[b] : 0;
@@ -443,7 +362,7 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
     /* The previous copy must have left staging before it is rewritten: done
      * when a kernel of a run has written its number into upload_done (a
      * read of host memory, where waiting for the event, already complete,
-     * was a driver call of 1.5 us on an H200's host: docs/CUDA_KERNELS.md),
+     * is a driver call that costs more than the rest of the update),
      * else waited for (two updates without a run between them). */
     if (!call && ps->upload_recorded && !copy_done(ps) &&
         (r = cu->EventSynchronize(ps->uploaded)) != 0)

@@ -1,11 +1,10 @@
 /*
  * run.c — fi_plan_run on CUDA: bind the tensors, order the stream after the
- * plan's upload, launch the persistent kernel (every item and the merge) on
- * the fixed grid, or the separate attention, tensor-core and merge kernels.
- * Nothing here allocates or copies, and nothing compiles except the
- * separate kernels on the first run the persistent one cannot take (a
- * cache that is not 16-byte copyable with decode version 3), so a CUDA graph
- * captured around it replays correctly after another fi_plan_update.
+ * plan's upload, pick a form from the plan's kernel table and launch it on
+ * the fixed grid: the persistent kernel (every item and the merge), or the
+ * separate attention, tensor-core and merge kernels. Nothing here
+ * allocates, copies or compiles, so a CUDA graph captured around it
+ * replays correctly after another fi_plan_update.
  */
 #include "cuda/cuda_backend.h"
 #include "core/variant.h"
@@ -86,7 +85,7 @@ static void make_args(const fi_plan *plan, const fi_cuda_plan *ps, const fi_run_
     a->q_vec_ok = token_rows_aligned(&ra->q);
     a->o_vec_ok = token_rows_aligned(&ra->o);
     /* the tensor-core kernel gathers K/V rows with 16-byte copies only */
-    a->tc_min_rows = ps->has_tc_path && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
+    a->tc_min_rows = ps->tc_path && a->kv_vec_ok ? FI_CUDA_TC_MIN_ROWS : 0;
     a->window_left = p->window_left;
     bool fp8 = p->kv_dtype == FI_DTYPE_E4M3 || p->kv_dtype == FI_DTYPE_E5M2;
     /* logits in natural units for a logits hook or weights (use_softmax = 0);
@@ -157,6 +156,32 @@ static fi_status launch_one(const fi_cuda_ctx *cc, CUfunction fn, unsigned gx, u
     return FI_OK;
 }
 
+/* The persistent kernel's form for this run, or FI_CUDA_FORM_COUNT for the
+ * separate kernels. Decode version 3 copies K/V rows 16 bytes at a time
+ * within power-of-two pages: other caches take the separate kernels. A
+ * batch of tensor-core items only (prefill) takes the standalone
+ * tensor-core kernel where the plan has it (select.c); captured too: the
+ * graph then holds the separate kernels, which run any later plan (its
+ * decode items on the CUDA-core kernel, slower than the decode form: a graph
+ * for decode steps is best captured on a decode batch). No item wider than
+ * one m16 tile: the decode form; a graph captured there replays any later
+ * plan, its wide items in 16-row slices (then not bitwise the eager run,
+ * which takes the full form). A mixed batch of mostly decode work: the
+ * mixed form (plan.c, pack). */
+static fi_cuda_form choose_form(const fi_plan *plan, const fi_cuda_plan *ps,
+                                const fi_attn_args *a) {
+    if (!ps->fn[FI_CUDA_FORM_PERSIST]) return FI_CUDA_FORM_COUNT;
+    if (ps->decode_tc && !(a->kv_vec_ok && a->page_shift >= 0 && slots_fit(a, plan)))
+        return FI_CUDA_FORM_COUNT;
+    const bool all_tc = ps->has_tc_items && !ps->has_cc_items &&
+                        !(ps->decode_tc && !ps->has_wide_items); /* 16-row items: decode v3 */
+    if (ps->prefill_separate && all_tc && a->tc_min_rows > 0) return FI_CUDA_FORM_COUNT;
+    if (ps->fn[FI_CUDA_FORM_PERSIST_DECODE] && !ps->has_wide_items)
+        return FI_CUDA_FORM_PERSIST_DECODE;
+    if (ps->mixed_form) return FI_CUDA_FORM_PERSIST_MIXED;
+    return FI_CUDA_FORM_PERSIST;
+}
+
 static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) {
     const fi_cu_api *cu = ps->cc->cu;
     CUstream stream = (CUstream)ra->stream;
@@ -167,68 +192,36 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
     fi_attn_args a;
     make_args(plan, ps, ra, &a);
     void *params[] = {&a};
-    /* decode version 3 copies K/V rows 16 bytes at a time within
-     * power-of-two pages; other caches take the separate kernels, resolved
-     * on first need */
-    bool persist = ps->persist && (!ps->persist_dtc || (a.kv_vec_ok && a.page_shift >= 0 &&
-                                                       slots_fit(&a, plan)));
-    /* A batch of tensor-core items only (prefill): the standalone
-     * tensor-core kernel, measured 5-9% faster on prefill than the same code
-     * inside the persistent kernel, whose full form spills (H200,
-     * docs/CUDA_KERNELS.md). Captured too: the graph then holds the separate
-     * kernels, which run any later plan (its decode items on the CUDA-core
-     * kernel, slower than the persistent kernel's decode form: a graph for
-     * decode steps is best captured on a decode batch). */
-    bool all_tc = ps->has_tc_items && !ps->has_cc_items &&
-                  !(ps->persist_dtc && !ps->has_wide_items); /* 16-row items: decode v3 */
-    if (persist && ps->prefill_separate && all_tc && a.tc_min_rows > 0) persist = false;
-    if (ps->persist && !persist && !ps->attn) {
-        if (capturing != FI_CU_CAPTURE_NONE) { /* loading is not a stream operation */
-            int mode = FI_CU_CAPTURE_MODE_RELAXED;
-            FI_CU(cu, ThreadExchangeStreamCaptureMode, &mode);
-            st = fi_cuda_plan_resolve_separate(plan);
-            CUresult r = cu->ThreadExchangeStreamCaptureMode(&mode);
-            if (st == FI_OK && r != 0) st = fi_cu_error(cu, "cuThreadExchangeStreamCaptureMode", r);
-        } else {
-            st = fi_cuda_plan_resolve_separate(plan);
-        }
-        if (st) return st;
-    }
-    if (persist) { /* every item and the merge, one launch */
-        a.heads_x = ps->heads_x;
-        /* no item wider than one m16 tile: the decode form (decode
-         * version 3 without spills); a graph captured here replays any
-         * later plan, its wide items in 16-row slices (then not bitwise
-         * the eager run, which takes the full form). A mixed batch of
-         * mostly decode work takes the 64-row-block full form (plan.c). */
-        CUfunction fn = ps->persist;
-        int smem = ps->persist_smem;
-        if (ps->persist_dec && !ps->has_wide_items)
-            fn = ps->persist_dec, smem = ps->persist_dec_smem;
-        else if (ps->mix_b64)
-            fn = ps->persist_mix, smem = ps->persist_mix_smem;
-        st = launch_one(ps->cc, fn, ps->heads_x ? ps->grid_y : ps->grid_x,
-                        ps->heads_x ? ps->grid_x : ps->grid_y, (unsigned)smem, stream, params, true);
+    const fi_cuda_form form = choose_form(plan, ps, &a);
+    if (form != FI_CUDA_FORM_COUNT) { /* every item and the merge, one launch */
+        a.heads_x = 1;                /* grid x = KV heads, y = workers */
+        st = launch_one(ps->cc, ps->fn[form], ps->grid_y, ps->grid_x, (unsigned)ps->smem[form],
+                        stream, params, true);
         if (st) return st;
         ps->last_stream = stream;
-        ps->last_form = fn;
+        ps->last_form = ps->fn[form];
         return FI_OK;
     }
+    /* the table holds the separate kernels wherever choose_form can fall
+     * back to them (select.c) */
+    if (!ps->fn[FI_CUDA_FORM_ATTN] || !ps->fn[FI_CUDA_FORM_MERGE])
+        return fi_error(FI_STATUS_INTERNAL, "CUDA plan: no separate kernels for this run");
     /* Two attention kernels on one grid, each skipping the other's items
      * (a.tc_min_rows); a captured run holds both, as a later plan may need
      * either. */
     bool cap = capturing != FI_CU_CAPTURE_NONE, tc = a.tc_min_rows > 0;
     if (cap || !tc || ps->has_cc_items)
-        st = launch_one(ps->cc, ps->attn, ps->grid_x, ps->grid_y, 0, stream, params, true);
-    if (!st && tc && (cap || ps->has_tc_items))
-        st = launch_one(ps->cc, ps->attn_tc, ps->grid_x, ps->grid_y, (unsigned)ps->tc_smem, stream,
+        st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_ATTN], ps->grid_x, ps->grid_y, 0, stream,
                         params, true);
+    if (!st && tc && (cap || ps->has_tc_items))
+        st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_ATTN_TC], ps->grid_x, ps->grid_y,
+                        (unsigned)ps->smem[FI_CUDA_FORM_ATTN_TC], stream, params, true);
     /* A captured run always holds the merge: a later plan may split. Not
      * launched early: its small CTAs, placed while the attention kernel
-     * ends, crowded onto the SMs that freed first (H200: the prefill mix
-     * 134 -> 140 us with the attribute) */
-    if (!st && (plan->schedule.num_merge_rows > 0 || capturing != FI_CU_CAPTURE_NONE))
-        st = launch_one(ps->cc, ps->merge, ps->merge_grid, 1, 0, stream, params, false);
+     * ends, crowded onto the SMs that freed first (measured slower). */
+    if (!st && (plan->schedule.num_merge_rows > 0 || cap))
+        st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_MERGE], ps->merge_grid, 1, 0, stream, params,
+                        false);
     if (st) return st;
     ps->last_stream = stream;
     ps->last_form = NULL;

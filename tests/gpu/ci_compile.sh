@@ -42,9 +42,3 @@ echo "nvcc: $n configurations compiled in $(( $(date +%s) - start )) s"
 # the loads-only program of the decode cells' access pattern (nvcc, runtime API)
 make -s "$BUILD/bench_gather" NVCC="$NVCC" BUILD="$BUILD" || { echo "nvcc FAILED: bench_gather"; exit 1; }
 echo "nvcc: $BUILD/bench_gather built"
-# the diagnostic build read by bench_mixed --trace (FI_TRACE: the persistent
-# kernel's forms and the standalone tensor-core kernel record each item)
-FLASHINFER_CUDA_DEFINES=-DFI_TRACE=64 "$BUILD/jit_compile" \
-    --filter d128x128_q2k2o2_g4r4_paged_m1w0c0p0_t | tail -1
-FLASHINFER_CUDA_DEFINES=-DFI_TRACE=64 "$BUILD/jit_compile" \
-    --filter fi_attn_tc_d128x128_q2o2_g4_paged_m1w0c0p0 | tail -1

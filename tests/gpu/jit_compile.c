@@ -19,8 +19,8 @@
  *       "paged mask window softcap pos qt kvt ot dqk dvo hq hkv" (paged 2:
  *       a device page table; what
  *       tests/gpu/harness_configs.py prints), and compile the kernels a
- *       plan of each resolves (the persistent kernel, or with
- *       FLASHINFER_CUDA_PERSIST=0 attention, merge and tensor-core) into
+ *       plan of each loads (its table: fi_cuda_plan_specs, under the
+ *       settings of the environment, e.g. FLASHINFER_CUDA_KERNELS) into
  *       the disk cache ($FLASHINFER_CACHE_DIR), N at once
  *
  * The configurations cover every value of every compile-time option at
@@ -98,92 +98,61 @@ static double now(void) {
 }
 
 /* Tensor-core kernels (kernels/attention_tc.cuh): every attention
- * configuration above that it supports (the prefill benchmark's, causal
- * bf16 32/8 d 128, paged and ragged, among them), plus these. */
+ * configuration above that has them (the prefill benchmark's, causal bf16
+ * 32/8 d 128, paged and ragged, among them), plus these. */
 static const fi_attn_config tc_configs[] = {
     C(64, 64, F16, F16, F16, 1, 1, 0, 1, 1, 0, 0),
     C(128, 128, BF16, BF16, F32, 8, 8, 1, 2, 0, 1, 2),
 };
 
-static int ntc(void) {
-    int n = 0, na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-    for (int i = 0; i < na; i++) n += fi_cuda_attn_tc_supported(&attn_configs[i]);
-    return n + (int)(sizeof tc_configs / sizeof tc_configs[0]);
+enum { NA = sizeof attn_configs / sizeof attn_configs[0], MAXS = 4096 };
+static fi_kernel_spec all[MAXS];
+static int nall = -1;
+static const fi_cuda_tuning defaults = {.use_aot = true, .pdl = true};
+
+static void add(const fi_kernel_spec *s) {
+    for (int j = 0; j < nall; j++)
+        if (!strcmp(all[j].name, s->name)) return; /* the AOT set overlaps the others */
+    if (nall < MAXS) all[nall++] = *s;
 }
 
-/* Then the persistent kernel (kernels/persistent.cuh, what plans run by
- * default) of every attention configuration above, its decode form where
- * supported, and its 64-row tensor-core block (plans with at most 64 packed
- * rows) where there is a tensor-core path. */
-static int ndec(void) {
-    int n = 0, na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-    for (int i = 0; i < na; i++) n += fi_cuda_persist_decode_supported(&attn_configs[i]);
-    return n;
-}
-
-static int nb64(void) {
-    int n = 0, na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-    for (int i = 0; i < na; i++) n += fi_cuda_attn_tc_supported(&attn_configs[i]);
-    return n;
-}
-
-static int nspecs_attn(void) {
-    return 2 * (int)(sizeof attn_configs / sizeof attn_configs[0]) + 9 + ntc() + ndec() + nb64();
-}
-
-/* The k-th configuration with a decode form: that form. */
-static void decode_form_at(int k, fi_kernel_spec *s) {
-    int na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-    for (int j = 0; j < na; j++)
-        if (fi_cuda_persist_decode_supported(&attn_configs[j]) && k-- == 0) {
-            fi_cuda_persist_decode_spec(&attn_configs[j], s);
-            return;
-        }
-}
-
-/* The k-th configuration with a tensor-core path: its 64-row block form. */
-static void b64_at(int k, fi_kernel_spec *s) {
-    int na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-    for (int j = 0; j < na; j++)
-        if (fi_cuda_attn_tc_supported(&attn_configs[j]) && k-- == 0) {
-            fi_attn_config c = attn_configs[j];
-            c.tc_block = 64;
-            fi_cuda_persist_spec(&c, s);
-            return;
-        }
-}
-
-static void spec_at_attn(int i, fi_kernel_spec *s) {
-    int na = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-    if (i < na) {
-        fi_cuda_attn_spec(&attn_configs[i], s);
-        return;
+/* Every attention configuration's CUDA-core kernel, the merges, the
+ * tensor-core kernels, then the persistent kernel's forms as plans select
+ * them (select.c): the full form, its decode form where supported, and its
+ * 64-row tensor-core block form (plans with at most 64 packed rows) where
+ * there is a tensor-core path. */
+static void attention_specs(void) {
+    fi_kernel_spec s;
+    fi_cuda_selection sel;
+    for (int i = 0; i < NA; i++) {
+        fi_cuda_attn_spec(&attn_configs[i], &s);
+        add(&s);
     }
-    if (i < na + 9) {
-        fi_cuda_merge_spec(merge_dims[(i - na) / 3], merge_dtypes[(i - na) % 3], s);
-        return;
+    for (int i = 0; i < 9; i++) {
+        fi_cuda_merge_spec(merge_dims[i / 3], merge_dtypes[i % 3], &s);
+        add(&s);
     }
-    int k = i - na - 9;
-    if (k >= ntc() + na + ndec()) {
-        b64_at(k - ntc() - na - ndec(), s);
-        return;
+    for (int i = 0; i < NA; i++) {
+        fi_cuda_select(&attn_configs[i], INT32_MAX, &defaults, &sel);
+        if (fi_cuda_has_form(&sel, FI_CUDA_FORM_ATTN_TC)) add(&sel.spec[FI_CUDA_FORM_ATTN_TC]);
     }
-    if (k >= ntc() + na) {
-        decode_form_at(k - ntc() - na, s);
-        return;
+    for (int i = 0; i < (int)(sizeof tc_configs / sizeof tc_configs[0]); i++) {
+        fi_cuda_attn_tc_spec(&tc_configs[i], &s);
+        add(&s);
     }
-    if (k >= ntc()) {
-        fi_cuda_persist_spec(&attn_configs[k - ntc()], s);
-        return;
+    for (int i = 0; i < NA; i++) {
+        fi_cuda_select(&attn_configs[i], INT32_MAX, &defaults, &sel);
+        add(&sel.spec[FI_CUDA_FORM_PERSIST]);
     }
-    for (int j = 0; j < na; j++) {
-        if (!fi_cuda_attn_tc_supported(&attn_configs[j])) continue;
-        if (k-- == 0) {
-            fi_cuda_attn_tc_spec(&attn_configs[j], s);
-            return;
-        }
+    for (int i = 0; i < NA; i++) {
+        fi_cuda_select(&attn_configs[i], INT32_MAX, &defaults, &sel);
+        if (fi_cuda_has_form(&sel, FI_CUDA_FORM_PERSIST_DECODE))
+            add(&sel.spec[FI_CUDA_FORM_PERSIST_DECODE]);
     }
-    fi_cuda_attn_tc_spec(&tc_configs[k], s);
+    for (int i = 0; i < NA; i++) {
+        fi_cuda_select(&attn_configs[i], 64, &defaults, &sel);
+        if (sel.tc_path) add(&sel.spec[FI_CUDA_FORM_PERSIST]);
+    }
 }
 
 /* Example variants x these configurations: decode-like bf16 d 128 group 4
@@ -196,16 +165,13 @@ static const fi_attn_config variant_configs[] = {
     C(128, 128, BF16, E4M3, BF16, 8, 8, 1, 2, 0, 0, 0),
     C(256, 256, F32, F32, F32, 2, 2, 1, 1, 0, 0, 0),
 };
-enum { NVC = sizeof variant_configs / sizeof variant_configs[0], MAXV = VX_COUNT * NVC * 3 };
-static fi_kernel_spec vspecs[MAXV];
-static int nvspecs = -1;
+enum { NVC = sizeof variant_configs / sizeof variant_configs[0] };
 static fi_variant *variants[VX_COUNT];
 static char *vsources[VX_COUNT];
 
-/* The example variants' kernels (built once; duplicates dropped). */
-static int variant_specs(void) {
-    if (nvspecs >= 0) return nvspecs;
-    nvspecs = 0;
+/* The example variants' kernels, each with its tensor-core kernel where
+ * the configuration has one and its merge. */
+static void variant_specs(void) {
     for (int v = 0; v < VX_COUNT; v++) {
         if (fi_variant_create(vx_spec(v), &variants[v]) ||
             !(vsources[v] = fi_variant_source_alloc(variants[v], FI_VARIANT_TARGET_CUDA))) {
@@ -215,43 +181,30 @@ static int variant_specs(void) {
         for (int k = 0; k < NVC; k++) {
             fi_attn_config c = variant_configs[k];
             fi_cuda_attn_set_variant(&c, variants[v], vsources[v]);
-            fi_kernel_spec s[3];
-            int n = 0;
-            fi_cuda_attn_spec(&c, &s[n++]);
-            if (fi_cuda_attn_tc_supported(&c)) fi_cuda_attn_tc_spec(&c, &s[n++]);
-            fi_cuda_merge_spec_of(&c, &s[n++]);
-            for (int i = 0; i < n; i++) {
-                int dup = 0;
-                for (int j = 0; j < nvspecs && !dup; j++) dup = !strcmp(vspecs[j].name, s[i].name);
-                if (!dup && nvspecs < MAXV) vspecs[nvspecs++] = s[i];
-            }
+            fi_cuda_selection sel;
+            fi_cuda_select(&c, INT32_MAX, &defaults, &sel); /* a variant: the separate kernels */
+            add(&sel.spec[FI_CUDA_FORM_ATTN]);
+            if (fi_cuda_has_form(&sel, FI_CUDA_FORM_ATTN_TC)) add(&sel.spec[FI_CUDA_FORM_ATTN_TC]);
+            add(&sel.spec[FI_CUDA_FORM_MERGE]);
         }
     }
-    return nvspecs;
 }
 
-/* Then the standalone ops' kernels (kernels/ops.cuh, src/cuda/ops.c), the
- * variants', and the AOT set. */
-static int nspecs(void) {
-    return nspecs_attn() + fi_cuda_ops_num_ci_specs() + variant_specs() + fi_cuda_aot_set_count();
-}
-
-static void spec_at(int i, fi_kernel_spec *s) {
-    int na = nspecs_attn(), no = fi_cuda_ops_num_ci_specs(), nv = variant_specs();
-    if (i < na) spec_at_attn(i, s);
-    else if (i < na + no) fi_cuda_ops_ci_spec(i - na, s);
-    else if (i < na + no + nv) *s = vspecs[i - na - no];
-    else fi_cuda_aot_set_spec(i - na - no - nv, s);
-}
-
-/* Whether spec i repeats an earlier one (the AOT set overlaps the others). */
-static int seen_before(int i, const fi_kernel_spec *s) {
-    for (int j = 0; j < i; j++) {
-        fi_kernel_spec t;
-        spec_at(j, &t);
-        if (!strcmp(t.name, s->name)) return 1;
+/* Everything, in order: attention, the standalone ops' kernels
+ * (kernels/ops.cuh, src/cuda/ops.c), the variants', and the AOT set. */
+static void build_list(void) {
+    nall = 0;
+    attention_specs();
+    fi_kernel_spec s;
+    for (int i = 0; i < fi_cuda_ops_num_ci_specs(); i++) {
+        fi_cuda_ops_ci_spec(i, &s);
+        add(&s);
     }
-    return 0;
+    variant_specs();
+    for (int i = 0; i < fi_cuda_aot_set_count(); i++) {
+        fi_cuda_aot_set_spec(i, &s);
+        add(&s);
+    }
 }
 
 /* --out DIR: DIR/NAME.cubin (or .ptx), to compare with nvcc's output. */
@@ -290,7 +243,7 @@ static int warm(const char *arch, int jobs) {
     static fi_kernel_spec specs[MAXW];
     int n = 0;
     char line[256];
-    while (n < MAXW - 3 && fgets(line, sizeof line, stdin)) {
+    while (n < MAXW - FI_CUDA_FORM_COUNT && fgets(line, sizeof line, stdin)) {
         int v[12];
         if (sscanf(line, "%d %d %d %d %d %d %d %d %d %d %d %d", &v[0], &v[1], &v[2], &v[3],
                    &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]) != 12)
@@ -305,7 +258,7 @@ static int warm(const char *arch, int jobs) {
         p.q_dtype = (fi_dtype)v[5], p.kv_dtype = (fi_dtype)v[6], p.o_dtype = (fi_dtype)v[7];
         p.head_dim_qk = v[8], p.head_dim_vo = v[9];
         p.num_qo_heads = v[10], p.num_kv_heads = v[11] > 0 ? v[11] : 1;
-        n += fi_cuda_plan_specs(&p, v[0] == 2, NULL, &specs[n], NULL); /* 2: device table */
+        n += fi_cuda_plan_specs(&p, v[0] == 2, INT32_MAX, NULL, &specs[n], NULL); /* 2: device table */
     }
     /* drop duplicates */
     int m = 0;
@@ -363,10 +316,10 @@ int main(int argc, char **argv) {
     if (do_warm) return warm(strcmp(arch, "compute_90a") ? arch : "sm_90a", jobs > 0 ? jobs : 1);
     int failed = 0, done = 0;
     double total = 0;
-    for (int i = 0; i < nspecs(); i++) {
-        fi_kernel_spec s;
-        spec_at(i, &s);
-        if ((filter && !strstr(s.name, filter)) || seen_before(i, &s)) continue;
+    build_list();
+    for (int i = 0; i < nall; i++) {
+        const fi_kernel_spec s = all[i];
+        if (filter && !strstr(s.name, filter)) continue;
         if (list) {
             if (s.header && !vdir) continue; /* nvcc could not find its header */
             printf("%s %s", s.entry_file, s.name);

@@ -38,7 +38,7 @@ FI_OK=0
 if [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/null; then
     FI_OK=1
     stamp "FlashInfer JIT warm-up (background, while the tests run)"
-    python3 tests/gpu/bench_cascade_flashinfer.py --warm > "$OUT/flashinfer_warm.log" 2>&1 &
+    python3 bench/cuda/bench_cascade_flashinfer.py --warm > "$OUT/flashinfer_warm.log" 2>&1 &
     fi_pid=$!
 fi
 
@@ -74,7 +74,7 @@ if [ "$BENCH" = 1 ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     if [ "$FI_OK" = 1 ]; then
         stamp "FlashInfer MultiLevelCascadeAttentionWrapper, same cells"
-        python3 tests/gpu/bench_cascade_flashinfer.py --json "$OUT/bench_cascade_flashinfer.json" \
+        python3 bench/cuda/bench_cascade_flashinfer.py --json "$OUT/bench_cascade_flashinfer.json" \
             2>&1 | tee "$OUT/bench_cascade_flashinfer.log" | grep -v "^|"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
     fi

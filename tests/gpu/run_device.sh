@@ -3,20 +3,25 @@
 # there (the library with its AOT kernels: `make gpu` compiles them with
 # nvcc), JIT vs AOT bit for bit, JIT cold/warm, graph capture/replay across
 # batches, compute-sanitizer (memcheck, racecheck) on a small subset, the
-# attention harness on the cuda backend against the fp64 oracle, and
-# BENCH.md's decode, prefill and mixed cells with the peers timed in the same
-# run (torch SDPA flash and cuDNN; FlashInfer where its wheels are installed:
-# PYTHONPATH, see HELPER_RULES/BENCH.md), then the per-cell table of ours
-# against each peer; cascades / block-sparse attention
-# (tests/gpu/run_cascade.sh) and user-defined variants (test_cuda_variants,
-# bench_variant); and the decode cells' reads alone (bench_gather). Logs
-# and JSON under $LOGS (or /tmp/fi-logs), packed into
-# $OUT/logs.tgz (or /tmp/fi-out) however the script ends: the device tool
-# returns only a handful of files from $OUT.
+# attention harness on the cuda backend against the fp64 oracle, and the
+# benchmarks of bench/cuda (docs/BENCHMARKS.md): the decode, prefill and mixed
+# cells with the peers timed in the same run (torch SDPA flash and cuDNN;
+# FlashInfer where its wheels are installed: PYTHONPATH), cascades /
+# block-sparse attention (tests/gpu/run_cascade.sh), user-defined variants
+# (test_cuda_variants, bench_variant), the decode cells' reads alone
+# (bench_gather) and the host CPU's split-KV balance (bench_balance). The
+# benchmarks' record, bench/results/<gpu>/latest.json (bench/results_json.py:
+# <gpu> is the GPU's name, e.g. h200), is written in the tree and copied to
+# $OUT/bench/results/<gpu>/latest.json, and its tables to $OUT/report.md.
+# Logs and JSON under $LOGS (or /tmp/fi-logs), packed into $OUT/logs.tgz (or
+# /tmp/fi-out) however the script ends: the device tool returns only a
+# handful of files from $OUT.
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
 #                           [--no-torch] [--no-flashinfer] [--fa3]
 #                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
-#                           [--no-variants] [--no-python]
+#                           [--no-variants] [--no-python] [--commit HASH]
+# --commit: the commit the record names (default: git's HEAD, where the tree
+# is a git checkout).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PACK=${OUT:-/tmp/fi-out}
@@ -28,8 +33,12 @@ mkdir -p "$OUT" "$PACK"
 pack() { tar czf "$PACK/logs.tgz.tmp" -C "$OUT" . 2>/dev/null && mv "$PACK/logs.tgz.tmp" "$PACK/logs.tgz"; }
 trap pack EXIT # and at every stage (stamp): a run killed at its time limit keeps its logs
 QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
-for a in "$@"; do
+COMMIT=""
+while [ $# -gt 0 ]; do
+    a=$1
+    shift
     case $a in
+        --commit) COMMIT=${1:?--commit HASH}; shift ;;
         --quick) QUICK="--quick" ;;
         --no-bench) BENCH=0 ;;
         --no-harness) HARNESS=0 ;;
@@ -66,9 +75,8 @@ stamp() {
 stamp "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv \
     | tee "$OUT/gpu.txt"
-# the host CPU: bench_overhead's host step follows it (the same code took
-# 14.2 us on one machine, 22.4 on another whose CPU ran the CPU-only
-# update 1.8x slower; docs/BENCHMARKS.md, sixteenth session)
+# the host CPU: bench_overhead's host step follows it (the same code runs
+# the CPU-only part of the update up to ~2x slower on some hosts)
 { grep -m1 "model name" /proc/cpuinfo; echo "cpus: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg)"
   grep -m1 "cpu MHz" /proc/cpuinfo; } 2>/dev/null | tee -a "$OUT/gpu.txt"
 nvcc --version | tail -1
@@ -87,7 +95,7 @@ if [ "$BENCH" = 1 ] && [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/nu
         # FI_FA3_TIMEOUT seconds rather than hold the run
         lim=0
         [ "$m" = fa3 ] && lim=${FI_FA3_TIMEOUT:-80}
-        timeout "$lim" python3 tests/gpu/bench_flashinfer.py --warm "$m" > "$OUT/fi_warm_$m.log" 2>&1 &
+        timeout "$lim" python3 bench/cuda/bench_flashinfer.py --warm "$m" > "$OUT/fi_warm_$m.log" 2>&1 &
         fi_pids+=("$m:$!")
     done
 elif [ "$BENCH" = 1 ] && [ "$FI" = 1 ]; then
@@ -99,7 +107,7 @@ fi
 stamp "build (make gpu: library with the AOT kernels)"
 # (the cascade tests too: run_cascade.sh's own make, without the gpu goal,
 # would rebuild the library without its AOT table)
-if ! make -j"$JOBS" -s lib gpu build/test_attention build/test_cascade build/test_bsr \
+if ! make -j"$JOBS" -s lib gpu build/test_attention build/test_cascade build/test_bsr build/bench_balance \
         > "$OUT/build.log" 2>&1; then
     tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
@@ -108,7 +116,7 @@ grep -E "^aot:" "$OUT/build.log"
 if [ "$TESTS" = 1 ]; then
     stamp "test_aot (AOT cubins vs NVRTC, bit for bit); its NVRTC side compiled first, $JOBS at once"
     ./build/test_aot --list | ./build/jit_compile --warm -j "$JOBS" 2>&1 | tail -1
-    ./build/test_aot --list | FLASHINFER_CUDA_PERSIST=0 ./build/jit_compile --warm -j "$JOBS" 2>&1 \
+    ./build/test_aot --list | FLASHINFER_CUDA_KERNELS=separate ./build/jit_compile --warm -j "$JOBS" 2>&1 \
         | tail -1
     ./build/test_aot 2>&1 | tee "$OUT/test_aot.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -176,10 +184,10 @@ if [ "$HARNESS" = 1 ]; then
     done
     grep -h "^FAIL" "$OUT"/harness_*.log | head -40
     # A failing suite is run again on the separate kernels (no persistent
-    # kernel, no tensor-core decode), to tell a new path's fault from an old one.
+    # kernel), to tell a new path's fault from an old one.
     for s in "${failed[@]}"; do
-        stamp "harness suite $s again with FLASHINFER_CUDA_PERSIST=0 FLASHINFER_CUDA_DECODE_TC=0"
-        FLASHINFER_CUDA_PERSIST=0 FLASHINFER_CUDA_DECODE_TC=0 ./build/test_attention --backend cuda \
+        stamp "harness suite $s again with FLASHINFER_CUDA_KERNELS=separate"
+        FLASHINFER_CUDA_KERNELS=separate ./build/test_attention --backend cuda \
             --filter "cuda/$s/" $QUICK > "$OUT/harness_fallback_$s.log" 2>&1
         echo "fallback $s: $(grep -hiE 'total|passed|failed' "$OUT/harness_fallback_$s.log" | tail -1)"
     done
@@ -196,10 +204,10 @@ if [ "$PYTHON" = 1 ]; then
 fi
 
 if [ "$BENCH" = 1 ]; then
-    stamp "prefill benchmark (BENCH.md cells, tensor-core kernel)"
+    stamp "prefill benchmark (the prefill cells, tensor-core kernel)"
     ./build/bench_prefill --json "$OUT/bench_prefill.json" 2>&1 | tee "$OUT/bench_prefill.log" \
         | grep -v "^|" || status=1
-    stamp "mixed-batch benchmark (BENCH.md's four mixes)"
+    stamp "mixed-batch benchmark (the four mixes)"
     ./build/bench_mixed --json "$OUT/bench_mixed.json" 2>&1 | tee "$OUT/bench_mixed.log" \
         | grep -v "^|" || status=1
     stamp "mixed and some decode cells with device page tables (the kernels that clamp ids)"
@@ -208,7 +216,7 @@ if [ "$BENCH" = 1 ]; then
     ./build/bench_decode --device-table --cells 1x1024,16x4096,64x1024,256x16384 \
         --json "$OUT/bench_decode_dtable.json" > "$OUT/bench_decode_dtable.log" 2>&1 || status=1
     if [ "$DECODE" = 1 ]; then
-        stamp "decode benchmark (BENCH.md cells)"
+        stamp "decode benchmark (the decode cells)"
         ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
         stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
         ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
@@ -221,7 +229,7 @@ if [ "$BENCH" = 1 ]; then
     fi
     if [ "$TORCH" = 1 ] && python3 -c "import torch" 2>/dev/null; then
         stamp "torch SDPA (flash, cuDNN) on the prefill and decode cells"
-        python3 tests/gpu/bench_torch.py --prefill $([ "$DECODE" = 1 ] && echo --decode) \
+        python3 bench/cuda/bench_torch.py --prefill $([ "$DECODE" = 1 ] && echo --decode) \
             --json "$OUT/bench_torch.json" > "$OUT/bench_torch.log" 2>&1
         grep -vE "^torch (flash|cudnn)" "$OUT/bench_torch.log" | head -20
     fi
@@ -241,9 +249,12 @@ if [ "$BENCH" = 1 ]; then
     stamp "host overhead of a 256-request decode step"
     ./build/bench_overhead --json "$OUT/bench_overhead.json" 2>&1 | tee "$OUT/bench_overhead.log" \
         | grep -v "^|" || status=1
+    stamp "split-KV balance on the host CPU ($JOBS threads)"
+    ./build/bench_balance --threads "$JOBS" --reps 15 --json "$OUT/bench_balance.json" \
+        > "$OUT/bench_balance.log" 2>&1 || status=1
     if [ "$FI" = 1 ]; then
         stamp "FlashInfer on the decode, prefill and mixed cells"
-        python3 tests/gpu/bench_flashinfer.py --mixed --prefill $fa3 \
+        python3 bench/cuda/bench_flashinfer.py --mixed --prefill $fa3 \
             $([ "$DECODE" = 1 ] && echo --decode --contiguous) \
             --json "$OUT/bench_flashinfer.json" > "$OUT/bench_flashinfer.log" 2>&1
         grep -v "^{" "$OUT/bench_flashinfer.log" | head -30
@@ -253,9 +264,6 @@ if [ "$BENCH" = 1 ] && [ "$VARIANTS" = 1 ]; then
     stamp "variant benchmark (JIT cold/warm, fused RoPE vs a separate pass)"
     ./build/bench_variant --json "$OUT/bench_variant.json" 2>&1 | tee "$OUT/bench_variant.log" \
         | grep -v "^|" || status=1
-    stamp "variant benchmark again with the accurate RoPE angles (FI_ROPE_ACCURATE=1)"
-    ./build/bench_variant --no-jit --rope-accurate --json "$OUT/bench_variant_accurate.json" \
-        > "$OUT/bench_variant_accurate.log" 2>&1 || status=1
 fi
 
 if [ "$CASCADE" = 1 ]; then
@@ -271,6 +279,14 @@ stamp "done (status $status)"
 [ -f "$OUT/bench_variant.log" ] && echo "variants:" && grep "^|" "$OUT/bench_variant.log"
 grep -h "test_aot:\|test_cuda:" "$OUT"/test_aot.log "$OUT"/test_cuda.log 2>/dev/null
 if [ "$BENCH" = 1 ]; then
-    python3 tests/gpu/report_peers.py "$OUT" | tee "$OUT/report.md"
+    # the record: ours and the peers per cell, from the benchmarks' JSON
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
+        | sed 's/^NVIDIA //' | tr 'A-Z ' 'a-z-')
+    rec=bench/results/${gpu:-gpu}/latest.json
+    COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+    python3 bench/results_json.py gpu "$OUT" --out "$rec" --commit "$COMMIT" || status=1
+    mkdir -p "$PACK/$(dirname "$rec")" && cp "$rec" "$PACK/$rec"
+    python3 bench/results_json.py table "$rec" | tee "$OUT/report.md"
+    cp "$OUT/report.md" "$PACK/report.md"
 fi
 exit $status

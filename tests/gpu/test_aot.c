@@ -16,7 +16,7 @@
  *
  * Cases (each configuration is in src/cuda/aot_set.c), each through the
  * library's default path (the persistent kernel) and the separate kernels
- * (FLASHINFER_CUDA_PERSIST=0): decode with a split request (split items
+ * (FLASHINFER_CUDA_KERNELS=separate): decode with a split request (split items
  * merged), prefill chunks of 5 and 40 tokens beside decodes (tensor-core
  * path too), a prefill-only batch, paged and ragged, causal and not,
  * bf16 and f16, head dims 128 and 64, groups 1, 4, 8.
@@ -221,22 +221,24 @@ static void test_device(int one) {
         CHECK(0, "stream");
         return;
     }
-    /* one: the default path only (AOT where the table has the kernel) */
-    fi_context *ctx[2] = {one ? NULL : make_context(0), make_context(1)};
-    if ((!one && !ctx[0]) || !ctx[1]) return;
-    printf("device: %s; %d kernels in the AOT table\n", fi_context_describe(ctx[1]),
-           fi_cuda_aot_count());
     tu_rng rng;
     tu_rng_seed(&rng, 20261129);
     /* pass 0: the library's default (the persistent kernel; the separate
      * tensor-core kernel for an uncaptured prefill-only batch); pass 1: the
-     * separate kernels (FLASHINFER_CUDA_PERSIST=0, read at plan creation) */
-    for (int pass = 0; pass < 2; pass++)
+     * separate kernels (FLASHINFER_CUDA_KERNELS=separate, read at context
+     * creation) */
+    for (int pass = 0; pass < 2; pass++) {
+    if (pass) setenv("FLASHINFER_CUDA_KERNELS", "separate", 1);
+    /* one: the default path only (AOT where the table has the kernel) */
+    fi_context *ctx[2] = {one ? NULL : make_context(0), make_context(1)};
+    unsetenv("FLASHINFER_CUDA_KERNELS");
+    if ((!one && !ctx[0]) || !ctx[1]) return;
+    if (pass == 0)
+        printf("device: %s; %d kernels in the AOT table\n", fi_context_describe(ctx[1]),
+               fi_cuda_aot_count());
     for (int ci = 0; ci < NCASES; ci++) {
         const tcase *c = &cases[ci];
         if (one && ci >= 3 && ci != NCASES - 1) continue; /* decode, prefill, ragged, d 64 skipped */
-        if (pass) setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
-        else unsetenv("FLASHINFER_CUDA_PERSIST");
         data x;
         if (make_data(c, &x, &rng)) {
             CHECK(0, "%s: buffers", c->name);
@@ -264,17 +266,18 @@ static void test_device(int one) {
         free(ob[0]), free(ob[1]), free(lb[0]), free(lb[1]);
         free_data(&x);
     }
-    unsetenv("FLASHINFER_CUDA_PERSIST");
     for (int k = one; k < 2; k++) {
         fi_cuda_jit_stats st = fi_cuda_jit_get_stats(ctx[k]);
-        printf("%s context: %d from the AOT table (%.2f ms), %d compiled by NVRTC (%.0f ms), %d from "
-               "the disk cache\n", k ? "aot" : "jit", st.aot_loads, 1e3 * st.aot_load_seconds,
-               st.compiled, 1e3 * st.compile_seconds, st.disk_loads);
+        printf("%s %s context: %d from the AOT table (%.2f ms), %d compiled by NVRTC (%.0f ms), "
+               "%d from the disk cache\n", pass ? "separate" : "default", k ? "aot" : "jit",
+               st.aot_loads, 1e3 * st.aot_load_seconds, st.compiled, 1e3 * st.compile_seconds,
+               st.disk_loads);
         if (k == 0) CHECK(st.aot_loads == 0, "FLASHINFER_AOT=0 context used the table");
         else if (fi_cuda_aot_count() > 0)
             CHECK(st.aot_loads > 0 && st.compiled == 0 && st.disk_loads == 0,
                   "the AOT context compiled or loaded from disk");
         fi_context_destroy(ctx[k]);
+    }
     }
     gu.StreamDestroy(s);
 }

@@ -18,8 +18,8 @@
  *           the 64-row-block full form, the prefill-heavy one the 128-row;
  *           and captured on the prefill-only batch, whose run takes the
  *           separate kernels, eager or captured), without the decode form
- *           (FLASHINFER_CUDA_DECODE_FORM=0), the separate kernels
- *           (FLASHINFER_CUDA_PERSIST=0), and with each batch's page table
+ *           (FLASHINFER_CUDA_KERNELS=full-form), the separate kernels
+ *           (FLASHINFER_CUDA_KERNELS=separate), and with each batch's page table
  *           in its own device buffer
  *           (fi_plan_config.device_page_table): a replay reads the table
  *           of the latest update, wherever it lives
@@ -116,10 +116,9 @@ static void test_jit(void) {
             printf("jit: AOT: %d kernels loaded from the library's table in %.2f ms (plan create "
                    "%.2f ms; %d kernels in the table)\n",
                    s.aot_loads, 1e3 * s.aot_load_seconds, ms[2], fi_cuda_aot_count());
-        /* the persistent kernel, or attention (CUDA cores), merge and, where
-         * supported, the tensor-core kernel */
+        /* the plan's table: at most one kernel per form (select.c) */
         if (pass == 1)
-            CHECK(s.compiled == 0 && s.disk_loads >= 1 && s.disk_loads <= 3,
+            CHECK(s.compiled == 0 && s.disk_loads >= 1 && s.disk_loads <= FI_CUDA_FORM_COUNT,
                   "warm pass should only load");
         if (pass == 2 && fi_cuda_aot_count() > 0) /* bf16 d 128 group 4 causal paged: in the set */
             CHECK(s.compiled == 0 && s.disk_loads == 0 && s.aot_loads >= 1,
@@ -723,17 +722,18 @@ int main(int argc, char **argv) {
     test_graph("persistent kernel, device page tables", 1, 0);
     /* a prefill-only batch's run, captured, holds the separate kernels */
     test_graph("captured on a prefill-only batch", 0, 4);
-    setenv("FLASHINFER_CUDA_DECODE_FORM", "0", 1);
+    /* the settings are read when a context is created (each test makes its own) */
+    setenv("FLASHINFER_CUDA_KERNELS", "full-form", 1);
     test_graph("persistent kernel, no decode form", 0, 0);
-    unsetenv("FLASHINFER_CUDA_DECODE_FORM");
+    unsetenv("FLASHINFER_CUDA_KERNELS");
     test_chain("persistent kernel");
     test_steps("persistent kernel");
-    setenv("FLASHINFER_CUDA_PERSIST", "0", 1);
+    setenv("FLASHINFER_CUDA_KERNELS", "separate", 1);
     test_chain("separate kernels");
     test_steps("separate kernels");
     test_merge_widths("merge kernel");
     test_graph("separate kernels", 0, 0);
     test_graph("separate kernels, device page tables", 1, 0);
-    unsetenv("FLASHINFER_CUDA_PERSIST");
+    unsetenv("FLASHINFER_CUDA_KERNELS");
     return gu_summary("test_cuda");
 }

@@ -96,11 +96,16 @@ static void warm(const char *arch, int jobs) {
         fi_attn_config cfg;
         fi_cuda_attn_config(&p, HQ / HKV, 0, &cfg);
         fi_cuda_attn_set_variant(&cfg, variants[c.ex], srcs[c.ex]);
+        /* a variant's plan: the separate kernels (select.c) */
+        fi_cuda_tuning t;
+        fi_cuda_tuning_read(&t);
+        fi_cuda_selection sel;
+        fi_cuda_select(&cfg, INT32_MAX, &t, &sel);
         fi_kernel_spec s[3];
         int k = 0;
-        fi_cuda_attn_spec(&cfg, &s[k++]);
-        if (fi_cuda_attn_tc_supported(&cfg)) fi_cuda_attn_tc_spec(&cfg, &s[k++]);
-        fi_cuda_merge_spec_of(&cfg, &s[k++]);
+        s[k++] = sel.spec[FI_CUDA_FORM_ATTN];
+        if (fi_cuda_has_form(&sel, FI_CUDA_FORM_ATTN_TC)) s[k++] = sel.spec[FI_CUDA_FORM_ATTN_TC];
+        s[k++] = sel.spec[FI_CUDA_FORM_MERGE];
         for (int j = 0; j < k; j++) {
             int dup = 0;
             for (int m = 0; m < n && !dup; m++) dup = !strcmp(specs[m].name, s[j].name);

@@ -1,6 +1,6 @@
 /*
- * bench_cuda_cascade.c — BENCH.md's cascade workload and block-sparse attention
- * on the CUDA backend (docs/CASCADE.md "Numbers (CUDA)").
+ * bench_cuda_cascade.c — the cascade workload (docs/BENCHMARKS.md) and
+ * block-sparse attention on the CUDA backend (docs/CASCADE.md "Numbers (CUDA)").
  *
  * Cascade: decode (one query per request), shared prefix P x batch B, each
  * request a unique suffix S, 32/32 heads, d 128, page 16, NHD, bf16:
@@ -26,8 +26,8 @@
  */
 #include "flashinfer.h"
 #include "core/internal.h"
-#include "gpu_util.h"
-#include "../util.h"
+#include "../../tests/gpu/gpu_util.h"
+#include "../../tests/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,11 +3,11 @@
 CUDA benchmarks, in the same run. One JSON line per cell to --json; a line per
 cell on stdout.
 
-  --prefill  tests/gpu/bench_prefill.c's cells: causal, 32 query heads, d 128,
+  --prefill  bench/cuda/bench_prefill.c's cells: causal, 32 query heads, d 128,
              bf16, dense [B, H, L, D] (K/V expanded from 8 to 32 heads, as
-             BENCH.md's peer numbers were taken). Events around one call,
+             the peer numbers of docs/BENCHMARKS.md were taken). Events around one call,
              warm-up, median of 30; FLOPs = 4 * H * D * B * L (L + 1) / 2.
-  --decode   tests/gpu/bench_decode.c's cells: one query per request, dense
+  --decode   bench/cuda/bench_decode.c's cells: one query per request, dense
              K/V [B, 8, L, D] with enable_gqa (the expanded 32-head copy of
              the largest cells would not fit), bf16. Small cells rotate over
              copies of K/V (>= ~300 MB read per replay, at most 16) so the L2

@@ -1,5 +1,5 @@
 /*
- * bench_prefill.c — BENCH.md's prefill cells on the CUDA backend: causal,
+ * bench_prefill.c — the prefill cells (docs/BENCHMARKS.md) on the CUDA backend: causal,
  * H_qo/H_kv 32/8, d 128, bf16, (batch, len) = (128, 1k), (64, 2k), (32, 4k),
  * (16, 8k), (1, 16k), (1, 32k); paged (page 16, NHD, random pages) and ragged
  * KV. Every query of a request is a new token (qo_len = kv_len = len).
@@ -8,7 +8,7 @@
  * run (each run is milliseconds: no graph needed), warm-up first, median of
  * >= 30. FLOPs = 4 * H_qo * D * visible (query, key) pairs (causal: the
  * lower triangle, len (len + 1) / 2 per request); TFLOP/s; % of the
- * measured bf16 GEMM rate (785 TFLOP/s, BENCH.md).
+ * measured bf16 GEMM rate (785 TFLOP/s, docs/BENCHMARKS.md).
  *
  *   build/bench_prefill [--json FILE] [--reps N] [--cells 128x1024,1x32768]
  *                       [--ragged-only | --paged-only] [--contiguous] [--workers N]
@@ -17,11 +17,12 @@
  * cells' addresses, which tells its own cost from the scattered pages'.
  * --workers N: the plan's workers (fi_plan_config.num_workers; default the
  * backend's, one per SM).
- * FLASHINFER_CUDA_TC=0 in the environment times the CUDA-core kernel.
+ * FLASHINFER_CUDA_KERNELS=cuda-cores in the environment times the CUDA-core
+ * kernel instead of the tensor-core one.
  */
 #include "flashinfer.h"
-#include "gpu_util.h"
-#include "../util.h"
+#include "../../tests/gpu/gpu_util.h"
+#include "../../tests/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -44,12 +45,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
     }
     if (reps < 30) reps = 30;
-    const char *tc = getenv("FLASHINFER_CUDA_TC");
+    const char *kernels = getenv("FLASHINFER_CUDA_KERNELS");
     const int64_t MAXTOK = 131072; /* the largest cell: 128 x 1024 = 4 x 32768 tokens */
     gu_bench bench;
     int st = gu_bench_init(&bench, (size_t)MAXTOK * HQ * D * 2, (size_t)MAXTOK * HKV * D * 2, 7,
-                           tc && tc[0] == '0' ? "kernel: CUDA cores (FLASHINFER_CUDA_TC=0)"
-                                              : "kernel: tensor cores");
+                           kernels && !strcmp(kernels, "cuda-cores")
+                               ? "kernel: CUDA cores (FLASHINFER_CUDA_KERNELS=cuda-cores)"
+                               : "kernel: tensor cores");
     if (st) return st < 0;
     fi_context *ctx = bench.ctx;
     tu_rng rng = bench.rng;
@@ -143,7 +145,7 @@ int main(int argc, char **argv) {
                         "\"h_kv\":%d,\"d\":%d,\"causal\":1,\"dtype\":\"bf16\",\"ms\":%.4f,"
                         "\"tflops\":%.2f,\"items\":%d,\"q_tile\":%d,\"reps\":%d,\"tc\":%d}\n",
                         !paged ? "ragged" : contiguous ? "paged16_in_order" : "paged16", B, L, HQ, HKV, D, med, tf, info.num_items,
-                        info.q_tile, reps, !(tc && tc[0] == '0'));
+                        info.q_tile, reps, !(kernels && !strcmp(kernels, "cuda-cores")));
             free(ms);
             fi_plan_destroy(plan);
             free(qo), free(kv), free(last), free(idx);

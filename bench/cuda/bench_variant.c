@@ -6,7 +6,7 @@
  *    compiled cold by NVRTC into an empty disk cache (plan create), then
  *    loaded warm from the disk cache by a fresh context, then from the
  *    context's memory. Targets: <= 3 s cold, <= 5 ms warm.
- * 2. Fused RoPE vs RoPE as a separate pass, on BENCH.md's shapes (32/8 heads,
+ * 2. Fused RoPE vs RoPE as a separate pass, on the benchmark shapes (32/8 heads,
  *    d 128, bf16, paged NHD page 16; each request's pages contiguous, so the
  *    cache is also a token-major [tokens, 8, 128] tensor for fi_rope_apply).
  *    The StreamingLLM setting: keys are cached un-rotated and every call
@@ -20,7 +20,7 @@
  *                 (spliced row hooks; prefill on tensor cores)
  *    Decode: one token per request, kv_len L. Prefill: causal, qo = kv = L.
  *    Bandwidth utilisation = attention's bytes (Q + K + V + O) / time /
- *    4.22 TB/s (BENCH.md's copy ceiling), the same numerator for every mode,
+ *    4.22 TB/s (the copy ceiling, docs/BENCHMARKS.md), the same numerator for every mode,
  *    so the ratio fused / separate is the speed-up. Decode's separate pass
  *    for K passes head 0 of K as fi_rope_apply's k argument too (it needs
  *    one; 1/8 extra of K's traffic) and rotates q by a second call.
@@ -30,19 +30,13 @@
  * separate pass's (max |diff|, printed: a sanity check, not a test).
  *
  *   build/bench_variant [--json FILE] [--reps N] [--decode 64x4096,...]
- *                       [--prefill 32x4096,...] [--no-jit] [--rope-accurate]
- *
- * --rope-accurate: the previous RoPE angle code (accurate sincosf / double
- * sincos instead of the Cody-Waite reduction + MUFU sin/cos; the row hooks'
- * thread layout is the same), by adding -DFI_ROPE_ACCURATE=1 to
- * FLASHINFER_CUDA_DEFINES: the A/B of docs/CUDA_KERNELS.md ("RoPE angles").
- * JSON rows carry "rope":"fast" or "accurate".
+ *                       [--prefill 32x4096,...] [--no-jit]
  */
 #include "flashinfer.h"
 #include "cuda/cuda_backend.h"
-#include "gpu_util.h"
-#include "../util.h"
-#include "../variant_examples.h"
+#include "../../tests/gpu/gpu_util.h"
+#include "../../tests/util.h"
+#include "../../tests/variant_examples.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -224,8 +218,6 @@ static float max_diff(gu_ptr a, gu_ptr b, size_t n) {
 enum { M_PLAIN, M_SEPARATE, M_BUILTIN, M_VARIANT, NMODES };
 static const char *mode_names[NMODES] = {"plain", "separate", "builtin", "variant"};
 
-static int rope_accurate; /* --rope-accurate */
-
 static int bench_cell(fi_context *ctx, buffers *b, cell *c, gu_stream s, gu_event e0,
                       gu_event e1, const fi_variant *rope) {
     fi_plan *plain = make_plan(ctx, c, 0, NULL), *builtin = c->decode ? make_plan(ctx, c, 1, NULL) : NULL;
@@ -275,9 +267,8 @@ static int bench_cell(fi_context *ctx, buffers *b, cell *c, gu_stream s, gu_even
                     "{\"bench\":\"fused_rope\",\"workload\":\"%s\",\"batch\":%d,\"len\":%d,"
                     "\"h_qo\":%d,\"h_kv\":%d,\"d\":%d,\"dtype\":\"bf16\",\"mode\":\"%s\","
                     "\"us\":%.2f,\"bytes\":%.0f,\"bw_util\":%.4f,\"max_diff_vs_separate\":%.5f,"
-                    "\"reps\":%d,\"rope\":\"%s\"}\n",
-                    w, c->B, c->L, HQ, HKV, D, mode_names[m], us[m], bytes, util, diff[m], reps,
-                    rope_accurate ? "accurate" : "fast");
+                    "\"reps\":%d}\n",
+                    w, c->B, c->L, HQ, HKV, D, mode_names[m], us[m], bytes, util, diff[m], reps);
     }
     printf("  | max diff vs separate: builtin %.4f variant %.4f\n", diff[M_BUILTIN],
            diff[M_VARIANT]);
@@ -343,15 +334,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) dec = argv[++i];
         else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) pre = argv[++i];
         else if (!strcmp(argv[i], "--no-jit")) do_jit = 0;
-        else if (!strcmp(argv[i], "--rope-accurate")) rope_accurate = 1;
     }
-    if (rope_accurate) { /* before any kernel is resolved */
-        const char *old = getenv("FLASHINFER_CUDA_DEFINES");
-        char defs[256];
-        snprintf(defs, sizeof defs, "%s -DFI_ROPE_ACCURATE=1", old ? old : "");
-        setenv("FLASHINFER_CUDA_DEFINES", defs, 1);
-    }
-    printf("RoPE angles: %s\n", rope_accurate ? "accurate (FI_ROPE_ACCURATE=1)" : "fast");
     if (reps < 30) reps = 30;
     if (!fi_device_available(FI_DEVICE_CUDA) || gu_init(0)) {
         printf("no CUDA device\n");

@@ -26,8 +26,8 @@
  *   build/bench_overhead [--json FILE] [--steps N] [--rounds N]
  */
 #include "flashinfer.h"
-#include "gpu_util.h"
-#include "../util.h"
+#include "../../tests/gpu/gpu_util.h"
+#include "../../tests/util.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 as wheels) on the cells of our CUDA benchmarks, in the same run, with the same
 inputs and timing:
 
-  decode   tests/gpu/bench_decode.c's cells: batch {1,16,64,256} x kv_len
+  decode   bench/cuda/bench_decode.c's cells: batch {1,16,64,256} x kv_len
            {1024,4096,16384,32768}, 32/8 heads, d 128, bf16, page 16, NHD;
            pages drawn at random from a pool of random values (4 GiB, or
            the largest cell's pages; no page twice in a batch: random pages,
@@ -12,12 +12,12 @@ inputs and timing:
            cores and with use_tensor_cores=True; the faster is FlashInfer's
            number. Small cells rotate over several plans (>= ~300 MB read per
            replay, at most 16) so the 60 MB L2 cannot hold them.
-  prefill  tests/gpu/bench_prefill.c's cells: causal, (128,1k) (64,2k) (32,4k)
+  prefill  bench/cuda/bench_prefill.c's cells: causal, (128,1k) (64,2k) (32,4k)
            (16,8k) (1,16k) (1,32k); BatchPrefillWithPagedKVCacheWrapper (page
            16, a random permutation of the pages) and
            BatchPrefillWithRaggedKVCacheWrapper, backend fa2 (and fa3 with
            --fa3).
-  mixed    tests/gpu/bench_mixed.c's four mixes through flashinfer.BatchAttention
+  mixed    bench/cuda/bench_mixed.c's four mixes through flashinfer.BatchAttention
            (causal, random pages).
 
 Timing as ours: a CUDA graph of one run per plan, replayed, device events

@@ -10,8 +10,8 @@ L2, device events, median of >= 30 replays after warm-up, per run = / R).
 Before timing, the first copy's output of the first 4 requests is checked
 against an fp32 torch reference.
 
-    python3 tests/gpu/bench_cascade_flashinfer.py [--json FILE] [--reps N]
-    python3 tests/gpu/bench_cascade_flashinfer.py --warm   # JIT-compile only
+    python3 bench/cuda/bench_cascade_flashinfer.py [--json FILE] [--reps N]
+    python3 bench/cuda/bench_cascade_flashinfer.py --warm   # JIT-compile only
 """
 import argparse
 import json

@@ -1,5 +1,5 @@
 /*
- * bench_mixed.c — BENCH.md's four mixed batches on the CUDA backend, through
+ * bench_mixed.c — the four mixed batches (docs/BENCHMARKS.md) on the CUDA backend, through
  * the public fi_plan_update / fi_plan_run (whatever kernels the library runs
  * for them): (kv_len, q_len) x count
  *   decode   (8192, 1) x 128
@@ -9,23 +9,18 @@
  * 32/8 heads, d 128, bf16, paged (page 16, NHD, pages drawn at random from an
  * 8 GiB pool of random values, none twice in a batch), causal (each request's queries are its last
  * q_len tokens), no LSE. FlashInfer's BatchAttention runs the same mixes in
- * tests/gpu/bench_flashinfer.py.
+ * bench/cuda/bench_flashinfer.py.
  *
  * Timing: a CUDA graph of one run, replayed; device events around each
  * replay, median of >= 30 after warm-up. Bytes = Q + K + V (once per KV
  * head) + O; FLOPs = 4 H_qo D x visible (query, key) pairs.
  *
  *   build/bench_mixed [--json FILE] [--reps N] [--mix NAME] [--schedule] [--workers N]
- *                     [--device-table] [--same-pages] [--trace FILE]
+ *                     [--device-table] [--same-pages]
  *
  * --same-pages: every request reads the first request's pages (a
  * diagnostic: its K/V from L2 where they fit, what DRAM costs the kernels;
  * the requests of a group must not be longer than the first).
- * --trace FILE: with FLASHINFER_CUDA_DEFINES=-DFI_TRACE=65536 (the
- * persistent kernel, or for a prefill-only batch the standalone
- * tensor-core one, records each item's start and end), one eager run per
- * mix traced: CSV rows (mix, worker, KV head, SM, item, rows, k0, k1, start
- * ns, end ns) appended to FILE and a summary printed (trace_run).
  * --device-table: the page table in device memory
  * (fi_plan_config.device_page_table: the kernels that clamp page ids).
  * --schedule: print each mix's schedule (every worker's items, the cost
@@ -38,15 +33,15 @@
  * leaves out: hybrid-decode (600, 1) x 122 and hybrid-wide (10000, 17) x 8
  * (each alone on the whole GPU: what each half costs by itself), and three
  * of bench_decode's cells, decode-16x4096, decode-64x1024 and
- * decode-1x32768 (to trace them; bench_decode times them over several
- * plans), and a short prefill, prefill-32x1024 (32 requests of 1024
- * queries over their 1024 keys: bench_prefill's short cells, to trace).
+ * decode-1x32768 (one plan each, through the mixed path; bench_decode
+ * times them over several plans), and a short prefill, prefill-32x1024 (32
+ * requests of 1024 queries over their 1024 keys: bench_prefill's short
+ * cells).
  */
 #include "flashinfer.h"
-#include "gpu_util.h"
-#include "../util.h"
+#include "../../tests/gpu/gpu_util.h"
+#include "../../tests/util.h"
 #include "core/internal.h" /* --schedule reads the plan's schedule */
-#include "cuda/cuda_backend.h" /* --trace finds the kernel's module */
 
 #include <math.h>
 #include <stdio.h>
@@ -92,7 +87,7 @@ static void print_schedule(const char *name, const fi_plan *plan) {
     const fi_schedule *s = &plan->schedule;
     printf("mix %s: %d items on %d workers (items in flight for splitting: %d), kv_chunk %d, "
            "%d partial rows, %d merge rows; load max %.0f, mean %.0f\n",
-           name, s->num_items, s->num_workers, plan->split_workers, s->kv_chunk,
+           name, s->num_items, s->num_workers, plan->policy.split_workers, s->kv_chunk,
            s->num_partial_rows, s->num_merge_rows, s->max_worker_cost,
            s->total_cost / (s->num_workers > 0 ? s->num_workers : 1));
     for (int32_t w = 0; w < s->num_workers; w++) {
@@ -109,83 +104,6 @@ static void print_schedule(const char *name, const fi_plan *plan) {
     }
 }
 
-/* --trace: one eager run of a build with FLASHINFER_CUDA_DEFINES=-DFI_TRACE=N
- * (the persistent kernel, or the standalone tensor-core one, keeps a record
- * per (item, KV head): worker, head, SM, start and end; work.cuh). Writes the records as CSV and prints where the run's
- * time went: the makespan, how busy the CTA slots were, the items per
- * kind, and how many records had ended by each tenth of the makespan. */
-static int trace_run(fi_plan *plan, const fi_run_args *a, gu_stream s, const char *name,
-                     FILE *csv) {
-    const fi_cuda_plan *ps = plan->backend_state;
-    void *mod = NULL;
-    if (fi_plan_run(plan, a) || GU(gu.CtxSynchronize())) return 1; /* loads the kernel */
-    /* the persistent kernel's form, or (a prefill-only batch) the
-     * standalone tensor-core kernel */
-    const CUfunction fn = ps->last_form ? ps->last_form : ps->attn_tc;
-    for (const fi_cuda_module *m = ps->cc->modules; m; m = m->next)
-        if (fn && m->function == fn) mod = m->module;
-    gu_ptr rec = 0, cnt = 0;
-    size_t rb = 0, cb = 0;
-    if (!mod || gu.ModuleGetGlobal(&rec, &rb, mod, "fi_trace") ||
-        gu.ModuleGetGlobal(&cnt, &cb, mod, "fi_trace_count")) {
-        printf("--trace %s: no traced kernel ran (build it with "
-               "FLASHINFER_CUDA_DEFINES=-DFI_TRACE=65536)\n", name);
-        return 1;
-    }
-    if (GU(gu.MemsetD8(cnt, 0, 4)) || fi_plan_run(plan, a) || GU(gu.StreamSynchronize(s))) return 1;
-    uint32_t n = 0;
-    if (GU(gu.DtoH(&n, cnt, 4))) return 1;
-    if ((size_t)n * 32 > rb) n = (uint32_t)(rb / 32);
-    uint64_t *r = malloc((size_t)n * 32 + 32);
-    if (!r || GU(gu.DtoH(r, rec, (size_t)n * 32))) {
-        free(r);
-        return 1;
-    }
-    uint64_t t0 = UINT64_MAX, t1 = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        t0 = r[4 * i + 2] < t0 ? r[4 * i + 2] : t0;
-        t1 = r[4 * i + 3] > t1 ? r[4 * i + 3] : t1;
-    }
-    const fi_schedule *sc = &plan->schedule;
-    double busy = 0, wide_ns = 0, wide_tiles = 0, dec_ns = 0;
-    int nwide = 0, ndec = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint64_t *x = r + 4 * i;
-        int w = (int)(x[0] >> 32), h = (int)(x[0] >> 16 & 0xffff), sm = (int)(x[0] & 0xffff);
-        int item = (int)(x[1] >> 32), rows = (int)(x[1] & 0xffffffff);
-        const fi_work_item *it = &sc->items[item];
-        double d = (double)(x[3] - x[2]);
-        busy += d;
-        if (rows > FI_CUDA_DTC_MAX_ROWS) { /* the 128-row path's items, in 64-key tiles */
-            nwide++, wide_ns += d;
-            wide_tiles += (it->kv_end - it->kv_start + 63) / 64;
-        } else {
-            ndec++, dec_ns += d;
-        }
-        if (csv)
-            fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%.0f,%.0f\n", name, w, h, sm, item, rows,
-                    (int)it->kv_start, (int)it->kv_end, (double)(x[2] - t0), (double)(x[3] - t0));
-    }
-    double span = (double)(t1 - t0);
-    int slots = ps->cc->sm_count * ps->blocks_per_sm;
-    printf("trace %s: %u records, first start to last end %.1f us; slots busy %.0f%% (%d slots); "
-           "wide items %d: %.1f us each, %.2f us per 64-key tile; small items %d: %.1f us each\n",
-           name, n, span * 1e-3, 100.0 * busy / (span * slots), slots, nwide,
-           nwide ? wide_ns / nwide * 1e-3 : 0.0, wide_tiles > 0 ? wide_ns / wide_tiles * 1e-3 : 0.0,
-           ndec, ndec ? dec_ns / ndec * 1e-3 : 0.0);
-    /* the end time of each 10% of the records, by end */
-    printf("trace %s: records ended by (us):", name);
-    for (int q = 1; q <= 10; q++) {
-        uint64_t lim = t0 + (uint64_t)(span * q / 10);
-        int c = 0;
-        for (uint32_t i = 0; i < n; i++) c += r[4 * i + 3] <= lim;
-        printf(" %.0f:%d", span * q / 10 * 1e-3, c);
-    }
-    printf("\n");
-    free(r);
-    return 0;
-}
-
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -193,7 +111,7 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *json = NULL, *only = NULL, *trace = NULL;
+    const char *json = NULL, *only = NULL;
     int reps = 30, schedule = 0, workers = 0, dtable = 0, same_pages = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -203,7 +121,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device-table")) dtable = 1;
         else if (!strcmp(argv[i], "--same-pages")) same_pages = 1;
-        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
     }
     if (reps < 30) reps = 30;
     /* Q and O for the largest selected mix's queries, no more: filled with
@@ -291,12 +208,6 @@ int main(int argc, char **argv) {
         if (fi_plan_run(plan, &a)) {
             printf("run: %s\n", fi_last_error());
             return 1;
-        }
-        if (trace) {
-            FILE *tf = fopen(trace, "a");
-            int bad = trace_run(plan, &a, bench.s, m->name, tf);
-            if (tf) fclose(tf);
-            if (bad) return 1;
         }
         gu_graph graph = NULL;
         gu_exec ex = NULL;

@@ -1,5 +1,5 @@
 /*
- * bench_decode.c — BENCH.md's paged decode cells on the CUDA backend:
+ * bench_decode.c — the paged decode cells (docs/BENCHMARKS.md) on the CUDA backend:
  * batch {1, 16, 64, 256} x kv_len {1024, 4096, 16384, 32768}, H_qo/H_kv
  * 32/8, d 128, page 16, NHD, bf16, no LSE.
  *
@@ -10,7 +10,7 @@
  * Timing: a CUDA graph of one run per plan, replayed; device events around
  * each replay, median of >= 30 after warm-up; time per run = replay / plans.
  * Bytes = Q + K + V (once per KV head) + O; TB/s decimal; % of the measured
- * device-to-device copy ceiling (4.22 TB/s, BENCH.md).
+ * device-to-device copy ceiling (4.22 TB/s, docs/BENCHMARKS.md).
  *
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
  *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
@@ -30,8 +30,8 @@
  * their order.
  */
 #include "flashinfer.h"
-#include "gpu_util.h"
-#include "../util.h"
+#include "../../tests/gpu/gpu_util.h"
+#include "../../tests/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
     }
     if (reps < 30) reps = 30;
-    /* the cells: BENCH.md's grid, or --cells (any B x L) */
+    /* the cells: the decode grid, or --cells (any B x L) */
     static const int batches[] = {1, 16, 64, 256}, lens[] = {1024, 4096, 16384, 32768};
     int cell_b[64], cell_l[64], ncells = 0, max_b = 1;
     if (cells) {

@@ -1,4 +1,4 @@
-"""gpu_timing.py — the peers' timing, as ours (tests/gpu/bench_*.c): device
+"""gpu_timing.py — the peers' timing, as ours (bench/cuda/bench_*.c): device
 events around each call (or graph replay), warm-up first, median of >= 30.
 Shared by bench_torch.py and bench_flashinfer.py."""
 import torch

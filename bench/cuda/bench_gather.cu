@@ -18,7 +18,7 @@
  *   page    a CTA per worker, 256 threads, 1 CTA per SM, tiles of one page
  *           with every head: K and V each one 32 KB run
  *   flat    the same number of bytes from one run of each cache
- * First, the ceiling the decode targets are stated against (BENCH.md): a
+ * First, the ceiling the decode targets are stated against (docs/BENCHMARKS.md): a
  * device-to-device cudaMemcpy of 2 GiB, bytes read + written, on this
  * machine in this run (the JSON's "d2d copy" row; report_peers.py's %).
  * Last, the depth: the "head" form with 32 to 96 KB of K + V in flight per
@@ -336,7 +336,7 @@ static double time_tma(const CUtensorMap &tk, const CUtensorMap &tv, const int *
     return median_us([&] { f<<<dim3(HKV, workers), 128, smem>>>(tk, tv, di, P, sink); });
 }
 
-/* The ceiling the decode targets are stated against (BENCH.md): a
+/* The ceiling the decode targets are stated against (docs/BENCHMARKS.md): a
  * device-to-device copy of `bytes` from src, bytes read + written. */
 static double copy_ceiling(const char *src, size_t bytes, FILE *jf) {
     char *dst;
