@@ -109,6 +109,8 @@ GPU_FILES = {
     "bench_decode.json": ("decode", "", {"pages": "random", "page_table": "host"}),
     "bench_decode_contig.json": ("decode", "contiguous", {"pages": "contiguous", "page_table": "host"}),
     "bench_decode_dtable.json": ("decode", "device-table", {"pages": "random", "page_table": "device"}),
+    "bench_decode_e4m3.json": ("decode", "", {"pages": "random", "page_table": "host"}),
+    "bench_decode_e5m2.json": ("decode", "", {"pages": "random", "page_table": "host"}),
     "bench_mixed.json": ("mixed", "", {"page_table": "host"}),
     "bench_mixed_dtable.json": ("mixed", "device-table", {"page_table": "device"}),
 }
@@ -148,30 +150,34 @@ def gpu_records(d):
     recs = []
     ceiling = run_ceiling(d)
     ceil = ceiling or COPY_CEILING
-    fi = json_lines(os.path.join(d, "bench_flashinfer.json"))
+    fi = json_lines(os.path.join(d, "bench_flashinfer.json")) + \
+        json_lines(os.path.join(d, "bench_flashinfer_fp8.json"))
     torch = json_lines(os.path.join(d, "bench_torch.json"))
 
-    def decode_peers(pages, b, l):
+    def decode_peers(pages, b, l, kv):
         p = {}
         for r in fi:
             if r.get("workload") == "decode" and r.get("pages") == pages and \
                     (r.get("batch"), r.get("kv_len")) == (b, l) and \
+                    r.get("kv_dtype", "bf16") == kv and \
                     r["peer"] in ("flashinfer-decode-tc", "flashinfer-decode-cc"):
                 p["flashinfer-" + r["peer"][-2:]] = r["us"]
         for r in torch:  # dense K/V
-            if r.get("workload") == "decode" and (r.get("batch"), r.get("kv_len")) == (b, l):
+            if kv == "bf16" and r.get("workload") == "decode" and \
+                    (r.get("batch"), r.get("kv_len")) == (b, l):
                 p[r["peer"].replace("torch-sdpa-", "torch-")] = r["us"]
         return p
 
     for name, (suite, tag, extra) in GPU_FILES.items():
         for r in json_lines(os.path.join(d, name)):
-            sh = shape(r["h_qo"], r["h_kv"], r["d"], r["page"], r["dtype"])
+            kv = r.get("kv_dtype", r["dtype"])  # the K/V dtype (FP8 decode cells)
+            sh = shape(r["h_qo"], r["h_kv"], r["d"], r["page"], kv)
             if suite == "decode":
                 b, l = r["batch"], r["kv_len"]
                 recs.append(record("decode", cell_name(f"{b}x{l}", r["h_qo"], r["h_kv"], r["d"],
-                                                       r["page"], r["dtype"], tag),
+                                                       r["page"], kv, tag),
                                    {**sh, "batch": b, "kv_len": l, "q_len": 1, **extra}, r["us"],
-                                   decode_peers(extra["pages"], b, l),
+                                   decode_peers(extra["pages"], b, l, kv),
                                    {"tb_s": rnd(r["tb_s"], 3), "ceiling_tb_s": ceil,
                                     "pct_ceiling": rnd(100 * r["tb_s"] / ceil, 1)}))
             else:

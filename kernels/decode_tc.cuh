@@ -26,6 +26,14 @@
  * Shared memory: Q [16][DQK], then STAGES x (K [BN][DQK], V [BN][DVO]),
  * 16-bit, rows swizzled as in attention_tc.cuh; the merge reuses the stages.
  *
+ * FP8 K/V (E4M3, E5M2; the decode form only): tiles land as bytes in
+ * STAGES8 FP8 stages (rows of DQK and DVO bytes, unswizzled), so the kernel
+ * reads half the bytes of a 16-bit cache; each thread widens the chunks it
+ * copied itself into one 16-bit tile after the Q block, swizzled as above,
+ * which the MMA then reads as it reads a 16-bit cache's tile. The widening
+ * is exact (every E4M3 and E5M2 value is an f16 and a bf16); the scales
+ * stay out of it (k_scale is in q_scale, v_scale multiplies O at the end).
+ *
  * Included after attention_tc.cuh (whose device functions it uses), which
  * has no include guard.
  */
@@ -47,12 +55,18 @@ constexpr int STAGES_D = (fi_tc::SMEM_BYTES - DQ_BYTES) / STAGE_BYTES;
  * 68 KB at d 128 (the host launches it with room for 3) */
 constexpr int STAGES_D = 2;
 #endif
-constexpr int SMEM_D = DQ_BYTES + STAGES_D * STAGE_BYTES; /* <= the host's (select.c) */
+/* (enumerators: constants the PTX need not hold) FP8 stages: 4, in the
+ * bytes of 3 16-bit stages beside the 16-bit tile */
+enum : int { FP8 = FI_KVT == FI_T_E4M3 || FI_KVT == FI_T_E5M2 };
+enum : int { STAGES8 = 4, STAGE8_BYTES = BN * (DQK + DVO) };
+constexpr int SMEM_D = FP8 ? DQ_BYTES + STAGE_BYTES + STAGES8 * STAGE8_BYTES
+                           : DQ_BYTES + STAGES_D * STAGE_BYTES; /* <= the host's (select.c) */
 /* merge: o [NWARP][16][DVO], m, l [NWARP][16] */
 constexpr int RED_BYTES = 4 * (NWARP * 16 * DVO + 2 * NWARP * 16);
 static_assert(KPW == 16, "one k16 step of P V per warp and tile");
 static_assert(STAGES_D >= 2 && (!FI_TC || SMEM_D <= fi_tc::SMEM_BYTES), "stages");
-static_assert(RED_BYTES <= STAGES_D * STAGE_BYTES, "merge buffer");
+static_assert(RED_BYTES <= SMEM_D - DQ_BYTES, "merge buffer");
+static_assert(!FP8 || !FI_TC, "FP8 K/V: the decode form only");
 /* Q's fragments in registers for the whole item, or (beside the 128-row
  * path) ldmatrix'd from shared memory each tile: in that form ptxas kept
  * the 32 registers of fragments in local memory and reloaded and stored
@@ -65,29 +79,45 @@ static_assert(!fi_v::USER && !fi_v::ELEM_MASK && !TRANSFORM && !ROWS && !fi_v::O
  * key0 + KSTEP, ... (a warp covers whole rows: coalesced). The swizzle of
  * those rows' chunk is the same (KSTEP is a multiple of 8), so the shared
  * addresses are fixed per item and the global ones need one page id and one
- * multiply-add per key. Needs a power-of-two page size (the host checks). */
+ * multiply-add per key. Needs a power-of-two page size (the host checks).
+ * Geo<B8>: the geometry of a 16-bit stage (B8 0: CHK / CHV chunks per
+ * K / V row) or an FP8 one (rows of DQK / 16 and DVO / 16 chunks). */
 constexpr int KSTEP = NT / CH;
 static_assert(KSTEP % 8 == 0, "one swizzle per thread");
-struct Loader {
+template <int B8> struct Geo {
+    enum : int { CHK = B8 ? DQK / 16 : KCH, CHV = B8 ? DVO / 16 : VCH };
+    enum : int { CH = CHK > CHV ? CHK : CHV };
+    enum : int { PER = BN * CH / NT, KSTEP = NT / CH };
+};
+template <int B8> struct Loader {
     const char *kb, *vb;  /* K/V of the item's KV head, this thread's chunk */
     uint32_t kdst, vdst;  /* its offsets in a stage's K and V */
     int ch, key0;
-    int32_t id[PER];      /* page ids of the next tile to load */
+    int32_t id[Geo<B8>::PER]; /* page ids of the next tile to load */
 };
 
-FI_DEV void loader_init(const fi_attn_args &a, const Item &it, Loader &L) {
-    L.ch = threadIdx.x % CH;
-    L.key0 = threadIdx.x / CH;
+template <int B8>
+FI_DEV void loader_init(const fi_attn_args &a, const Item &it, Loader<B8> &L) {
+    using G = Geo<B8>;
+    L.ch = threadIdx.x % G::CH;
+    L.key0 = threadIdx.x / G::CH;
     L.kb = a.k + (int64_t)it.hkv * a.k_head + L.ch * 16;
     L.vb = a.v + (int64_t)it.hkv * a.v_head + L.ch * 16;
-    L.kdst = swz<KCH>(L.key0, L.ch);
-    L.vdst = K_BYTES + swz<VCH>(L.key0, L.ch);
+    if constexpr (B8) { /* FP8 stages: rows as they are */
+        L.kdst = (uint32_t)(L.key0 * DQK + L.ch * 16);
+        L.vdst = (uint32_t)(BN * DQK + L.key0 * DVO + L.ch * 16);
+    } else {
+        L.kdst = swz<KCH>(L.key0, L.ch);
+        L.vdst = K_BYTES + swz<VCH>(L.key0, L.ch);
+    }
 }
 
-FI_DEV void fetch_pages(const fi_attn_args &a, const fi_view &v, const Item &it, int j0, Loader &L) {
+template <int B8>
+FI_DEV void fetch_pages(const fi_attn_args &a, const fi_view &v, const Item &it, int j0, Loader<B8> &L) {
+    using G = Geo<B8>;
 #pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int j = j0 + L.key0 + k * KSTEP;
+    for (int k = 0; k < G::PER; k++) {
+        const int j = j0 + L.key0 + k * G::KSTEP;
         /* raw: clamped where used (load_tile), so nothing waits on the load here */
         L.id[k] = PAGED && j < it.k1 ? __ldg(v.kv_indices + it.kv_base + (j >> a.page_shift)) : 0;
     }
@@ -96,11 +126,13 @@ FI_DEV void fetch_pages(const fi_attn_args &a, const fi_view &v, const Item &it,
 /* Keys [j0, j0 + BN) into the stage at shared address `st` (32-bit
  * arithmetic); keys >= k1 zero-filled (paged: their page id is 0, so the
  * address stays inside the cache). */
-FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0, const Loader &L) {
+template <int B8>
+FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0, const Loader<B8> &L) {
+    using G = Geo<B8>;
     const int mask = a.page_size - 1;
 #pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int j = j0 + L.key0 + k * KSTEP;
+    for (int k = 0; k < G::PER; k++) {
+        const int j = j0 + L.key0 + k * G::KSTEP;
         const bool ok = j < it.k1;
         int64_t ko, vo;
         if constexpr (PAGED) { /* slot x stride < the page stride: 32 bits */
@@ -112,8 +144,59 @@ FI_DEV void load_tile(const fi_attn_args &a, const Item &it, uint32_t st, int j0
             vo = (it.kv_base + (ok ? j : 0)) * a.v_slot;
         }
         const int bytes = ok ? 16 : 0;
-        if (L.ch < KCH) fi_cp_async16_to(st + L.kdst + k * KSTEP * KCH * 16, L.kb + ko, bytes);
-        if (L.ch < VCH) fi_cp_async16_to(st + L.vdst + k * KSTEP * VCH * 16, L.vb + vo, bytes);
+        if (L.ch < G::CHK)
+            fi_cp_async16_to(st + L.kdst + k * G::KSTEP * G::CHK * 16, L.kb + ko, bytes);
+        if (L.ch < G::CHV)
+            fi_cp_async16_to(st + L.vdst + k * G::KSTEP * G::CHV * 16, L.vb + vo, bytes);
+    }
+}
+
+/* Two FP8 values (low 16 bits: element i, then i + 1) as the MMA's 16-bit
+ * pair, exactly: f16 from the conversion instruction (sm_89 on), bf16
+ * through f32. */
+FI_DEV uint32_t widen2(uint32_t two) {
+    uint32_t h;
+#if __CUDA_ARCH__ >= 890
+    const unsigned short b = (unsigned short)two;
+    if constexpr (FI_KVT == FI_T_E4M3) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(b));
+    else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h) : "h"(b));
+#else
+    const bool e4 = FI_KVT == FI_T_E4M3;
+    const float lo = e4 ? fi_e4m3_to_f32(two & 0xffu) : fi_e5m2_to_f32(two & 0xffu);
+    const float hi = e4 ? fi_e4m3_to_f32((two >> 8) & 0xffu) : fi_e5m2_to_f32((two >> 8) & 0xffu);
+    h = pack2<false>(lo, hi);
+#endif
+    if constexpr (!BF16) return h;
+    return pack2<true>(fi_f16_to_f32(h & 0xffffu), fi_f16_to_f32(h >> 16));
+}
+
+/* 16 FP8 values at shared address src as two 16-bit chunks at lo, hi. */
+FI_DEV void widen_chunk(uint32_t src, uint32_t lo, uint32_t hi) {
+    uint32_t w0, w1, w2, w3;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3) : "r"(src));
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(lo), "r"(widen2(w0)),
+                 "r"(widen2(w0 >> 16)), "r"(widen2(w1)), "r"(widen2(w1 >> 16)) : "memory");
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(hi), "r"(widen2(w2)),
+                 "r"(widen2(w2 >> 16)), "r"(widen2(w3)), "r"(widen2(w3 >> 16)) : "memory");
+}
+
+/* The chunks this thread copied into the FP8 stage at st8, widened into the
+ * 16-bit tile at st16 (FP8 chunk c of a row is 16-bit chunks 2c, 2c + 1).
+ * Its own copies: visible to it after its wait, with no barrier. Nothing
+ * for 16-bit stages (B8 0), which the MMA reads as they land. */
+template <int B8>
+FI_DEV void widen_tile(uint32_t st8, uint32_t st16, const Loader<B8> &L) {
+    using G = Geo<B8>;
+#pragma unroll
+    for (int k = 0; k < (B8 ? G::PER : 0); k++) {
+        const int key = L.key0 + k * G::KSTEP;
+        if (L.ch < G::CHK)
+            widen_chunk(st8 + L.kdst + k * G::KSTEP * DQK, st16 + swz<KCH>(key, 2 * L.ch),
+                        st16 + swz<KCH>(key, 2 * L.ch + 1));
+        if (L.ch < G::CHV)
+            widen_chunk(st8 + L.vdst + k * G::KSTEP * DVO, st16 + K_BYTES + swz<VCH>(key, 2 * L.ch),
+                        st16 + K_BYTES + swz<VCH>(key, 2 * L.ch + 1));
     }
 }
 
@@ -137,25 +220,30 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
     uint32_t qa[Q_REGS ? DQK / 16 : 1][4];
 
     load_q<16>(a, it, 0, qs);
-    Loader P;
+    /* the stages the copies land in: 16-bit ones the MMA reads, or (FP8)
+     * byte stages after the one 16-bit tile at kvs */
+    constexpr int NS = FP8 ? STAGES8 : STAGES_D, SB = FP8 ? STAGE8_BYTES : STAGE_BYTES;
+    const uint32_t st_a = FP8 ? kvs_a + STAGE_BYTES : kvs_a;
+    Loader<FP8> P;
     loader_init(a, it, P);
     fetch_pages(a, v, it, it.k0, P);
 #pragma unroll
-    for (int s = 0; s < STAGES_D - 1; s++) {
+    for (int s = 0; s < NS - 1; s++) {
         if (s < ntiles) {
-            load_tile(a, it, kvs_a + s * STAGE_BYTES, it.k0 + s * BN, P);
+            load_tile(a, it, st_a + s * SB, it.k0 + s * BN, P);
             fetch_pages(a, v, it, it.k0 + (s + 1) * BN, P);
         }
         fi_cp_async_commit();
     }
     for (int t = 0; t < ntiles; t++) {
-        const int tn = t + STAGES_D - 1;
+        const int tn = t + NS - 1;
         if (tn < ntiles) {
-            load_tile(a, it, kvs_a + (tn % STAGES_D) * STAGE_BYTES, it.k0 + tn * BN, P);
+            load_tile(a, it, st_a + (tn % NS) * SB, it.k0 + tn * BN, P);
             fetch_pages(a, v, it, it.k0 + (tn + 1) * BN, P);
         }
         fi_cp_async_commit();
-        fi_cp_async_wait<STAGES_D - 1>();
+        fi_cp_async_wait<NS - 1>();
+        if constexpr (FP8) widen_tile(st_a + (t % NS) * SB, kvs_a, P);
         __syncthreads();
         if (Q_REGS && t == 0) { /* Q landed with tile 0 */
 #pragma unroll
@@ -164,7 +252,8 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
                         qa[kk][2], qa[kk][3]);
         }
         const int j0 = it.k0 + t * BN, kw = warp * KPW;
-        const uint32_t ks_a = kvs_a + (t % STAGES_D) * STAGE_BYTES, vs_a = ks_a + K_BYTES;
+        const uint32_t ks_a = FP8 ? kvs_a : kvs_a + (t % STAGES_D) * STAGE_BYTES;
+        const uint32_t vs_a = ks_a + K_BYTES;
         /* S = Q K^T for this warp's 16 keys */
         float s[2][4];
 #pragma unroll

@@ -1211,6 +1211,25 @@ static void suite_dtype(backend *be) {
                 c.quick = every(5);
                 submit(c);
             }
+    /* FP8 K/V across head dims and GQA groups (1 to 16), paged and ragged,
+     * decode and mixed batches: the decode path (on CUDA, decode version 3
+     * widening the FP8 tiles) and the prefill path beside it */
+    struct { int32_t dqk, dvo, hq, hkv; } f8[] = {
+        {64, 64, 8, 1}, {128, 128, 8, 8}, {128, 64, 16, 1}, {64, 128, 8, 2}, {128, 128, 14, 2}};
+    for (size_t i = 0; i < sizeof f8 / sizeof f8[0]; i++)
+        for (int e = 0; e < 2; e++)
+            for (int s = 0; s < 2; s++) {
+                case_spec c = default_spec("dtype", be);
+                c.dqk = f8[i].dqk; c.dvo = f8[i].dvo; c.hq = f8[i].hq; c.hkv = f8[i].hkv;
+                c.q_dt = c.o_dt = e ? FI_DTYPE_F16 : FI_DTYPE_BF16;
+                c.kv_dt = e ? FI_DTYPE_E5M2 : FI_DTYPE_E4M3;
+                c.k_scale = e ? 0.25f : 0.5f; c.v_scale = e ? 0.5f : 2.0f;
+                c.mask = s ? FI_MASK_CAUSAL : FI_MASK_NONE;
+                c.format = i % 2 ? FI_KV_FORMAT_RAGGED : FI_KV_FORMAT_PAGED;
+                c.shape = s ? "mixed" : "decode";
+                c.quick = every(4);
+                submit(c);
+            }
 }
 
 static void suite_headdim(backend *be) {

@@ -1,7 +1,8 @@
 /*
  * bench_decode.c — the paged decode cells (docs/BENCHMARKS.md) on the CUDA backend:
  * batch {1, 16, 64, 256} x kv_len {1024, 4096, 16384, 32768}, H_qo/H_kv
- * 32/8, d 128, page 16, NHD, bf16, no LSE.
+ * 32/8, d 128, page 16, NHD, bf16 (or --kv-dtype e4m3|e5m2: FP8 K/V with
+ * scales 0.5 and 2, bf16 Q and O), no LSE.
  *
  * Pages are drawn at random from a pool of random values (never zeros): 4
  * GiB, or the largest cell's pages; a batch never holds a page twice
@@ -15,6 +16,7 @@
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
  *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
  *                      [--split N] [--device-table] [--hnd] [--pool PAGES]
+ *                      [--kv-dtype bf16|e4m3|e5m2]
  * --contiguous: the requests' pages are consecutive runs, back to back (as
  * FlashInfer's benchmarks lay them out), instead of pages drawn at random.
  * --cells: any cells B x L (not only the grid above).
@@ -59,6 +61,7 @@ int main(int argc, char **argv) {
     int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0, split = 0, dtable = 0;
     int hnd = 0, pool_pages = POOL;
     const char *cells = NULL;
+    fi_dtype kvt = FI_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -71,7 +74,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pool") && i + 1 < argc) pool_pages = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
+        else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc) {
+            const char *t = argv[++i];
+            kvt = !strcmp(t, "e4m3") ? FI_DTYPE_E4M3 : !strcmp(t, "e5m2") ? FI_DTYPE_E5M2
+                  : !strcmp(t, "bf16") ? FI_DTYPE_BF16 : FI_DTYPE_F32;
+            if (kvt == FI_DTYPE_F32) {
+                printf("--kv-dtype: expected bf16, e4m3 or e5m2, got '%s'\n", t);
+                return 1;
+            }
+        }
     }
+    const int kvb = kvt == FI_DTYPE_BF16 ? 2 : 1; /* bytes per K/V element */
     if (reps < 30) reps = 30;
     /* the cells: the decode grid, or --cells (any B x L) */
     static const int batches[] = {1, 16, 64, 256}, lens[] = {1024, 4096, 16384, 32768};
@@ -105,17 +118,23 @@ int main(int argc, char **argv) {
     }
     gu_bench bench;
     char what[96];
-    snprintf(what, sizeof what, "%spages %s, pool of %d", hnd ? "HND, " : "",
-             contiguous ? "contiguous per request" : "random", (int)pool);
+    snprintf(what, sizeof what, "%s%spages %s, pool of %d", kvb == 1 ? "FP8 K/V, " : "",
+             hnd ? "HND, " : "", contiguous ? "contiguous per request" : "random", (int)pool);
     int st = gu_bench_init(&bench, (size_t)max_b * HQ * D * 2, (size_t)pool * PS * HKV * D * 2, 42,
                            what);
     if (st) return st < 0;
+    /* FP8: the pools' first halves hold random FP8 values instead */
+    size_t kv8 = (size_t)pool * PS * HKV * D;
+    if (kvb == 1 && (gu_fill_random_fp8(bench.k, kv8, kvt, &bench.rng) ||
+                     gu_fill_random_fp8(bench.v, kv8, kvt, &bench.rng)))
+        return 1;
     fi_context *ctx = bench.ctx;
     tu_rng rng = bench.rng;
     gu_ptr dk = bench.k, dv = bench.v, dq = bench.q, dout = bench.o;
     gu_stream s = bench.s;
     fi_attention_params p = gu_bench_params(HQ, HKV, D, PS);
     if (hnd) p.kv_layout = FI_KV_LAYOUT_HND;
+    if (kvb == 1) p.kv_dtype = kvt, p.k_scale = 0.5f, p.v_scale = 2.0f;
     int64_t ks[4] = {pool, hnd ? HKV : PS, hnd ? PS : HKV, D};
 
     FILE *jf = json ? fopen(json, "w") : NULL;
@@ -128,7 +147,7 @@ int main(int argc, char **argv) {
             int B = cell_b[ci], L = cell_l[ci];
             if ((only_b && B != only_b) || (only_l && L != only_l)) continue;
             int pages = L / PS;
-            double bytes = 2.0 * B * HQ * D * 2 + 2.0 * B * (double)L * HKV * D * 2;
+            double bytes = 2.0 * B * HQ * D * 2 + 2.0 * B * (double)L * HKV * D * kvb;
             int R = (int)ceil(300e6 / bytes);
             if (R < 1) R = 1;
             if (R > MAXPLANS) R = MAXPLANS;
@@ -175,8 +194,8 @@ int main(int argc, char **argv) {
             int64_t qs[3] = {B, HQ, D};
             a.q = fi_tensor_contiguous((void *)(uintptr_t)dq, FI_DTYPE_BF16, 3, qs);
             a.o = fi_tensor_contiguous((void *)(uintptr_t)dout, FI_DTYPE_BF16, 3, qs);
-            a.k = fi_tensor_contiguous((void *)(uintptr_t)dk, FI_DTYPE_BF16, 4, ks);
-            a.v = fi_tensor_contiguous((void *)(uintptr_t)dv, FI_DTYPE_BF16, 4, ks);
+            a.k = fi_tensor_contiguous((void *)(uintptr_t)dk, kvt, 4, ks);
+            a.v = fi_tensor_contiguous((void *)(uintptr_t)dv, kvt, 4, ks);
             a.stream = s;
             /* eager runs first: orders `s` after every plan's upload */
             for (int r = 0; r < R; r++)
@@ -210,10 +229,11 @@ int main(int argc, char **argv) {
                 fprintf(jf,
                         "{\"workload\":\"decode\",\"batch\":%d,\"kv_len\":%d,\"h_qo\":%d,"
                         "\"h_kv\":%d,\"d\":%d,\"page\":%d,\"layout\":\"%s\",\"dtype\":\"bf16\","
-                        "\"us\":%.2f,"
+                        "\"kv_dtype\":\"%s\",\"us\":%.2f,"
                         "\"tb_s\":%.3f,\"bytes\":%.0f,\"plans\":%d,\"items\":%d,\"split_items\":%d,"
                         "\"plan_update_us\":%.1f,\"reps\":%d}\n",
-                        B, L, HQ, HKV, D, PS, hnd ? "HND" : "NHD", us, tbs, bytes, R,
+                        B, L, HQ, HKV, D, PS, hnd ? "HND" : "NHD", fi_dtype_name(kvt), us, tbs,
+                        bytes, R,
                         info.num_items, info.num_split_items, upd[R / 2], reps);
             free(ms);
             gu.GraphExecDestroy(ex);

@@ -25,7 +25,7 @@ around each replay, median of 30 after warm-up (eager events where a capture
 is refused, noted in the output). Bytes and FLOPs as ours. One JSON line per
 measurement to --json.
 
-  bench_flashinfer.py [--json FILE] [--decode] [--contiguous] [--prefill]
+  bench_flashinfer.py [--json FILE] [--decode [--kv-dtype e4m3|e5m2]] [--contiguous] [--prefill]
                       [--mixed [--mix NAME]] [--fa3] [--cells 1x1024,...]
   bench_flashinfer.py --warm decode|prefill|attention|fa3
       build (JIT) one FlashInfer module on a tiny problem, then exit: run
@@ -119,15 +119,25 @@ def kv_pool(pages):
 # ------------------------------------------------------------------ decode
 
 
-def bench_decode(cells, contiguous, kv):
+FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def bench_decode(cells, contiguous, kv, kv_dtype="bf16"):
+    """FP8 (--kv-dtype e4m3|e5m2): the caches cast to it (values in [-1, 1)),
+    k_scale 0.5 and v_scale 2 as bench_decode.c's."""
     k, v = kv
+    kvt, scales = BF16, {}
+    if kv_dtype in FP8:
+        kvt, scales = FP8[kv_dtype], {"k_scale": 0.5, "v_scale": 2.0}
+        k, v = k.to(kvt), v.to(kvt)
+    kvb = 2 if kvt == BF16 else 1
     gen = torch.Generator().manual_seed(7)
     layout = "contiguous" if contiguous else "random"
     for B in DECODE_B:
         for L in DECODE_L:
             if cells and f"{B}x{L}" not in cells:
                 continue
-            nbytes = 2.0 * B * HQ * D * 2 + 2.0 * B * L * HKV * D * 2
+            nbytes = 2.0 * B * HQ * D * 2 + 2.0 * B * L * HKV * D * kvb
             R = max(1, min(16, math.ceil(300e6 / nbytes)))
             q = rand_bf16(B, HQ, D)
             o = torch.empty_like(q)
@@ -139,22 +149,25 @@ def bench_decode(cells, contiguous, kv):
                     wrappers = []
                     for indptr, indices, last in tables:
                         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws(), "NHD", use_tensor_cores=tc)
-                        w.plan(indptr, indices, last, HQ, HKV, D, PS, q_data_type=BF16, kv_data_type=BF16)
+                        w.plan(indptr, indices, last, HQ, HKV, D, PS, q_data_type=BF16, kv_data_type=kvt)
                         wrappers.append(w)
-                    us, mode = time_replay([lambda w=w: w.run(q, (k, v), out=o) for w in wrappers])
+                    us, mode = time_replay([lambda w=w: w.run(q, (k, v), out=o, **scales)
+                                            for w in wrappers])
                     assert torch.isfinite(o[:, :4].float()).all(), "non-finite output"
                 except Exception as e:
                     print(f"{name} {B}x{L}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                     continue
                 tbs = nbytes / (us * 1e-6) / 1e12
                 emit({"peer": name, "workload": "decode", "pages": layout, "batch": B, "kv_len": L,
-                      "us": round(us, 2), "tb_s": round(tbs, 3), "plans": R, "timing": mode})
+                      "kv_dtype": kv_dtype, "us": round(us, 2), "tb_s": round(tbs, 3), "plans": R,
+                      "timing": mode})
                 if best is None or us < best[0]:
                     best = (us, tbs, name)
                 del wrappers
             if best:
                 emit({"peer": "flashinfer-decode", "workload": "decode", "pages": layout, "batch": B,
-                      "kv_len": L, "us": round(best[0], 2), "tb_s": round(best[1], 3),
+                      "kv_len": L, "kv_dtype": kv_dtype, "us": round(best[0], 2),
+                      "tb_s": round(best[1], 3),
                       "pct_ceiling": round(100 * best[1] * 1e12 / CEILING, 1), "path": best[2]})
             torch.cuda.empty_cache()
 
@@ -310,7 +323,7 @@ def main():
     if "--mixed" in a:
         bench_mixed(kv, a[a.index("--mix") + 1] if "--mix" in a else None)
     if "--decode" in a:
-        bench_decode(cells, False, kv)
+        bench_decode(cells, False, kv, a[a.index("--kv-dtype") + 1] if "--kv-dtype" in a else "bf16")
     if "--prefill" in a:
         bench_prefill(["fa2"] + (["fa3"] if "--fa3" in a else []), cells)
     if "--decode" in a and "--contiguous" in a:

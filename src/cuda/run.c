@@ -171,12 +171,14 @@ static fi_status launch_one(const fi_cuda_ctx *cc, CUfunction fn, unsigned gx, u
 static fi_cuda_form choose_form(const fi_plan *plan, const fi_cuda_plan *ps,
                                 const fi_attn_args *a) {
     if (!ps->fn[FI_CUDA_FORM_PERSIST]) return FI_CUDA_FORM_COUNT;
-    if (ps->decode_tc && !(a->kv_vec_ok && a->page_shift >= 0 && slots_fit(a, plan)))
-        return FI_CUDA_FORM_COUNT;
+    const bool dtc_ok = a->kv_vec_ok && a->page_shift >= 0 && slots_fit(a, plan);
+    if (ps->decode_tc && !dtc_ok) return FI_CUDA_FORM_COUNT;
     const bool all_tc = ps->has_tc_items && !ps->has_cc_items &&
                         !(ps->decode_tc && !ps->has_wide_items); /* 16-row items: decode v3 */
     if (ps->prefill_separate && all_tc && a->tc_min_rows > 0) return FI_CUDA_FORM_COUNT;
-    if (ps->fn[FI_CUDA_FORM_PERSIST_DECODE] && !ps->has_wide_items)
+    /* (FP8 K/V: the full form runs on CUDA cores, and takes the runs decode
+     * version 3 cannot) */
+    if (ps->fn[FI_CUDA_FORM_PERSIST_DECODE] && !ps->has_wide_items && dtc_ok)
         return FI_CUDA_FORM_PERSIST_DECODE;
     if (ps->mixed_form) return FI_CUDA_FORM_PERSIST_MIXED;
     return FI_CUDA_FORM_PERSIST;

@@ -21,18 +21,29 @@ static bool tc_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
     return dt && dims && c->pos != FI_POS_ROPE_LLAMA;
 }
 
-/* Decode version 3 (decode_tc.cuh) for the persistent kernel's small items:
- * the tensor-core configurations without a custom mask, a logit transform
- * or a user variant. */
+/* Decode version 3 (decode_tc.cuh): 16-bit Q with K/V of its dtype or FP8
+ * (widened in the kernel), head dims 64 or 128, without a custom mask, a
+ * position encoding, a logit transform or a user variant. */
+static bool dtc_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
+    if (t->kernels == FI_CUDA_KERNELS_CUDA_CORES) return false;
+    const bool q16 = c->qt == FI_DTYPE_F16 || c->qt == FI_DTYPE_BF16;
+    const bool kv = c->kvt == c->qt || c->kvt == FI_DTYPE_E4M3 || c->kvt == FI_DTYPE_E5M2;
+    const bool dims = (c->dqk == 64 || c->dqk == 128) && (c->dvo == 64 || c->dvo == 128);
+    return q16 && kv && dims && c->mask != FI_MASK_CUSTOM && !c->softcap &&
+           c->pos == FI_POS_NONE && !c->vname;
+}
+
+/* The persistent kernel's full form runs its small items on decode version
+ * 3 beside its tensor-core path. */
 static bool decode_tc_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
-    return tc_supported(c, t) && c->mask != FI_MASK_CUSTOM && !c->softcap &&
-           c->pos != FI_POS_ALIBI && !c->vname;
+    return tc_supported(c, t) && dtc_supported(c, t);
 }
 
 /* The decode form, decode version 3 alone (without the full form's register
- * spills): where a GQA group's rows fit one m16 tile. */
+ * spills; FP8 K/V: the only tensor-core path): where a GQA group's rows fit
+ * one m16 tile. */
 static bool decode_form_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
-    return t->kernels != FI_CUDA_KERNELS_FULL_FORM && decode_tc_supported(c, t) &&
+    return t->kernels != FI_CUDA_KERNELS_FULL_FORM && dtc_supported(c, t) &&
            c->group <= FI_CUDA_DTC_MAX_ROWS;
 }
 
@@ -58,7 +69,8 @@ static int persist_smem(const fi_attn_config *c, bool tc) {
 }
 
 /* A 16-row Q tile + 3 stages of 64 keys of K and V, 16-bit (decode_tc.cuh
- * uses two; the room for a third still leaves two CTAs per SM). */
+ * uses two; the room for a third still leaves two CTAs per SM; FP8 K/V: one
+ * 16-bit tile and four FP8 stages, the same bytes). */
 static int decode_smem(const fi_attn_config *c) {
     return 16 * c->dqk * 2 + 3 * 64 * (c->dqk + c->dvo) * 2;
 }
@@ -89,7 +101,7 @@ void fi_cuda_select(const fi_attn_config *c, int64_t max_rows, const fi_cuda_tun
             fi_cuda_persist_spec(c, 0, 1, row(sel, FI_CUDA_FORM_PERSIST_DECODE, decode_smem(c)));
             /* beside the decode form, for batches of mostly decode work
              * whose wide items would spill in the 128-row full form */
-            if (full.tc_block != 64) {
+            if (tc && full.tc_block != 64) {
                 fi_attn_config mixed = *c;
                 mixed.tc_block = 64;
                 fi_cuda_persist_spec(&mixed, 1, 1,

@@ -169,6 +169,31 @@ static inline int gu_fill_random_bf16(gu_ptr dst, size_t bytes, tu_rng *rng) {
     return 0;
 }
 
+/* Fill `bytes` of device memory with random FP8 values of `dtype` (E4M3 or
+ * E5M2) in (-2, 2): a random sign, exponent and mantissa below the format's
+ * exponent bias + 1, never a NaN or infinity (the same repeated block as
+ * gu_fill_random_bf16). */
+static inline int gu_fill_random_fp8(gu_ptr dst, size_t bytes, fi_dtype dtype, tu_rng *rng) {
+    size_t block = (size_t)64 << 20;
+    uint8_t *h = malloc(block + 4096);
+    if (!h) return -1;
+    const int e4 = dtype == FI_DTYPE_E4M3, mbits = e4 ? 3 : 2, ebias = e4 ? 7 : 15;
+    for (size_t i = 0; i < block + 4096; i++) {
+        const int32_t r = tu_rng_int(rng, 0, INT32_MAX);
+        const int sign = r & 1, e = (r >> 1) % (ebias + 1), m = (r >> 8) & ((1 << mbits) - 1);
+        h[i] = (uint8_t)(sign << 7 | e << mbits | m);
+    }
+    for (size_t at = 0, k = 0; at < bytes; at += block, k++) {
+        size_t n = bytes - at < block ? bytes - at : block;
+        if (GU(gu.HtoD(dst + at, (const char *)h + (k * 64) % 4096, n))) {
+            free(h);
+            return -1;
+        }
+    }
+    free(h);
+    return 0;
+}
+
 /* The page ids of a batch whose request i holds entries [kv_indptr[i],
  * kv_indptr[i+1]) of `indices`: no page twice in a batch, as a serving
  * engine's requests own their pages (pages shared across requests would

@@ -218,6 +218,11 @@ if [ "$BENCH" = 1 ]; then
     if [ "$DECODE" = 1 ]; then
         stamp "decode benchmark (the decode cells)"
         ./build/bench_decode --json "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
+        stamp "decode benchmark, FP8 K/V (E4M3, E5M2)"
+        for t in e4m3 e5m2; do
+            ./build/bench_decode --kv-dtype $t --json "$OUT/bench_decode_$t.json" 2>&1 \
+                | tee "$OUT/bench_decode_$t.log" | grep -v "^|" || status=1
+        done
         stamp "decode benchmark, contiguous pages per request (FlashInfer's benchmark layout)"
         ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
             | tee "$OUT/bench_contig.log" | grep -v "^|"
@@ -258,6 +263,15 @@ if [ "$BENCH" = 1 ]; then
             $([ "$DECODE" = 1 ] && echo --decode --contiguous) \
             --json "$OUT/bench_flashinfer.json" > "$OUT/bench_flashinfer.log" 2>&1
         grep -v "^{" "$OUT/bench_flashinfer.log" | head -30
+        if [ "$DECODE" = 1 ]; then
+            stamp "FlashInfer on the decode cells, FP8 K/V"
+            for t in e4m3 e5m2; do
+                python3 bench/cuda/bench_flashinfer.py --decode --kv-dtype $t --json "$OUT/fi_$t.json" \
+                    > "$OUT/bench_flashinfer_$t.log" 2>&1
+                grep -v "^{" "$OUT/bench_flashinfer_$t.log" | head -20
+            done
+            cat "$OUT"/fi_e4m3.json "$OUT"/fi_e5m2.json > "$OUT/bench_flashinfer_fp8.json" 2>/dev/null
+        fi
     fi
 fi
 if [ "$BENCH" = 1 ] && [ "$VARIANTS" = 1 ]; then
