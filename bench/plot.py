@@ -86,12 +86,15 @@ def plots(platform, recs, out):
         return [r for r in recs if r["suite"] == suite and
                 all(r["params"].get(k) == v for k, v in kv.items())]
 
-    dec = [r for r in sel("decode", pages="random", page_table="host")
-           if "pos_encoding" not in r["params"]]
-    figure([([r for r in dec if r["params"]["batch"] == b], lambda r: r["params"]["kv_len"],
-             f"batch {b}", "kv_len") for b in sorted({r["params"]["batch"] for r in dec})],
-           f"{platform}: decode, random pages, 32/8 heads, d 128, page 16, bf16",
-           os.path.join(out, f"{platform}-decode.png"))
+    for kv in ("bf16", "e4m3"):
+        dec = [r for r in sel("decode", pages="random", page_table="host", kv_dtype=kv)
+               if "pos_encoding" not in r["params"]]
+        if not dec:
+            continue
+        figure([([r for r in dec if r["params"]["batch"] == b], lambda r: r["params"]["kv_len"],
+                 f"batch {b}", "kv_len") for b in sorted({r["params"]["batch"] for r in dec})],
+               f"{platform}: decode, random pages, 32/8 heads, d 128, page 16, {kv} K/V",
+               os.path.join(out, f"{platform}-decode{'' if kv == 'bf16' else '-' + kv}.png"))
     pre = [r for r in sel("prefill", causal=True) if "pos_encoding" not in r["params"]]
     figure([([r for r in pre if bool(r["params"]["page_size"]) == paged], lambda r: r["params"]["q_len"],
              "paged KV (page 16)" if paged else "ragged KV",

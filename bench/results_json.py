@@ -460,14 +460,15 @@ def tables(recs, suite):
         return sorted(g, key=key) if key else g
 
     if suite == "decode":
+        def dkey(r):
+            p = r["params"]
+            return (p.get("pages"), p.get("page_table"), p.get("pos_encoding"), p.get("kv_dtype"))
         keys = []
         for r in rs:
-            k = (r["params"].get("pages"), r["params"].get("page_table"), r["params"].get("pos_encoding"))
-            if k not in keys:
-                keys.append(k)
-        for pages, tab, pos in keys:
-            g = group(lambda r: (r["params"].get("pages"), r["params"].get("page_table"),
-                                 r["params"].get("pos_encoding")) == (pages, tab, pos),
+            if dkey(r) not in keys:
+                keys.append(dkey(r))
+        for pages, tab, pos, kv in keys:
+            g = group(lambda r: dkey(r) == (pages, tab, pos, kv),
                       key=lambda r: (r["params"]["batch"], r["params"]["kv_len"]))
             if pos:
                 head = ["batch", "kv_len", "ours (fused variant) us", "no RoPE us",
@@ -483,7 +484,9 @@ def tables(recs, suite):
             rows = [[str(r["params"]["batch"]), str(r["params"]["kv_len"]), f(r["ours_us"]),
                      f(r["metric"].get("tb_s"), "%.2f"), f(r["metric"].get("pct_ceiling"), "%.1f%%")]
                     + pc(r) for r in g]
-            out.append(md_table(f"Decode, {pages} pages, page table in {tab} memory", head, rows, g))
+            kvs = "" if kv in (None, "bf16") else f", {kv.upper()} K/V (bf16 Q)"
+            out.append(md_table(f"Decode, {pages} pages, page table in {tab} memory{kvs}", head,
+                                rows, g))
     elif suite == "prefill":
         g = group(lambda r: "density" not in r["params"] and "pos_encoding" not in r["params"],
                   key=lambda r: (r["params"]["page_size"] == 0, -r["params"]["batch"]))
