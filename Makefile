@@ -1,7 +1,7 @@
 # flashinfer.c — plain make build.
 #   make            library (static + shared), the `fi` tool, the tests
 #   make demo       build and run `fi demo`
-#   make test       build and run every test
+#   make test       build and run every test (make test-quick: the --quick subset)
 #   make sanitize   the test suite under AddressSanitizer + UBSan
 #   make install    PREFIX=/usr/local
 #   make aot        the library with the common CUDA kernels compiled ahead of
@@ -73,9 +73,20 @@ GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/%)
 CUDA_BENCH_SRC := $(wildcard bench/cuda/bench_*.c)
 CUDA_BENCH_BIN := $(CUDA_BENCH_SRC:bench/cuda/%.c=$(BUILD)/%)
 
-.PHONY: all lib test demo sanitize install clean bench gpu aot stub
+.PHONY: all lib test test-quick demo sanitize tsan fuzz install clean bench gpu aot stub
 all: lib $(TOOL_BIN) $(TEST_BIN) $(BENCH_BIN) $(GPU_BIN) $(CUDA_BENCH_BIN) $(EXAMPLE_BIN)
 lib: $(STATIC) $(SHARED)
+
+# The objects of programs (tests/test_*.o, bench/, examples/) are made by
+# pattern rules alone, which makes them intermediate files that make deletes
+# after linking; every target is kept instead, so a second build compiles
+# nothing.
+.SECONDARY:
+
+# make test and make demo build in parallel, one job per core, unless make
+# was given -j itself (a -j in a sub-make would reset the jobserver).
+NPROC := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+PARALLEL = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC))
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -172,18 +183,70 @@ $(BUILD)/stub/libcuda.so.1: tests/gpu/stub/libcuda.c
 stub: $(BUILD)/stub/libcuda.so.1
 
 # The demo: a CPU serving step, checked against its own fp64 reference.
-demo: $(TOOL_BIN)
+demo:
+	@$(MAKE) --no-print-directory $(PARALLEL) $(TOOL_BIN)
 	$(TOOL_BIN) demo
 
-# Every test. FI_TEST_ARGS passes filters to the harness (see tests/README.md).
-test: $(TEST_BIN)
-	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t $(FI_TEST_ARGS); done
+# Every test: the programs built in parallel, then run one after another by
+# tests/run.sh (a line per program with its counts and time, the output of
+# a failing one, the reasons for skips, and "total: N passed, N failed, N
+# skipped" last); each output in $(BUILD)/test-logs/. tests/test_cli.sh
+# checks the `fi` tool. FI_TEST_ARGS passes options to every program
+# (tests/README.md), FI_TEST_VERBOSE=1 shows every output.
+test:
+	@$(MAKE) --no-print-directory $(PARALLEL) $(TEST_BIN) $(TOOL_BIN)
+	@FI=$(TOOL_BIN) sh tests/run.sh $(BUILD)/test-logs $(TEST_BIN) tests/test_cli.sh
+
+# The representative subset of every test program (some 20 s on 2 cores).
+test-quick:
+	@$(MAKE) --no-print-directory test FI_TEST_ARGS="--quick"
 
 sanitize:
 	$(MAKE) BUILD=build-san OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS="-lm -pthread -ldl -fsanitize=address,undefined" \
 	  FI_TEST_ARGS="--quick" test
+
+# The concurrency tests under ThreadSanitizer: tests/test_threads.c (separate
+# contexts, one shared CPU context, one plan refused to a second thread) and
+# the per-thread messages of test_bad_input. A reported race fails it.
+TSAN_BUILD ?= build-tsan
+tsan:
+	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) OPT=-O1 CFLAGS="-O1 -g -fsanitize=thread" \
+	  LDLIBS="-lm -pthread -ldl -fsanitize=thread" $(TSAN_BUILD)/test_threads $(TSAN_BUILD)/test_bad_input
+	TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/test_threads $(FI_TEST_ARGS)
+	TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/test_bad_input --filter lifecycle/last_error_per_thread
+
+# Fuzzing (tests/README.md, "Fuzzing"): the libFuzzer targets of tests/fuzz/,
+# built by clang with ASan + UBSan, each run for FUZZ_SECONDS from its seed
+# corpus tests/fuzz/corpus/<target> (what it finds new goes to
+# $(FUZZ_BUILD)/corpus/<target>); FUZZ_TARGETS picks some. A finding stops
+# it, with the input saved as $(FUZZ_BUILD)/<target>-crash-*.
+FUZZ_SECONDS ?= 20
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_TARGETS ?= $(FUZZ_SRC:tests/fuzz/%.c=%)
+FUZZ_CFLAGS := -O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined \
+               -fno-omit-frame-pointer
+FUZZ_RUN := -max_len=4096 -rss_limit_mb=2048 -malloc_limit_mb=1048576 -timeout=60 -print_final_stats=1
+$(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%): $(BUILD)/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/fuzz.o \
+                                       $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) $(BASE_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+fuzz:
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT=-O1 CFLAGS="$(FUZZ_CFLAGS)" \
+	  LDLIBS="-lm -pthread -ldl -fsanitize=address,undefined" $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  echo "== $$t: $(FUZZ_SECONDS) s"; \
+	  if ! ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=256 $(FUZZ_BUILD)/$$t $(FUZZ_RUN) \
+	      -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+	      $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t > $(FUZZ_BUILD)/$$t.log 2>&1; then \
+	    tail -40 $(FUZZ_BUILD)/$$t.log; \
+	    echo "FAIL $$t: $(FUZZ_BUILD)/$$t.log; rerun the input: $(FUZZ_BUILD)/$$t <file>"; exit 1; \
+	  fi; \
+	  grep -hE "^stat::(number_of_executed_units|new_units_added|peak_rss_mb)" $(FUZZ_BUILD)/$$t.log | \
+	    tr '\n' ' '; echo; \
+	done
 
 bench: $(BENCH_BIN) $(CUDA_BENCH_BIN)
 
@@ -198,6 +261,6 @@ install: lib $(TOOL_BIN)
 	  flashinfer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashinfer.pc
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

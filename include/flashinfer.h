@@ -19,11 +19,41 @@
  *    written in a comment right above it.
  *  - Plan/run: a plan is made once per batch (fi_plan_update) from the batch
  *    metadata and reused by fi_plan_run for every layer.
- *  - Threads: a context and its plans are used by one thread at a time;
- *    separate contexts may run concurrently.
+ *  - Threads: an object (context, plan, cascade, block-sparse) is used by
+ *    one thread at a time; separate contexts may run concurrently. On the
+ *    CPU, different plans (cascades, block-sparse objects) of one context
+ *    may also be used from several threads at once: their runs and the ops
+ *    are serialised by the context's thread pool. A call on an object that
+ *    another thread is inside is refused (FI_STATUS_INVALID_ARGUMENT, "in
+ *    use by another call"), as far as it is seen: the check is atomic, the
+ *    misuse still is one.
+ *  - Handles and destroy order: destroy plans, cascades and block-sparse
+ *    objects before their context. A context destroyed while objects made
+ *    on it live is only marked destroyed: every call on it or on them is
+ *    refused with FI_STATUS_INVALID_ARGUMENT (their destroy functions still
+ *    work), and its memory is freed by the last of them. A call with a
+ *    destroyed handle, or one of another kind, is refused with
+ *    FI_STATUS_INVALID_ARGUMENT ("not a live plan"). That check is best
+ *    effort: it reads the handle's first word, so memory that was freed and
+ *    reused by another object of the same kind passes it, and a pointer to
+ *    no memory at all may fault.
+ *  - Outputs never share memory with a call's inputs, with each other, or
+ *    within themselves (a stride of 0, rows that overlap), except where a
+ *    function says it works in place, and then only as the very same view;
+ *    anything else is refused with FI_STATUS_INVALID_ARGUMENT. Views of one
+ *    buffer that share no element (K and V of fi_tensor_split_kv, q and k
+ *    of one fused qkv buffer) are apart.
+ *  - Non-finite values (docs/SEMANTICS.md, "Non-finite values"), the same
+ *    on every CPU SIMD level: a key a query does not see never affects it;
+ *    a NaN or +inf logit makes that query row's O and LSE NaN; a -inf logit
+ *    drops its key; NaN and infinities in V enter O = sum_j P_j v_j as IEEE
+ *    arithmetic says (an infinity stays one; opposite ones, or a NaN, give
+ *    NaN); a row that sees no key has O = 0 and LSE = -inf. The state
+ *    merges: a state with LSE -inf is not read, one with LSE NaN or +inf
+ *    makes the row NaN, the others are read whatever their weight.
  *
  * Semantics (masks, RoPE, ALiBi, LSE in base 2, merge) are those of
- * FlashInfer; see docs/ARCHITECTURE.md.
+ * FlashInfer; see docs/SEMANTICS.md and docs/ARCHITECTURE.md.
  */
 #ifndef FLASHINFER_H
 #define FLASHINFER_H
@@ -158,6 +188,9 @@ typedef struct fi_context_options {
 FI_API void fi_context_options_init(fi_context_options *options);
 FI_API fi_status fi_context_create(const fi_context_options *options,
                                    fi_context **out);
+/* Destroy plans, cascades and block-sparse objects first: with any of them
+ * alive the context is only marked destroyed (refusing every call, on it and
+ * on them) and freed by the last one's destroy; fi_last_error() says so. */
 FI_API void fi_context_destroy(fi_context *ctx);
 /* One line naming the backend, threads and SIMD level in use. */
 FI_API const char *fi_context_describe(const fi_context *ctx);
@@ -293,8 +326,8 @@ typedef struct fi_attention_params {
     uint32_t struct_size;
     int32_t num_qo_heads;
     int32_t num_kv_heads;   /* num_qo_heads % num_kv_heads == 0 */
-    int32_t head_dim_qk;    /* 64, 128 or 256 */
-    int32_t head_dim_vo;    /* 64, 128 or 256 */
+    int32_t head_dim_qk;    /* 64, 128, 256; the CPU backend also 80, 96, 192, 512 */
+    int32_t head_dim_vo;    /* idem, independently of head_dim_qk */
     fi_kv_format kv_format;
     int32_t page_size;      /* tokens per page (paged format) */
     fi_kv_layout kv_layout;
@@ -341,7 +374,7 @@ typedef struct fi_plan_config {
     /* Non-zero (paged KV): every fi_plan_update's batch->kv_indices is a
      * device address of the plan's context, as a serving engine keeps its
      * page table; see fi_plan_update. CPU: device memory is host memory, and
-     * the flag changes nothing. */
+     * the flag changes nothing (every run checks the table either way). */
     int32_t device_page_table;
 } fi_plan_config;
 
@@ -352,7 +385,11 @@ FI_API void fi_plan_config_init(fi_plan_config *config);
  * copied into the plan's workspace; the page table kv_indices is referenced
  * (a host one also validated), not copied: keep it alive and unchanged until
  * the plan's last fi_plan_run (as with FlashInfer's plan), or call
- * fi_plan_update again.
+ * fi_plan_update again. (The CPU backend checks the ids at every
+ * fi_plan_run, so a table rewritten between runs is refused, not read out
+ * of bounds; CUDA copies a host table at the update.) Every size computed
+ * from a batch, a bound or a tensor is checked arithmetic: one that does
+ * not fit is refused, never wrapped.
  *   qo_indptr[B+1]        query tokens of request i: [qo_indptr[i], qo_indptr[i+1])
  *   kv_indptr[B+1]        paged: pages; ragged: tokens
  *   kv_indices[nnz]       paged: page ids, kv_indptr[B] entries
@@ -383,11 +420,14 @@ FI_API void fi_plan_destroy(fi_plan *plan);
  * kernels read it at every fi_plan_run: keep it alive, and rewrite it only
  * where the stream of the runs allows (a CUDA graph captured around
  * fi_plan_run reads it at replay, from the address of the latest update).
- * Its ids are not checked: the kernels clamp each to the pages the K/V
- * tensors hold, so a bad id yields wrong rows for its request, never an
- * access outside the cache. CUDA: the entries must lie inside one device
+ * CUDA: its ids are not checked: the kernels clamp each to the pages the
+ * K/V tensors hold, so a bad id yields wrong rows for its request, never an
+ * access outside the cache; the entries must lie inside one device
  * allocation, 4-byte aligned (FI_STATUS_INVALID_ARGUMENT otherwise). CPU:
- * the table is checked by the first run, as a host table is. */
+ * every fi_plan_run reads the table once (one vectorised pass over its
+ * kv_indptr[B] ids) and refuses a run with an id that is negative or past
+ * the K/V tensors, naming it (FI_STATUS_INVALID_ARGUMENT, nothing written),
+ * so a table rewritten between runs is never read outside the cache. */
 FI_API fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch);
 
 /* Bytes of workspace this plan holds (host, and device for CUDA). */
@@ -409,6 +449,16 @@ typedef struct fi_plan_info {
 
 FI_API void fi_plan_info_init(fi_plan_info *info);
 FI_API fi_status fi_plan_get_info(const fi_plan *plan, fi_plan_info *info);
+
+/* The last fi_plan_update's schedule per worker, for workers
+ * [0, min(capacity, fi_plan_info.num_workers)): the work items it runs, how
+ * many of them are split items (write a partial state), and the cost
+ * model's load (the units of fi_plan_info's costs: the loads sum to
+ * total_cost, the largest is max_worker_cost). Any of the three arrays may
+ * be NULL; *num_workers (may be NULL) gets the plan's worker count. */
+FI_API fi_status fi_plan_get_worker_loads(const fi_plan *plan, int32_t capacity,
+                                          int32_t *num_items, int32_t *num_split_items,
+                                          double *cost, int32_t *num_workers);
 
 /* The tensors of one attention call (one layer). D_qk/D_vo are head dims.
  *   q    [total_q, H_qo, D_qk]                        q_dtype
@@ -461,7 +511,30 @@ FI_API fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args);
  *    (where NVRTC does not load, files are listed for version 0.0, which no
  *    compile writes).
  *    Kernels a library built with `make aot` carries are listed as well (a
- *    plan takes those from the library, not the cache). */
+ *    plan takes those from the library, not the cache).
+ *
+ * The cache's security model (docs/VARIANTS.md, "The cache and its
+ * security"): the directory is one of the locations above, or the home
+ * directory of the user's passwd entry; with none of them (and
+ * $FLASHINFER_CACHE_DIR, which must be absolute, unset) a CPU variant plan
+ * fails with FI_STATUS_UNSUPPORTED and CUDA compiles without storing, never
+ * into a shared directory. Missing directories are created 0700. Nothing is
+ * loaded from a directory that is not owned by this user (or root) or that
+ * others may write to, nor from one under a directory others may change
+ * (unless sticky, as /tmp). Each file has a record of the SHA-256 key of
+ * everything it was built from (sources, options, compiler or NVRTC
+ * identity, CPU) and of its own bytes; a file whose record or bytes do not
+ * match is rebuilt, not loaded. The C compiler ($FLASHINFER_CC, else $CC,
+ * else cc, split into words at blanks; no shell, no quoting) runs by
+ * posix_spawn. A path that does not fit its buffer (cache_path below
+ * included) is an error, never truncated. */
+
+/* The directory of that on-disk cache, as this process resolves it now
+ * (nothing is created or checked): written NUL-terminated into buf (cut to
+ * capacity - 1 characters); returns its full length, as snprintf does (buf
+ * may be NULL with capacity 0). With no private location (see above) it
+ * writes "" and returns 0, fi_last_error() saying why. */
+FI_API size_t fi_cache_directory(char *buf, size_t capacity);
 
 /* A plan compiles at most this many kernels. */
 #define FI_WARMUP_MAX_KERNELS 16
@@ -470,7 +543,7 @@ FI_API fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args);
 typedef struct fi_warmup_kernel {
     char name[128];        /* unique within the list; part of the file name */
     char arch[32];         /* its target: CUDA the NVRTC one, CPU "native" */
-    char cache_path[1024]; /* its file in the cache */
+    char cache_path[1024]; /* its file in the cache (a longer one is an error) */
     int32_t cached;        /* non-zero: that file exists already */
 } fi_warmup_kernel;
 
@@ -499,7 +572,11 @@ FI_API fi_status fi_warmup_compile(fi_device_type device, const fi_attention_par
 
 /* --------------------------------------------------- attention state ops */
 
-/* Merge two attention states over disjoint key sets.
+/* Merge two attention states over disjoint key sets. A state with LSE -inf
+ * is not read; one with LSE NaN or +inf makes the row's O and LSE NaN; the
+ * others are read whatever their weight, their O in IEEE arithmetic, and
+ * finite states never overflow to an infinity (docs/SEMANTICS.md). v_out
+ * may be v_a (s_out s_a) as the very same view.
  *   v_a, v_b, v_out [n, H, D]  f32/f16/bf16
  *   s_a, s_b, s_out [n, H]     f32 (LSE, base 2) */
 FI_API fi_status fi_merge_state(fi_context *ctx, const fi_tensor *v_a,
@@ -570,6 +647,182 @@ FI_API fi_status fi_rope_apply_pos_ids(fi_context *ctx, const fi_rope_params *pa
                                        const fi_tensor *q, const fi_tensor *k,
                                        fi_tensor *q_out, fi_tensor *k_out,
                                        const fi_tensor *pos_ids, void *stream);
+
+/* ------------------------------------------------------------ serving ops */
+/* The rest of a serving step, under FlashInfer's names (docs/SEMANTICS.md,
+ * "Serving ops"): normalization, gated activations, softmax, sampling and
+ * top-k. Inputs f32/f16/bf16 unless said otherwise, arithmetic in f32.
+ * "[rows..., H]" is any rank >= 1 whose last dimension is H: every leading
+ * index is one row, any strides. Where a per-request parameter comes as
+ * (tensor, value), the tensor ([batch], data non-NULL) wins over the
+ * value, which serves every row when the tensor is NULL or has NULL data.
+ * Sampling is reproducible: the draws of a call are a function of (seed,
+ * offset, output row, draw number) only (Philox4x32-10), so the same call
+ * gives the same tokens whatever the thread count or SIMD level; advance
+ * `offset` (by 1 is enough) between calls that must differ. */
+
+/* RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight.
+ *   input, out [rows..., H]; weight [H] (any float dtype each) */
+FI_API fi_status fi_rmsnorm(fi_context *ctx, const fi_tensor *input, const fi_tensor *weight,
+                            float eps, fi_tensor *out, void *stream);
+/* Gemma's RMSNorm: the weight applied as (1 + weight). Shapes as fi_rmsnorm. */
+FI_API fi_status fi_gemma_rmsnorm(fi_context *ctx, const fi_tensor *input,
+                                  const fi_tensor *weight, float eps, fi_tensor *out,
+                                  void *stream);
+/* In place: residual += input (the f32 sum, stored rounded to residual's
+ * dtype), then input = rmsnorm(sum) * weight; each tensor read once and
+ * written once.
+ *   input, residual [rows..., H]; weight [H] */
+FI_API fi_status fi_fused_add_rmsnorm(fi_context *ctx, fi_tensor *input, fi_tensor *residual,
+                                      const fi_tensor *weight, float eps, void *stream);
+/* fi_fused_add_rmsnorm with the weight applied as (1 + weight). */
+FI_API fi_status fi_gemma_fused_add_rmsnorm(fi_context *ctx, fi_tensor *input,
+                                            fi_tensor *residual, const fi_tensor *weight,
+                                            float eps, void *stream);
+/* LayerNorm: out = (x - mean) / sqrt(var + eps) * gamma + beta (biased var).
+ *   input, out [rows..., H]; gamma, beta [H] */
+FI_API fi_status fi_layernorm(fi_context *ctx, const fi_tensor *input, const fi_tensor *gamma,
+                              const fi_tensor *beta, float eps, fi_tensor *out, void *stream);
+/* RMSNorm into FP8: out = fp8(clamp(rmsnorm(x) * weight / scale, +-max)),
+ * max 448 (E4M3) or 57344 (E5M2), rounded to nearest even; scale > 0.
+ *   input [rows..., H]; weight [H]; out [rows..., H] e4m3/e5m2 */
+FI_API fi_status fi_rmsnorm_quant(fi_context *ctx, const fi_tensor *input,
+                                  const fi_tensor *weight, float scale, float eps,
+                                  fi_tensor *out, void *stream);
+/* residual += input (in place, as fi_fused_add_rmsnorm), then out = the
+ * FP8 RMSNorm of the sum as fi_rmsnorm_quant; input is only read.
+ *   input, residual [rows..., H]; weight [H]; out [rows..., H] e4m3/e5m2 */
+FI_API fi_status fi_fused_add_rmsnorm_quant(fi_context *ctx, const fi_tensor *input,
+                                            fi_tensor *residual, const fi_tensor *weight,
+                                            float scale, float eps, fi_tensor *out,
+                                            void *stream);
+
+/* Gated activations: out = act(x[..., :d]) * x[..., d:].
+ *   input [rows..., 2d]; out [rows..., d]
+ * silu(a) = a / (1 + e^-a); gelu(a) = a/2 (1 + erf(a / sqrt 2));
+ * gelu_tanh(a) = a/2 (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))). */
+FI_API fi_status fi_silu_and_mul(fi_context *ctx, const fi_tensor *input, fi_tensor *out,
+                                 void *stream);
+FI_API fi_status fi_gelu_and_mul(fi_context *ctx, const fi_tensor *input, fi_tensor *out,
+                                 void *stream);
+FI_API fi_status fi_gelu_tanh_and_mul(fi_context *ctx, const fi_tensor *input,
+                                      fi_tensor *out, void *stream);
+
+/* probs = softmax(logits / temperature) per row; temperature > 0.
+ *   logits [B, V]; temperature [B] f32 or (NULL, temperature_val);
+ *   probs [B, V] (f32 as FlashInfer, or f16/bf16) */
+FI_API fi_status fi_softmax(fi_context *ctx, const fi_tensor *logits,
+                            const fi_tensor *temperature, float temperature_val,
+                            fi_tensor *probs, void *stream);
+
+/* How top-k and top-p combine (fi_top_k_top_p_sampling_*). */
+typedef enum fi_filter_order {
+    FI_FILTER_TOP_K_FIRST = 0, /* top-k, renormalise, then top-p over what is left */
+    FI_FILTER_JOINT = 1        /* tokens that pass both filters on the whole row */
+} fi_filter_order;
+
+/* Sampling. Output b draws from row indices[b] of the input (indices [B]
+ * i32 in [0, R); NULL or data NULL: row b, B = R). samples [B] i32;
+ * valid [B] u8 (data NULL = not wanted): 1 when the row's (filtered)
+ * distribution had positive finite mass, else 0 and sample 0. probs must
+ * be >= 0 and need not sum to 1 (they are drawn in proportion); logits
+ * are drawn as softmax(logits). Per-row parameters are indexed by b:
+ *   top_k [B] i32 (k <= 0 or >= V: no top-k filter)
+ *   top_p [B] f32 in [0, 1] (1: no filter; 0: the largest only)
+ *   min_p [B] f32 in [0, 1]
+ * Filters (ties at the boundary are all kept): top-k keeps p_i with fewer
+ * than k larger values; top-p keeps p_i when the mass of larger values is
+ * < top_p x the row's mass; min-p keeps p_i >= min_p x max p.
+ *   probs, logits [R, V] */
+FI_API fi_status fi_sampling_from_probs(fi_context *ctx, const fi_tensor *probs,
+                                        const fi_tensor *indices, uint64_t seed,
+                                        uint64_t offset, fi_tensor *samples,
+                                        fi_tensor *valid, void *stream);
+FI_API fi_status fi_sampling_from_logits(fi_context *ctx, const fi_tensor *logits,
+                                         const fi_tensor *indices, uint64_t seed,
+                                         uint64_t offset, fi_tensor *samples,
+                                         fi_tensor *valid, void *stream);
+FI_API fi_status fi_top_k_sampling_from_probs(fi_context *ctx, const fi_tensor *probs,
+                                              const fi_tensor *indices,
+                                              const fi_tensor *top_k, int32_t top_k_val,
+                                              uint64_t seed, uint64_t offset,
+                                              fi_tensor *samples, fi_tensor *valid,
+                                              void *stream);
+FI_API fi_status fi_top_p_sampling_from_probs(fi_context *ctx, const fi_tensor *probs,
+                                              const fi_tensor *indices,
+                                              const fi_tensor *top_p, float top_p_val,
+                                              uint64_t seed, uint64_t offset,
+                                              fi_tensor *samples, fi_tensor *valid,
+                                              void *stream);
+FI_API fi_status fi_min_p_sampling_from_probs(fi_context *ctx, const fi_tensor *probs,
+                                              const fi_tensor *indices,
+                                              const fi_tensor *min_p, float min_p_val,
+                                              uint64_t seed, uint64_t offset,
+                                              fi_tensor *samples, fi_tensor *valid,
+                                              void *stream);
+FI_API fi_status fi_top_k_top_p_sampling_from_probs(
+    fi_context *ctx, const fi_tensor *probs, const fi_tensor *indices,
+    const fi_tensor *top_k, int32_t top_k_val, const fi_tensor *top_p, float top_p_val,
+    fi_filter_order order, uint64_t seed, uint64_t offset, fi_tensor *samples,
+    fi_tensor *valid, void *stream);
+/* From logits, top-k ranks the logits; top-p then applies to the softmax
+ * of what top-k kept (TOP_K_FIRST) or of the whole row (JOINT). */
+FI_API fi_status fi_top_k_top_p_sampling_from_logits(
+    fi_context *ctx, const fi_tensor *logits, const fi_tensor *indices,
+    const fi_tensor *top_k, int32_t top_k_val, const fi_tensor *top_p, float top_p_val,
+    fi_filter_order order, uint64_t seed, uint64_t offset, fi_tensor *samples,
+    fi_tensor *valid, void *stream);
+
+/* The filtered distribution itself: kept probs divided by their sum, the
+ * others 0 (a row with no mass stays 0; a row with a negative or NaN
+ * value becomes NaN). out may be probs (the same view: in place).
+ *   probs, out [B, V]; top_k [B] i32; top_p [B] f32 */
+FI_API fi_status fi_top_k_renorm_probs(fi_context *ctx, const fi_tensor *probs,
+                                       const fi_tensor *top_k, int32_t top_k_val,
+                                       fi_tensor *out, void *stream);
+FI_API fi_status fi_top_p_renorm_probs(fi_context *ctx, const fi_tensor *probs,
+                                       const fi_tensor *top_p, float top_p_val,
+                                       fi_tensor *out, void *stream);
+/* Logits outside the top-k become -inf, the others are copied bit for bit.
+ *   logits, out [B, V] (same dtype); out may be logits (in place) */
+FI_API fi_status fi_top_k_mask_logits(fi_context *ctx, const fi_tensor *logits,
+                                      const fi_tensor *top_k, int32_t top_k_val,
+                                      fi_tensor *out, void *stream);
+
+/* Chain speculative sampling (FlashInfer's): draft token i of request b is
+ * accepted when u * draft_probs[b,i,t] < target_probs[b,i,t] (t its id, u
+ * uniform in [0, 1)); the first rejected position j gets a token drawn
+ * from max(target - draft, 0) at j (the target row when that is all 0),
+ * and when all n are accepted a bonus token is drawn from target_probs[b,n].
+ *   draft_probs [B, n, V]; draft_token_ids [B, n] i32 in [0, V);
+ *   target_probs [B, n+1, V]
+ *   output_token_ids [B, n+1] i32: the accepted drafts, the drawn token,
+ *     then -1
+ *   accepted_num [B] i32 += the positions accepted each on its own
+ *   emitted_num [B] i32 += the drafts emitted (before the first rejection)
+ *   (either may have data NULL: not wanted) */
+FI_API fi_status fi_chain_speculative_sampling(
+    fi_context *ctx, const fi_tensor *draft_probs, const fi_tensor *draft_token_ids,
+    const fi_tensor *target_probs, uint64_t seed, uint64_t offset,
+    fi_tensor *output_token_ids, fi_tensor *accepted_num, fi_tensor *emitted_num,
+    void *stream);
+
+/* The k largest values of each row, sorted (descending value, ties by
+ * smaller index; NaN above +inf). Row r holds its first lengths[r] columns
+ * (lengths [R] i32 in [0, N], NULL or data NULL: all N); offsets [R] i32
+ * (NULL: 0) are added to the indices written; slots past a row's length
+ * get index -1 and value -inf.
+ *   input [R, N]; values [R, k] same dtype (data NULL = not wanted);
+ *   indices [R, k] i32; k >= 1 */
+FI_API fi_status fi_top_k(fi_context *ctx, const fi_tensor *input, int32_t k,
+                          const fi_tensor *lengths, const fi_tensor *offsets,
+                          fi_tensor *values, fi_tensor *indices, void *stream);
+/* The same over ragged rows: row r is input[indptr[r] .. indptr[r+1]);
+ * indices are positions within the row.
+ *   input [nnz]; indptr [R+1] i32; values, indices [R, k] */
+FI_API fi_status fi_top_k_ragged(fi_context *ctx, const fi_tensor *input,
+                                 const fi_tensor *indptr, int32_t k, fi_tensor *values,
+                                 fi_tensor *indices, void *stream);
 
 /* ---------------------------------------------------- composable formats */
 /* docs/CASCADE.md: cascades (levels of shared KV merged exactly) and

@@ -247,3 +247,67 @@ int ops_check_rope_out(const char *what, const tu_buf *out, const void *before,
     free(got), free(g), free(r);
     return bad == 0 && bad_untouched == 0;
 }
+
+/* ============================================================ non-finite */
+
+void ops_put_nonfinite_states(const fi_tensor *va, const fi_tensor *sa, const fi_tensor *vb,
+                              const fi_tensor *sb, fi_dtype out_dtype) {
+    int64_t n = va->shape[0], heads = va->shape[1], dim = va->shape[2], d0 = 3 % dim;
+    /* near the largest value of the dtypes involved: sums of two in f32
+     * would pass FLT_MAX, the merge must not */
+    int f16 = va->dtype == FI_DTYPE_F16 || vb->dtype == FI_DTYPE_F16 || out_dtype == FI_DTYPE_F16;
+    double big = f16 ? 6.0e4 : 3.0e38;
+    for (int64_t i = 0; i < n && i < 10; i++)
+        for (int64_t h = 0; h < heads; h++) {
+            int64_t r = i * heads + h, o = r * dim;
+            double la = 0.5, lb = 0.5;
+            switch (i) {
+            case 0: la = INFINITY; break;
+            case 1: la = NAN; break;
+            case 2: /* not read */
+                la = -INFINITY;
+                for (int64_t d = 0; d < dim; d++) tu_view_set(va, o + d, NAN);
+                break;
+            case 3: /* read whatever its weight: 2^-300 */
+                la = -299.0, lb = 1.0;
+                tu_view_set(va, o + d0, NAN);
+                break;
+            case 4: tu_view_set(va, o + d0, INFINITY); break;
+            case 5:
+                tu_view_set(va, o + d0, INFINITY);
+                tu_view_set(vb, o + d0, -INFINITY);
+                break;
+            case 6:
+                for (int64_t d = 0; d < dim; d++) tu_view_set(va, o + d, big), tu_view_set(vb, o + d, big);
+                break;
+            case 7: la = lb = -INFINITY; break;
+            case 8: lb = INFINITY; break;
+            default: continue; /* row 9: as filled */
+            }
+            tu_view_set(sa, r, la);
+            tu_view_set(sb, r, lb);
+        }
+}
+
+fi_tensor ops_state_view(const fi_tensor *t, int64_t k) {
+    fi_tensor v = *t;
+    v.ndim = t->ndim - 1;
+    for (int32_t d = 1; d < v.ndim; d++) v.shape[d] = t->shape[d + 1], v.stride[d] = t->stride[d + 1];
+    v.data = (char *)t->data + k * t->stride[1] * (int64_t)tu_dtype_size(t->dtype);
+    return v;
+}
+
+int ops_check_view_classes(const char *what, const fi_tensor *t, const double *ref, double rtol) {
+    double *got = tu_view_read(t);
+    int64_t n = tu_numel(t), bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int ok = isnan(ref[i]) ? isnan(got[i])
+               : isinf(ref[i]) ? got[i] == ref[i]
+               : isfinite(got[i]) && fabs(got[i] - ref[i]) <= rtol + rtol * fabs(ref[i]);
+        if (!ok && bad++ == 0)
+            tu_note("%s: element %lld got %.9g, expected %.9g", what, (long long)i, got[i], ref[i]);
+    }
+    if (bad) tu_note("%s: %lld of %lld elements differ", what, (long long)bad, (long long)n);
+    free(got);
+    return bad == 0;
+}

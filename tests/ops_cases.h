@@ -52,6 +52,21 @@ int ops_check_ok(fi_status st, const char *call);
  * -inf in a pattern over r % 8 that gives every combination (a only, b only,
  * both) across the rows of a case. */
 double ops_lse_value(tu_rng *rng, int64_t r, int which);
+/* Over rows 0..9 of two states (after ops_fill_state), every head, the
+ * non-finite cases of docs/SEMANTICS.md: LSE +inf or NaN in a, a's LSE
+ * -inf over a NaN O (never read), a NaN in a's O at a weight that
+ * underflows, +inf in a's O, +inf against -inf, values near the dtype's
+ * largest of the dtypes and `out_dtype` (no overflow to infinity), both
+ * LSE -inf, LSE +inf in b. Rows past 9 keep their values. For
+ * fi_merge_states pass states 0 and 1 of a [n, S, H, D] tensor as a and b. */
+void ops_put_nonfinite_states(const fi_tensor *va, const fi_tensor *sa, const fi_tensor *vb,
+                              const fi_tensor *sb, fi_dtype out_dtype);
+/* State k of a [n, S, H, D] (or [n, S, H]) tensor as [n, H, D] ([n, H]). */
+fi_tensor ops_state_view(const fi_tensor *t, int64_t k);
+/* The view against ref (row-major doubles): a NaN reference wants a NaN,
+ * an infinity the same infinity, a finite value within `rtol` abs+rel. */
+int ops_check_view_classes(const char *what, const fi_tensor *t, const double *ref, double rtol);
+
 /* Fill v uniformly in [-2, 2) and s [rows] by ops_lse_value; with
  * poison_empty, the rows of v whose LSE is -inf become NaN: a state that
  * contributes nothing must not be read. */

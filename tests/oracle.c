@@ -171,8 +171,11 @@ int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
                     qv[d] = tu_load(q->data, q->dtype, qoff + d * q->stride[2]);
                 if (use_rope) rope(qv, Dqk, (double)qpos, rope_scale, rope_theta);
 
-                /* logits of visible keys; max for a stable softmax */
+                /* logits of visible keys; max for a stable softmax; a NaN
+                 * or +inf logit makes the row NaN (docs/SEMANTICS.md,
+                 * "Non-finite values") */
                 double maxl = -INFINITY;
+                int poisoned = 0;
                 for (int64_t j = 0; j < kv_len; j++) {
                     logit[j] = -INFINITY;
                     if (!oracle_visible(p, qo_len, kv_len, i, j, mask_seg)) continue;
@@ -184,11 +187,16 @@ int oracle_attention(const fi_attention_params *p, const fi_batch *batch,
                         l = p->logits_soft_cap * tanh(l / p->logits_soft_cap);
                     if (use_alibi) l += slope * (double)(j - qpos);
                     logit[j] = l;
+                    poisoned |= !(l < INFINITY);
                     if (l > maxl) maxl = l;
                 }
 
                 double *orow = o + ((size_t)(q0 + i) * Hq + h) * Dvo;
-                for (int32_t d = 0; d < Dvo; d++) orow[d] = 0.0;
+                for (int32_t d = 0; d < Dvo; d++) orow[d] = poisoned ? NAN : 0.0;
+                if (poisoned) {
+                    if (lse) lse[(q0 + i) * Hq + h] = NAN;
+                    continue;
+                }
                 if (maxl == -INFINITY) { /* no visible key */
                     if (lse) lse[(q0 + i) * Hq + h] = -INFINITY;
                     continue;

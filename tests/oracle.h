@@ -4,7 +4,9 @@
  *
  * Semantics are docs/SEMANTICS.md's (FlashInfer's): causal bottom-right, sliding
  * window, soft-cap, ALiBi, fused LLaMA RoPE, custom bit masks, GQA, LSE in
- * base 2, a row with no visible key gives O = 0 and LSE = -inf.
+ * base 2, a row with no visible key gives O = 0 and LSE = -inf. Non-finite
+ * inputs as docs/SEMANTICS.md says: a NaN or +inf logit makes its row's O
+ * and LSE NaN, a -inf one drops its key, V enters in IEEE arithmetic.
  */
 #ifndef FI_TESTS_ORACLE_H
 #define FI_TESTS_ORACLE_H

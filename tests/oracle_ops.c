@@ -20,6 +20,13 @@ void oracle_merge_states(int64_t n, int64_t states, int64_t heads, int64_t dim,
                 if (l > m) m = l;
             }
             double *o = &vo[(i * heads + h) * dim];
+            int poisoned = 0; /* a state with LSE NaN or +inf: the row is NaN */
+            for (int64_t k = 0; k < states; k++) poisoned |= !(s[(i * states + k) * heads + h] < INFINITY);
+            if (poisoned) {
+                for (int64_t d = 0; d < dim; d++) o[d] = NAN;
+                so[i * heads + h] = NAN;
+                continue;
+            }
             if (m == -INFINITY) { /* no state holds any key */
                 for (int64_t d = 0; d < dim; d++) o[d] = 0.0;
                 so[i * heads + h] = -INFINITY;
@@ -50,6 +57,11 @@ void oracle_merge_state(int64_t n, int64_t heads, int64_t dim, const double *va,
             double m = la > lb ? la : lb;
             const double *a = &va[(i * heads + h) * dim], *b = &vb[(i * heads + h) * dim];
             double *o = &vo[(i * heads + h) * dim];
+            if (!(la < INFINITY) || !(lb < INFINITY)) { /* NaN or +inf: the row is NaN */
+                for (int64_t d = 0; d < dim; d++) o[d] = NAN;
+                so[i * heads + h] = NAN;
+                continue;
+            }
             if (m == -INFINITY) {
                 for (int64_t d = 0; d < dim; d++) o[d] = 0.0;
                 so[i * heads + h] = -INFINITY;
@@ -58,9 +70,10 @@ void oracle_merge_state(int64_t n, int64_t heads, int64_t dim, const double *va,
             double wa = la == -INFINITY ? 0.0 : exp2(la - m);
             double wb = lb == -INFINITY ? 0.0 : exp2(lb - m);
             for (int64_t d = 0; d < dim; d++) {
-                double sum = 0.0; /* a state of weight 0 is not read */
-                if (wa > 0.0) sum += wa * a[d];
-                if (wb > 0.0) sum += wb * b[d];
+                double sum = 0.0; /* a state of LSE -inf is not read; the others
+                                     are, whatever the weight */
+                if (la != -INFINITY) sum += wa * a[d];
+                if (lb != -INFINITY) sum += wb * b[d];
                 o[d] = sum / (wa + wb);
             }
             so[i * heads + h] = m + log2(wa + wb);

@@ -13,7 +13,9 @@
 #include <stdint.h>
 
 /* Two states to one: va, vb, vo [n][H][D]; sa, sb, so [n][H] (LSE base 2).
- * A state whose LSE is -inf is not read; none left gives O = 0, LSE -inf. */
+ * A state whose LSE is -inf is not read; none left gives O = 0, LSE -inf; a
+ * state with LSE NaN or +inf makes the row's O and LSE NaN; the others are
+ * read whatever their weight, in IEEE arithmetic (docs/SEMANTICS.md). */
 void oracle_merge_state(int64_t n, int64_t heads, int64_t dim, const double *va,
                         const double *sa, const double *vb, const double *sb,
                         double *vo, double *so);

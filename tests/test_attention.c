@@ -14,6 +14,7 @@
  *   variant     masks, window, soft-cap, ALiBi, RoPE, custom mask, sm_scale
  *   dtype       q/kv/o in f32/f16/bf16, FP8 KV with scales
  *   headdim     64/128/256 (and qk != vo) x GQA group 1/4/8
+ *   headdim_wide 80/96/192/512 (and 192x128, 96x64) on the CPU; CUDA refuses them
  *   plan        split-KV on/off, fixed split, workers, layers, re-plan
  *   edge        empty requests, fully masked rows, 65536 keys, huge logits
  *   determinism bitwise reruns; fixed_split_size batch invariance
@@ -123,8 +124,8 @@ static fi_context *backend_context(backend *be) {
     if (be->tried) return be->ctx;
     be->tried = 1;
     if (!fi_device_available(be->device)) {
-        snprintf(be->why_not, sizeof be->why_not, "fi_device_available(%s) = 0",
-                 be->device_name);
+        snprintf(be->why_not, sizeof be->why_not, "no %s device (fi_device_available(%s) = 0)",
+                 be->device_name, be->device_name);
         printf("backend %s: skipped: %s\n", be->name, be->why_not);
         return NULL;
     }
@@ -250,6 +251,7 @@ typedef struct case_spec {
     int32_t no_lse;
     double amplitude;     /* q, k uniform in [-a, a] */
     int32_t extreme;      /* huge logits: check finiteness, not closeness */
+    int32_t nonfinite;    /* a NaN or infinity put into q, k or v (NF_*) */
     int32_t determinism;  /* run twice, outputs bitwise equal */
     int32_t quick;        /* part of --quick */
 } case_spec;
@@ -309,6 +311,15 @@ static void variant_name(const case_spec *c, char *buf, size_t n) {
 #undef ADD
 }
 
+/* One non-finite value put into the inputs (suite "nonfinite"). */
+enum { NF_NONE, NF_Q_NAN, NF_Q_INF, NF_K_NAN, NF_K_INF, NF_V_NAN, NF_V_INF, NF_COUNT };
+
+static const char *nonfinite_name(int kind) {
+    static const char *const names[NF_COUNT] = {"", "q_nan", "q_inf", "k_nan", "k_inf",
+                                                "v_nan", "v_inf"};
+    return kind > 0 && kind < NF_COUNT ? names[kind] : "?";
+}
+
 static void case_name(const case_spec *c, char *buf, size_t n) {
     char var[128], plan[96] = "";
     variant_name(c, var, sizeof var);
@@ -320,6 +331,8 @@ static void case_name(const case_spec *c, char *buf, size_t n) {
     if (c->second_batch) len += (size_t)snprintf(plan + len, sizeof plan - len, "/replan");
     if (c->no_lse) len += (size_t)snprintf(plan + len, sizeof plan - len, "/nolse");
     if (c->extreme) len += (size_t)snprintf(plan + len, sizeof plan - len, "/extreme");
+    if (c->nonfinite)
+        len += (size_t)snprintf(plan + len, sizeof plan - len, "/%s", nonfinite_name(c->nonfinite));
     if (c->determinism) len += (size_t)snprintf(plan + len, sizeof plan - len, "/rerun");
     char dt[48];
     if (c->kv_dt == FI_DTYPE_E4M3 || c->kv_dt == FI_DTYPE_E5M2)
@@ -460,6 +473,43 @@ static void poison_unused_kv(const case_spec *c, problem *p, const fi_tensor *t)
     free(used);
 }
 
+/* The non-finite value of a "nonfinite" case, into the host views: in the
+ * request with the most queries, at key kv_len - qo_len / 2 - 1 (seen by
+ * about half its queries under causal), KV head 0 (or query head 1 of its
+ * middle query), element 3. The oracle says what each row then holds. */
+static void put_nonfinite(const case_spec *c, problem *p) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < p->B; i++)
+        if (p->qo_indptr[i + 1] - p->qo_indptr[i] > p->qo_indptr[b + 1] - p->qo_indptr[b]) b = i;
+    if (p->B == 0) return;
+    int32_t qo = p->qo_indptr[b + 1] - p->qo_indptr[b];
+    int64_t kv = oracle_kv_len(&(fi_attention_params){.kv_format = c->format,
+                                                     .page_size = c->page_size},
+                               &p->batch, b);
+    double val = (c->nonfinite == NF_Q_NAN || c->nonfinite == NF_K_NAN ||
+                  c->nonfinite == NF_V_NAN) ? NAN : INFINITY;
+    if (c->nonfinite == NF_Q_NAN || c->nonfinite == NF_Q_INF) {
+        int64_t idx[3] = {p->qo_indptr[b] + qo / 2, c->hq > 1 ? 1 : 0, 3};
+        tu_set(&p->qh, idx, val);
+        return;
+    }
+    int64_t j = kv - qo / 2 - 1, idx[4];
+    if (j < 0) j = 0;
+    if (c->format == FI_KV_FORMAT_PAGED) {
+        int64_t page = p->kv_indices[p->kv_indptr[b] + j / c->page_size], slot = j % c->page_size;
+        idx[0] = page;
+        idx[1] = c->layout == FI_KV_LAYOUT_NHD ? slot : 0;
+        idx[2] = c->layout == FI_KV_LAYOUT_NHD ? 0 : slot;
+        idx[3] = 3;
+    } else {
+        int64_t row = p->kv_indptr[b] + j;
+        idx[0] = c->layout == FI_KV_LAYOUT_NHD ? row : 0;
+        idx[1] = c->layout == FI_KV_LAYOUT_NHD ? 0 : row;
+        idx[2] = 3;
+    }
+    tu_set(c->nonfinite == NF_K_NAN || c->nonfinite == NF_K_INF ? &p->kh : &p->vh, idx, val);
+}
+
 /* Fresh random Q, K, V and custom mask for the problem's batch. */
 static void problem_fill(const case_spec *c, tu_rng *rng, problem *p) {
     double a = c->amplitude;
@@ -471,6 +521,7 @@ static void problem_fill(const case_spec *c, tu_rng *rng, problem *p) {
     tu_fill_uniform(rng, &p->vh, -1.0, 1.0, vs);
     poison_unused_kv(c, p, &p->kh);
     poison_unused_kv(c, p, &p->vh);
+    if (c->nonfinite) put_nonfinite(c, p);
     if (c->mask == FI_MASK_CUSTOM) {
         uint8_t *m = p->mask.h.base;
         for (int64_t i = 0; i < p->mask_bytes; i++) m[i] = (uint8_t)tu_rng_next(rng);
@@ -724,11 +775,34 @@ static int run_and_check(const case_spec *c, fi_plan *plan, const fi_attention_p
     return run_and_check_with(c, plan, pa, p, what, NULL);
 }
 
+/* A "nonfinite" case's elements: a NaN reference wants a NaN, an infinite
+ * one the same infinity, a finite one a finite value within tol abs+rel.
+ * Returns the mismatches, the first noted. */
+static int64_t compare_classes(const char *what, const char *name, const double *got,
+                               const double *ref, int64_t n, double tol) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int ok = isnan(ref[i]) ? isnan(got[i])
+               : isinf(ref[i]) ? got[i] == ref[i]
+               : isfinite(got[i]) && fabs(got[i] - ref[i]) <= tol + tol * fabs(ref[i]);
+        if (!ok && bad++ == 0)
+            tu_note("%s: %s[%lld] got %.9g want %.9g", what, name, (long long)i, got[i], ref[i]);
+    }
+    if (bad) tu_note("%s: %s: %lld of %lld elements differ", what, name, (long long)bad, (long long)n);
+    return bad;
+}
+
 static int run_and_check_with(const case_spec *c, fi_plan *plan, const fi_attention_params *pa,
                               problem *p, const char *what, const runner *rn) {
     const backend *be = c->be;
     tu_buf_poison(&p->o.h);
     tu_buf_poison(&p->lse.h);
+    if (c->nonfinite) {
+        /* an expected NaN must not pass for untouched poison: the views get a
+         * finite value first (their padding keeps the poison) */
+        for (int64_t i = 0; i < tu_numel(&p->o.h.t); i++) tu_view_set(&p->o.h.t, i, 7.0);
+        for (int64_t i = 0; i < tu_numel(&p->lse.h.t); i++) tu_view_set(&p->lse.h.t, i, 7.0);
+    }
     dbuf_upload(be, &p->o);
     dbuf_upload(be, &p->lse);
     uint64_t sum_q = buf_checksum(&p->q.h);
@@ -817,6 +891,9 @@ static int run_and_check_with(const case_spec *c, fi_plan *plan, const fi_attent
                     cl.worst_ref);
             bad = 1;
         }
+    } else if (c->nonfinite) {
+        if (compare_classes(what, "O", got_o, ref_o, no, tol)) bad = 1;
+        if (!c->no_lse && compare_classes(what, "LSE", got_l, ref_l, nl, ltol)) bad = 1;
     } else {
         if (tu_compare(got_o, ref_o, no, tol * vmax, tol, &co)) {
             int64_t w = co.worst, d = w % c->dvo, h = (w / c->dvo) % c->hq, t = w / c->dvo / c->hq;
@@ -839,7 +916,7 @@ static int run_and_check_with(const case_spec *c, fi_plan *plan, const fi_attent
     if (tu_opt.verbose && !bad && c->extreme)
         tu_note("%s: O finite and within V's range; LSE max err %.3g (%.3gx bound 1e-2 + 1e-3 |lse|)",
                 what, c->no_lse ? 0 : cl.max_abs_err, c->no_lse ? 0 : cl.max_ratio);
-    else if (tu_opt.verbose && !bad)
+    else if (tu_opt.verbose && !bad && !c->nonfinite)
         tu_note("%s: tol %g, O max err %.3g (%.3gx bound); LSE tol %g, max err %.3g (%.3gx bound)",
                 what, tol, c->extreme ? 0 : co.max_abs_err, c->extreme ? 0 : co.max_ratio, ltol,
                 c->no_lse ? 0 : cl.max_abs_err, c->no_lse ? 0 : cl.max_ratio);
@@ -1246,6 +1323,49 @@ static void suite_headdim(backend *be) {
                 c.mask = FI_MASK_CAUSAL;
                 c.format = (g % 2) ? FI_KV_FORMAT_RAGGED : FI_KV_FORMAT_PAGED;
                 c.quick = every(7);
+                submit(c);
+            }
+}
+
+/* Head dims the CPU backend computes beyond 64/128/256 (80, 96: AVX2 or
+ * generic tables; 192, 512: every table), against the oracle; the CUDA
+ * backend refuses them with FI_STATUS_UNSUPPORTED (a plan of its own). */
+static void suite_headdim_wide(backend *be) {
+    int32_t dims[][2] = {{80, 80}, {96, 96}, {192, 192}, {512, 512}, {192, 128}, {96, 64}};
+    const size_t n = sizeof dims / sizeof dims[0];
+    if (be->device != FI_DEVICE_CPU) {
+        char name[96];
+        snprintf(name, sizeof name, "%s/headdim_wide/refused_d96", be->name);
+        if (!tu_backend_selected(be->device_name) || !tu_begin_case(name)) return;
+        fi_context *ctx = backend_context(be);
+        if (!ctx) {
+            tu_record("headdim_wide", name, TU_SKIP);
+            return;
+        }
+        fi_attention_params pa;
+        fi_attention_params_init(&pa);
+        pa.num_qo_heads = pa.num_kv_heads = 2;
+        pa.head_dim_qk = pa.head_dim_vo = 96;
+        pa.q_dtype = pa.kv_dtype = pa.o_dtype = FI_DTYPE_F16;
+        fi_plan *plan = NULL;
+        fi_status st = fi_plan_create(ctx, &pa, NULL, &plan);
+        fi_plan_destroy(plan);
+        if (st != FI_STATUS_UNSUPPORTED) tu_note("fi_plan_create(d96) = %s", fi_status_string(st));
+        tu_record("headdim_wide", name, st == FI_STATUS_UNSUPPORTED ? TU_PASS : TU_FAIL);
+        return;
+    }
+    fi_dtype dts[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
+    for (size_t d = 0; d < n; d++)
+        for (int t = 0; t < 3; t++)
+            for (int s = 0; s < 2; s++) {
+                case_spec c = default_spec("headdim_wide", be);
+                c.dqk = dims[d][0]; c.dvo = dims[d][1];
+                c.hq = 8; c.hkv = 2;
+                c.q_dt = c.kv_dt = c.o_dt = dts[t];
+                c.mask = FI_MASK_CAUSAL;
+                c.format = s ? FI_KV_FORMAT_RAGGED : FI_KV_FORMAT_PAGED;
+                c.shape = s ? "mixed" : "decode";
+                c.quick = every(3);
                 submit(c);
             }
 }
@@ -1661,6 +1781,53 @@ static void suite_table(backend *be) {
         }
 }
 
+/* One NaN or infinity in q, k or v (put_nonfinite) against the oracle's
+ * reading of docs/SEMANTICS.md "Non-finite values": rows that see it, rows
+ * that do not (causal), other heads, split chunks merged (fixed_split),
+ * soft-cap (which makes an infinite logit finite), f32 and bf16. The same
+ * answers on every backend. */
+static void suite_nonfinite(backend *be) {
+    /* The CUDA kernels do not keep the contract yet: their cases run only
+     * when a filter names them (--filter nonfinite), else one skip. */
+    int asked = 0;
+    for (int i = 0; i < tu_opt.num_filters; i++) asked |= strstr(tu_opt.filter[i], "nonfinite") != NULL;
+    if (be->device == FI_DEVICE_CUDA && !asked) {
+        if (!tu_opt.list) {
+            tu_note("cuda: the kernels do not keep the non-finite contract yet");
+            tu_record("nonfinite", "cuda/nonfinite/", TU_SKIP);
+        }
+        return;
+    }
+    const char *shapes[] = {"decode", "mixed", "prefill"};
+    int n = 0;
+    for (int kind = NF_Q_NAN; kind < NF_COUNT; kind++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int s = 0; s < 3; s++, n++) {
+                case_spec c = default_spec("nonfinite", be);
+                c.nonfinite = kind;
+                c.mask = causal ? FI_MASK_CAUSAL : FI_MASK_NONE;
+                c.shape = shapes[s];
+                c.q_dt = c.kv_dt = c.o_dt = n % 2 ? FI_DTYPE_BF16 : FI_DTYPE_F32;
+                if (n % 3 == 1) c.fixed_split = 16;
+                if (n % 4 == 3) {
+                    c.format = FI_KV_FORMAT_RAGGED;
+                    c.layout = FI_KV_LAYOUT_HND;
+                }
+                c.quick = every(2);
+                submit(c);
+            }
+    static const int capped[2] = {NF_K_INF, NF_Q_INF};
+    for (int i = 0; i < 2; i++) { /* soft-cap: the infinite logits become finite */
+        case_spec c = default_spec("nonfinite", be);
+        c.nonfinite = capped[i];
+        c.soft_cap = 30.0f;
+        c.mask = FI_MASK_CAUSAL;
+        c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_F32;
+        c.quick = 1;
+        submit(c);
+    }
+}
+
 static void suite_determinism(backend *be) {
     const char *shapes[] = {"decode", "mixed"};
     for (int s = 0; s < 2; s++)
@@ -1691,11 +1858,13 @@ int main(int argc, char **argv) {
         suite_variant(be);
         suite_dtype(be);
         suite_headdim(be);
+        suite_headdim_wide(be);
         suite_plan(be);
         suite_edge(be);
         suite_determinism(be);
         suite_graph(be);
         suite_table(be);
+        suite_nonfinite(be);
     }
     if (tu_opt.list) return 0;
     for (int b = 0; b < NUM_BACKENDS; b++) fi_context_destroy(backends[b].ctx);

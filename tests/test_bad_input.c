@@ -329,13 +329,13 @@ static void test_params(void) {
         fx.params.num_kv_heads = 0;
         CREATE_FAILS("heads_zero", FI_STATUS_INVALID_ARGUMENT, "num_kv_heads");
     }
-    if (selected("head_dim_96")) {
-        fx.params.head_dim_qk = fx.params.head_dim_vo = 96;
-        CREATE_FAILS("head_dim_96", FI_STATUS_UNSUPPORTED, "head_dim", "96");
+    if (selected("head_dim_100")) {
+        fx.params.head_dim_qk = fx.params.head_dim_vo = 100;
+        CREATE_FAILS("head_dim_100", FI_STATUS_UNSUPPORTED, "head_dim", "100");
     }
-    if (selected("head_dim_vo_80")) {
-        fx.params.head_dim_vo = 80;
-        CREATE_FAILS("head_dim_vo_80", FI_STATUS_UNSUPPORTED, "head_dim_vo", "80");
+    if (selected("head_dim_vo_100")) {
+        fx.params.head_dim_vo = 100;
+        CREATE_FAILS("head_dim_vo_100", FI_STATUS_UNSUPPORTED, "head_dim_vo", "100");
     }
     static const struct { const char *name; int which; fi_dtype dt; } dts[] = {
         {"q_dtype_i32", 0, FI_DTYPE_I32},  {"q_dtype_e4m3", 0, FI_DTYPE_E4M3},
@@ -779,12 +779,12 @@ static void test_lifecycle(void) {
     if (selected("message_is_per_call")) {
         /* The message of a failure is replaced by the next failure's. */
         fi_plan *plan = NULL;
-        fx.params.head_dim_qk = 96;
+        fx.params.head_dim_qk = 100;
         fi_plan_create(fx.ctx, &fx.params, &fx.config, &plan);
         fx.params.head_dim_qk = D;
         fx.params.window_left = -7;
         fi_status st = fi_plan_create(fx.ctx, &fx.params, &fx.config, &plan);
-        int ok = expect(st, FI_STATUS_INVALID_ARGUMENT, "-7", END) && !strstr(fi_last_error(), "96");
+        int ok = expect(st, FI_STATUS_INVALID_ARGUMENT, "-7", END) && !strstr(fi_last_error(), "100");
         record("message_is_per_call", ok);
     }
 }
@@ -851,6 +851,503 @@ static void test_device(void) {
     }
 }
 
+/* ------------------------------------------------ sizes, handles, overlap */
+
+/* Requests of sizes no machine has are refused, or fail to allocate with
+ * FI_STATUS_OUT_OF_MEMORY; under AddressSanitizer such an allocation must
+ * return NULL for that, not abort (past 256 MB at once: the sanitizer's
+ * shadow of a lazily mapped one would fill the memory). */
+__attribute__((visibility("default"))) const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+    return "allocator_may_return_null=1:max_allocation_size_mb=256";
+}
+
+static int status_in(fi_status st, fi_status a, fi_status b) {
+    if (st == a || st == b) return 1;
+    tu_note("status %s: %s", fi_status_string(st), fi_last_error());
+    return 0;
+}
+
+/* The fixture's params as block-sparse params (one head dim, f32). */
+static fi_attention_params bsr_params(void) {
+    fi_attention_params p = fx.params;
+    p.mask_mode = FI_MASK_NONE;
+    return p;
+}
+
+/* Fixed R x C blocks over M queries and N keys, max_nnz nnz (0: dense). */
+static fi_bsr_config bsr_config(int32_t R, int32_t C, int32_t M, int32_t N, int32_t nnz) {
+    fi_bsr_config c;
+    fi_bsr_config_init(&c);
+    c.block_rows = R, c.block_cols = C;
+    c.max_qo_len = M, c.max_kv_len = N;
+    c.max_nnz = nnz;
+    return c;
+}
+
+static void test_overflow(void) {
+    category = "overflow";
+    if (selected("bsr_mask_capacity")) {
+        /* max_nnz x R x C bits = 2^64: the mask capacity must not wrap */
+        fi_bsr_config c = bsr_config(1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 24);
+        c.element_mask = 1;
+        fi_attention_params p = bsr_params();
+        fi_bsr *bsr = NULL;
+        fi_status st = fi_bsr_create(fx.ctx, &p, &c, &bsr);
+        int ok = expect(st, FI_STATUS_INVALID_ARGUMENT, "block_rows=1048576", "max_nnz=16777216", END);
+        if (st == FI_OK) {
+            /* what the unchecked capacity let through: 10 x 10 bits, 13 bytes */
+            int32_t indptr[2] = {0, 1}, indices[1] = {0};
+            fi_bsr_update(bsr, 10, 10, indptr, indices, NULL);
+        }
+        fi_bsr_destroy(bsr);
+        record("bsr_mask_capacity", ok);
+    }
+    if (selected("bsr_rows_int32_max")) {
+        /* INT32_MAX block rows: 2 x (rows + 1) must not overflow int */
+        fi_bsr_config c = bsr_config(1, 16, INT32_MAX, 64, 4);
+        fi_attention_params p = bsr_params();
+        fi_bsr *bsr = NULL;
+        fi_status st = fi_bsr_create(fx.ctx, &p, &c, &bsr);
+        int ok = st == FI_OK || status_in(st, FI_STATUS_OUT_OF_MEMORY, FI_STATUS_INVALID_ARGUMENT);
+        fi_bsr_destroy(bsr);
+        record("bsr_rows_int32_max", ok);
+    }
+    if (selected("bsr_variable_map")) {
+        /* H_kv x MB x NB map entries past int64 */
+        fi_bsr_config c = bsr_config(0, 0, 64, 64, 64);
+        c.variable_blocks = 1;
+        c.max_block_rows = INT32_MAX;
+        fi_attention_params p = bsr_params();
+        fi_bsr *bsr = NULL;
+        fi_status st = fi_bsr_create(fx.ctx, &p, &c, &bsr);
+        int ok = 1;
+        if (st == FI_OK) {
+            int32_t rows[2] = {64, 0}, cols[2] = {64, 0};
+            uint8_t map[1] = {1};
+            ok = expect(fi_bsr_update_variable(bsr, 64, 64, INT32_MAX, INT32_MAX, rows, cols, map),
+                        FI_STATUS_INVALID_ARGUMENT, "block_mask_map", "2147483647", END);
+        } else {
+            ok = status_in(st, FI_STATUS_OUT_OF_MEMORY, FI_STATUS_INVALID_ARGUMENT);
+        }
+        fi_bsr_destroy(bsr);
+        record("bsr_variable_map", ok);
+    }
+    if (selected("split_kv_ndim")) {
+        fi_tensor kv = fx.k.t, k, v;
+        kv.ndim = 40;
+        kv.shape[1] = 2;
+        record("split_kv_ndim", expect(fi_tensor_split_kv(&kv, &k, &v), FI_STATUS_INVALID_ARGUMENT,
+                                       "ndim=40", END));
+    }
+    if (selected("fixed_split_huge_bounds")) {
+        /* max_total_qo x ceil(max_kv_len / F) past int64 */
+        fx.config.max_batch_size = 1;
+        fx.config.max_total_qo = INT32_MAX;
+        fx.config.max_total_kv = INT32_MAX;
+        fx.config.fixed_split_size = 1;
+        fx.params.page_size = 1 << 30;
+        fi_plan *plan = NULL;
+        fi_status st = fi_plan_create(fx.ctx, &fx.params, &fx.config, &plan);
+        int ok = st == FI_OK || status_in(st, FI_STATUS_OUT_OF_MEMORY, FI_STATUS_INVALID_ARGUMENT);
+        fi_plan_destroy(plan);
+        record("fixed_split_huge_bounds", ok);
+    }
+    if (selected("plan_workspace_bytes")) {
+        /* partial-state rows x heads x (D + 1) floats past size_t */
+        fx.params.num_qo_heads = 1 << 30;
+        fx.params.num_kv_heads = 1;
+        fx.config.max_total_qo = 1 << 16;
+        fx.config.max_total_kv = 1 << 16;
+        fx.config.fixed_split_size = 1;
+        CREATE_FAILS("plan_workspace_bytes", FI_STATUS_INVALID_ARGUMENT, "num_qo_heads=1073741824",
+                     "overflows");
+    }
+    if (selected("cascade_workspace_bytes")) {
+        fi_attention_params p = fx.params;
+        p.num_qo_heads = INT32_MAX - 1;
+        p.num_kv_heads = 1;
+        p.head_dim_vo = 256;
+        int ok = 1;
+        if (fi_cascade_workspace_size(&p, FI_CASCADE_MAX_LEVELS, INT32_MAX) != 0) {
+            tu_note("fi_cascade_workspace_size of 2^31 x 2^31 x 8 x 256 floats is not 0");
+            ok = 0;
+        }
+        fi_plan_config cfg[2] = {fx.config, fx.config};
+        cfg[0].max_total_qo = cfg[1].max_total_qo = INT32_MAX;
+        fi_cascade *c = NULL;
+        fi_status st = fi_cascade_create(fx.ctx, &p, 2, cfg, NULL, &c);
+        ok &= st != FI_OK && status_in(st, FI_STATUS_OUT_OF_MEMORY, FI_STATUS_INVALID_ARGUMENT);
+        fi_cascade_destroy(c);
+        record("cascade_workspace_bytes", ok);
+    }
+    if (selected("cascade_auto_host_arrays")) {
+        /* an automatic cascade's host arrays for 400 requests: the sum that
+         * sized them left out one array per shared level (found by
+         * fuzz_cascade); 400 requests in pairs sharing their first page */
+        enum { N = 400 };
+        fi_plan_config cfg = fx.config;
+        cfg.max_batch_size = N, cfg.max_total_qo = N, cfg.max_total_kv = 2 * N;
+        fi_cascade_options co;
+        fi_cascade_options_init(&co);
+        co.prefix_detection = FI_PREFIX_DETECTION_ALWAYS;
+        fi_cascade *c = NULL;
+        int ok = expect(fi_cascade_create_auto(fx.ctx, &fx.params, &cfg, &co, &c), FI_OK, END);
+        static int32_t qo[N + 1], kv[N + 1], idx[2 * N], last[N];
+        for (int32_t i = 0; i <= N; i++) qo[i] = i, kv[i] = 2 * i;
+        for (int32_t i = 0; i < N; i++) {
+            idx[2 * i] = i / 2; /* shared with its pair */
+            idx[2 * i + 1] = N + i;
+            last[i] = PS;
+        }
+        fi_batch b = {N, qo, kv, idx, last, NULL};
+        if (ok) ok = expect(fi_cascade_update_batch(c, &b), FI_OK, END);
+        fi_cascade_info info;
+        fi_cascade_info_init(&info);
+        if (ok && (fi_cascade_get_info(c, &info) || !info.split))
+            tu_note("the batch was not split into a shared level"), ok = 0;
+        fi_cascade_destroy(c);
+        record("cascade_auto_host_arrays", ok);
+    }
+    if (selected("contiguous_shape_product")) {
+        /* strides of a contiguous view past int64: refused, not wrapped */
+        int64_t shape[3] = {(int64_t)1 << 40, (int64_t)1 << 40, D};
+        fx.args.q = fi_tensor_contiguous(fx.q.base, FI_DTYPE_F32, 3, shape);
+        fx.args.q.shape[1] = HQ;
+        RUN_FAILS("contiguous_shape_product", FI_STATUS_INVALID_ARGUMENT, "q", "overflows");
+    }
+    if (selected("empty_batch_null_arrays")) {
+        /* batch_size 0 with no last_page_len / kv_indices: nothing to copy */
+        fi_plan *plan = make_plan();
+        int32_t zero[1] = {0};
+        fi_batch b = {0, zero, zero, NULL, NULL, NULL};
+        int ok = plan && expect(fi_plan_update(plan, &b), FI_OK, END) &&
+                 expect(fi_plan_run(plan, &fx.args), FI_OK, END) && outputs_untouched();
+        fi_plan_destroy(plan);
+        record("empty_batch_null_arrays", ok);
+    }
+}
+
+/* A handle after its destroy, a handle of another kind, an object whose
+ * context went first: refused by status and message, nothing aborts. */
+static void test_handles(void) {
+    category = "handles";
+    if (selected("plan_after_destroy")) {
+        fi_plan *plan = make_plan();
+        int ok = plan && fi_plan_update(plan, &fx.batch) == FI_OK;
+        fi_plan_destroy(plan);
+        if (ok) {
+            ok &= expect(fi_plan_run(plan, &fx.args), FI_STATUS_INVALID_ARGUMENT, "fi_plan_run",
+                         "not a live plan", END);
+            ok &= expect(fi_plan_update(plan, &fx.batch), FI_STATUS_INVALID_ARGUMENT,
+                         "fi_plan_update", "not a live plan", END);
+            fi_plan_info info;
+            fi_plan_info_init(&info);
+            ok &= expect(fi_plan_get_info(plan, &info), FI_STATUS_INVALID_ARGUMENT,
+                         "not a live plan", END);
+            fi_plan_destroy(plan); /* twice: refused, nothing freed again */
+            ok &= outputs_untouched();
+        }
+        record("plan_after_destroy", ok);
+    }
+    if (selected("cascade_after_destroy")) {
+        fi_cascade *c = NULL;
+        int ok = expect(fi_cascade_create(fx.ctx, &fx.params, 1, &fx.config, NULL, &c), FI_OK, END);
+        fi_cascade_destroy(c);
+        if (ok) {
+            ok &= expect(fi_cascade_update(c, &fx.batch), FI_STATUS_INVALID_ARGUMENT,
+                         "not a live cascade", END);
+            ok &= expect(fi_cascade_run(c, &fx.args), FI_STATUS_INVALID_ARGUMENT,
+                         "not a live cascade", END);
+            fi_cascade_destroy(c);
+        }
+        record("cascade_after_destroy", ok);
+    }
+    if (selected("bsr_after_destroy")) {
+        fi_bsr_config cfg = bsr_config(4, 4, 16, 16, 0);
+        fi_attention_params p = bsr_params();
+        fi_bsr *b = NULL;
+        int ok = expect(fi_bsr_create(fx.ctx, &p, &cfg, &b), FI_OK, END);
+        fi_bsr_destroy(b);
+        if (ok) {
+            int32_t indptr[5] = {0, 1, 1, 1, 1}, indices[1] = {0};
+            ok &= expect(fi_bsr_update(b, 16, 16, indptr, indices, NULL),
+                         FI_STATUS_INVALID_ARGUMENT, "not a live bsr", END);
+            ok &= expect(fi_bsr_run(b, &fx.args), FI_STATUS_INVALID_ARGUMENT, "not a live bsr", END);
+            fi_bsr_destroy(b);
+        }
+        record("bsr_after_destroy", ok);
+    }
+    if (selected("foreign_handle")) {
+        /* a cascade passed where a plan is expected, and the reverse */
+        fi_cascade *c = NULL;
+        fi_plan *plan = make_plan();
+        int ok = plan && expect(fi_cascade_create(fx.ctx, &fx.params, 1, &fx.config, NULL, &c),
+                                FI_OK, END);
+        if (ok) {
+            ok &= expect(fi_plan_update((fi_plan *)(void *)c, &fx.batch),
+                         FI_STATUS_INVALID_ARGUMENT, "not a live plan", END);
+            ok &= expect(fi_cascade_run((fi_cascade *)(void *)plan, &fx.args),
+                         FI_STATUS_INVALID_ARGUMENT, "not a live cascade", END);
+            fi_tensor s = fx.lse.t;
+            ok &= expect(fi_merge_state((fi_context *)(void *)plan, &fx.o.t, &s, &fx.o.t, &s,
+                                        &fx.o.t, &s, NULL),
+                         FI_STATUS_INVALID_ARGUMENT, "not a live ctx", END);
+            ok &= outputs_untouched();
+        }
+        fi_cascade_destroy(c);
+        fi_plan_destroy(plan);
+        record("foreign_handle", ok);
+    }
+    if (selected("context_destroyed_first")) {
+        /* A plan, a cascade and a bsr outlive their context: every call on
+         * them and on the context is refused; their destroys still work and
+         * the last one frees the context (LeakSanitizer checks it). */
+        fi_context_options opt;
+        fi_context_options_init(&opt);
+        opt.num_threads = 1;
+        fi_context *ctx = NULL;
+        int ok = expect(fi_context_create(&opt, &ctx), FI_OK, END);
+        fi_plan *plan = NULL;
+        fi_cascade *c = NULL;
+        fi_bsr *b = NULL;
+        fi_bsr_config cfg = bsr_config(4, 4, 16, 16, 0);
+        fi_attention_params bp = bsr_params();
+        if (ok) {
+            ok &= expect(fi_plan_create(ctx, &fx.params, &fx.config, &plan), FI_OK, END);
+            ok &= expect(fi_plan_update(plan, &fx.batch), FI_OK, END);
+            ok &= expect(fi_cascade_create(ctx, &fx.params, 1, &fx.config, NULL, &c), FI_OK, END);
+            ok &= expect(fi_bsr_create(ctx, &bp, &cfg, &b), FI_OK, END);
+        }
+        if (ok) {
+            fi_context_destroy(ctx);
+            ok &= strstr(fi_last_error(), "still has") != NULL;
+            if (!ok) tu_note("fi_context_destroy with 3 objects left: \"%s\"", fi_last_error());
+            ok &= expect(fi_plan_run(plan, &fx.args), FI_STATUS_INVALID_ARGUMENT,
+                         "fi_context_destroy", "destroy those first", END);
+            ok &= expect(fi_plan_update(plan, &fx.batch), FI_STATUS_INVALID_ARGUMENT,
+                         "was destroyed", END);
+            ok &= expect(fi_cascade_update(c, &fx.batch), FI_STATUS_INVALID_ARGUMENT,
+                         "was destroyed", END);
+            int32_t indptr[5] = {0, 1, 1, 1, 1}, indices[1] = {0};
+            ok &= expect(fi_bsr_update(b, 16, 16, indptr, indices, NULL),
+                         FI_STATUS_INVALID_ARGUMENT, "was destroyed", END);
+            fi_plan *p2 = NULL;
+            ok &= expect(fi_plan_create(ctx, &fx.params, &fx.config, &p2),
+                         FI_STATUS_INVALID_ARGUMENT, "was destroyed", END) && p2 == NULL;
+            fi_tensor s = fx.lse.t;
+            ok &= expect(fi_merge_state(ctx, &fx.q.t, &s, &fx.q.t, &s, &fx.o.t, &s, NULL),
+                         FI_STATUS_INVALID_ARGUMENT, "was destroyed", END);
+            fi_context_destroy(ctx); /* twice: refused */
+            ok &= expect(FI_STATUS_INVALID_ARGUMENT, FI_STATUS_INVALID_ARGUMENT,
+                         "destroyed already", END);
+            ok &= outputs_untouched();
+        } else {
+            fi_context_destroy(ctx);
+        }
+        fi_plan_destroy(plan);
+        fi_cascade_destroy(c);
+        fi_bsr_destroy(b); /* the last one: frees the context */
+        record("context_destroyed_first", ok);
+    }
+}
+
+/* A device page table (fi_plan_config.device_page_table) is host memory on
+ * the CPU and may be rewritten between runs: every run checks it, and a host
+ * table as well (the CPU's kernels read either one in place). */
+static void test_page_table(void) {
+    category = "page_table";
+    for (int device = 1; device >= 0; device--) {
+        const char *name = device ? "device_table_rewritten" : "host_table_rewritten";
+        if (!selected(name)) continue;
+        fx.config.device_page_table = device;
+        fi_plan *plan = make_plan();
+        int ok = plan && expect(fi_plan_update(plan, &fx.batch), FI_OK, END) &&
+                 expect(fi_plan_run(plan, &fx.args), FI_OK, END);
+        tu_buf_poison(&fx.o);
+        tu_buf_poison(&fx.lse);
+        if (ok) {
+            /* past the cache: the K buffer ends at a guard page */
+            arr(&fx.kv_indices)[1] = 1000;
+            ok &= expect(fi_plan_run(plan, &fx.args), FI_STATUS_INVALID_ARGUMENT,
+                         "kv_indices[1]=1000", END) && outputs_untouched();
+            arr(&fx.kv_indices)[1] = -3;
+            ok &= expect(fi_plan_run(plan, &fx.args), FI_STATUS_INVALID_ARGUMENT,
+                         "kv_indices[1]=-3", END) && outputs_untouched();
+            arr(&fx.kv_indices)[1] = 3; /* a valid page again: runs */
+            ok &= expect(fi_plan_run(plan, &fx.args), FI_OK, END);
+        }
+        fi_plan_destroy(plan);
+        record(name, ok);
+    }
+}
+
+/* RoPE at positions 0 .. TOTAL_Q - 1 with the default params. */
+static fi_status rope_pos(const fi_tensor *q, const fi_tensor *k, fi_tensor *q_out,
+                          fi_tensor *k_out) {
+    int32_t pos[TOTAL_Q] = {0, 1, 2, 3};
+    int64_t n = TOTAL_Q;
+    fi_tensor pos_ids = fi_tensor_contiguous(pos, FI_DTYPE_I32, 1, &n);
+    fi_rope_params rp;
+    fi_rope_params_init(&rp);
+    return fi_rope_apply_pos_ids(fx.ctx, &rp, q, k, q_out, k_out, &pos_ids, NULL);
+}
+
+/* Outputs that share memory with an input or with themselves. */
+static void test_overlap(void) {
+    category = "overlap";
+    if (selected("o_rows_stride0")) {
+        fx.args.o.stride[0] = 0;
+        RUN_FAILS("o_rows_stride0", FI_STATUS_INVALID_ARGUMENT, "o.stride[0]=0", "share");
+    }
+    if (selected("o_rows_stride1")) {
+        fx.args.o.stride[0] = 1;
+        RUN_FAILS("o_rows_stride1", FI_STATUS_INVALID_ARGUMENT, "o.stride[0]=1", "share");
+    }
+    if (selected("o_in_k_cache")) {
+        /* o laid over the K cache (which is larger than o) */
+        fx.args.o.data = fx.k.base;
+        int ok = 1;
+        tu_buf_poison(&fx.k);
+        RUN_FAILS("o_in_k_cache", FI_STATUS_INVALID_ARGUMENT, "o (data", "overlaps k");
+        const uint8_t *kb = fx.k.base;
+        for (size_t i = 0; i < fx.k.bytes && ok; i++) ok = kb[i] == 0xFF;
+        if (!ok) tu_note("the refused run wrote the K cache");
+    }
+    if (selected("lse_in_o")) {
+        fx.args.lse.data = fx.o.base;
+        RUN_FAILS("lse_in_o", FI_STATUS_INVALID_ARGUMENT, "o (data", "overlaps lse");
+    }
+    if (selected("o_over_q_offset")) {
+        /* o one token into q: not the same view, rows overlap */
+        tensor(&fx.q, FI_DTYPE_F32, 3, (int64_t[]){TOTAL_Q + 1, HQ, D});
+        fx.args.q = fx.q.t;
+        fx.args.q.shape[0] = TOTAL_Q;
+        fx.args.o = fx.args.q;
+        fx.args.o.data = (float *)fx.q.base + HQ * D;
+        RUN_FAILS("o_over_q_offset", FI_STATUS_INVALID_ARGUMENT, "overlaps q");
+    }
+    if (selected("merge_out_one_row_in")) {
+        /* v_out = v_a moved by one row: the old check compared pointers only */
+        int64_t vs[3] = {3, HQ, D}, ss[2] = {3, HQ};
+        fi_tensor va = fi_tensor_contiguous(fx.q.base, FI_DTYPE_F32, 3, vs);
+        fi_tensor vo = fi_tensor_contiguous((float *)fx.q.base + HQ * D, FI_DTYPE_F32, 3, vs);
+        fi_tensor vb = fi_tensor_contiguous(fx.o.base, FI_DTYPE_F32, 3, vs);
+        fi_tensor sa = fi_tensor_contiguous(fx.lse.base, FI_DTYPE_F32, 2, ss);
+        float sb_[3 * HQ], so_[3 * HQ];
+        fi_tensor sb = fi_tensor_contiguous(sb_, FI_DTYPE_F32, 2, ss);
+        fi_tensor so = fi_tensor_contiguous(so_, FI_DTYPE_F32, 2, ss);
+        uint64_t before = 0;
+        for (size_t i = 0; i < fx.q.bytes; i++) before = before * 31 + ((uint8_t *)fx.q.base)[i];
+        int ok = expect(fi_merge_state(fx.ctx, &va, &sa, &vb, &sb, &vo, &so, NULL),
+                        FI_STATUS_INVALID_ARGUMENT, "v_out", "overlaps v_a", END);
+        ok &= expect(fi_merge_state_in_place(fx.ctx, &vo, &so, &va, &sa, NULL, NULL),
+                     FI_STATUS_INVALID_ARGUMENT, "overlaps v_other", END);
+        uint64_t after = 0;
+        for (size_t i = 0; i < fx.q.bytes; i++) after = after * 31 + ((uint8_t *)fx.q.base)[i];
+        if (before != after) { tu_note("a refused merge wrote its input"); ok = 0; }
+        record("merge_out_one_row_in", ok);
+    }
+    if (selected("merge_states_out_in_s")) {
+        int64_t vs[4] = {2, 2, HQ, D}, ss[3] = {2, 2, HQ}, os[3] = {2, HQ, D}, ls[2] = {2, HQ};
+        fi_tensor v = fi_tensor_contiguous(fx.q.base, FI_DTYPE_F32, 4, vs);
+        fi_tensor s = fi_tensor_contiguous(fx.lse.base, FI_DTYPE_F32, 3, ss);
+        fi_tensor vo = fi_tensor_contiguous(fx.o.base, FI_DTYPE_F32, 3, os);
+        fi_tensor so = fi_tensor_contiguous((float *)fx.lse.base + HQ, FI_DTYPE_F32, 2, ls);
+        record("merge_states_out_in_s",
+               expect(fi_merge_states(fx.ctx, &v, &s, &vo, &so, NULL), FI_STATUS_INVALID_ARGUMENT,
+                      "s_out", "overlaps s", END));
+    }
+    if (selected("rope_q_out_over_k")) {
+        /* q_out written over k (not in place: another tensor) */
+        int64_t qs[3] = {TOTAL_Q, HQ, D}, ks[3] = {TOTAL_Q, HKV, D};
+        fi_tensor q = fi_tensor_contiguous(fx.q.base, FI_DTYPE_F32, 3, qs);
+        fi_tensor k = fi_tensor_contiguous(fx.o.base, FI_DTYPE_F32, 3, ks);
+        fi_tensor q_out = fi_tensor_contiguous(fx.o.base, FI_DTYPE_F32, 3, qs);
+        record("rope_q_out_over_k", expect(rope_pos(&q, &k, &q_out, &k), FI_STATUS_INVALID_ARGUMENT,
+                                           "q_out", "overlaps k", END));
+    }
+    if (selected("rope_fused_qkv_in_place")) {
+        /* q and k interleaved in one [tokens, HQ + 2 HKV, D] buffer, rotated
+         * in place: views of one buffer that share no element are fine */
+        int64_t all[3] = {TOTAL_Q, HQ + 2 * HKV, D};
+        tu_buf qkv;
+        memset(&qkv, 0, sizeof qkv);
+        tu_buf_alloc(&qkv, FI_DTYPE_F32, 3, all);
+        tu_rng rng;
+        tu_rng_seed(&rng, 7);
+        tu_fill_uniform(&rng, &qkv.t, -1, 1, 0);
+        fi_tensor q = qkv.t, k = qkv.t;
+        q.shape[1] = HQ;
+        k.shape[1] = HKV;
+        k.data = (float *)qkv.base + HQ * D;
+        record("rope_fused_qkv_in_place", expect(rope_pos(&q, &k, &q, &k), FI_OK, END));
+        tu_buf_free(&qkv);
+    }
+    if (selected("append_cache_over_rows")) {
+        /* the appended rows inside the cache they are written to */
+        int64_t rs[3] = {1, HKV, D};
+        fi_tensor rows = fi_tensor_contiguous(fx.k.base, FI_DTYPE_F32, 3, rs);
+        int32_t bi[1] = {0}, pos[1] = {0};
+        int64_t one = 1;
+        fi_tensor bt = fi_tensor_contiguous(bi, FI_DTYPE_I32, 1, &one);
+        fi_tensor pt = fi_tensor_contiguous(pos, FI_DTYPE_I32, 1, &one);
+        int64_t three = 3, nb = B + 1, b2 = B;
+        fi_tensor idx = fi_tensor_contiguous(arr(&fx.kv_indices), FI_DTYPE_I32, 1, &three);
+        fi_tensor ip = fi_tensor_contiguous(arr(&fx.kv_indptr), FI_DTYPE_I32, 1, &nb);
+        fi_tensor lp = fi_tensor_contiguous(arr(&fx.last), FI_DTYPE_I32, 1, &b2);
+        record("append_cache_over_rows",
+               expect(fi_append_paged_kv_cache(fx.ctx, &rows, &rows, &bt, &pt, &fx.k.t, &fx.v.t,
+                                               FI_KV_LAYOUT_NHD, &idx, &ip, &lp, NULL),
+                      FI_STATUS_INVALID_ARGUMENT, "k_cache", "overlaps append_k", END));
+    }
+    if (selected("cascade_o_in_workspace")) {
+        /* o inside the workspace the caller gave the cascade */
+        fi_plan_config cfg[2] = {fx.config, fx.config};
+        fi_cascade_options co;
+        fi_cascade_options_init(&co);
+        co.workspace_bytes = fi_cascade_workspace_size(&fx.params, 2, TOTAL_Q);
+        tu_buf ws;
+        memset(&ws, 0, sizeof ws);
+        tu_buf_alloc_tail(&ws, co.workspace_bytes + 64 * 1024, 64);
+        co.workspace = ws.base;
+        fi_cascade *c = NULL;
+        int ok = expect(fi_cascade_create(fx.ctx, &fx.params, 2, cfg, &co, &c), FI_OK, END);
+        int32_t zero_kv[B + 1] = {0, 0, 0};
+        fi_batch lv[2] = {fx.batch, fx.batch};
+        lv[0].kv_indptr = zero_kv; /* level 0: no shared pages */
+        if (ok) ok = expect(fi_cascade_update(c, lv), FI_OK, END);
+        if (ok) {
+            fi_run_args a = fx.args;
+            a.o.data = (char *)ws.base + 64;
+            ok = expect(fi_cascade_run(c, &a), FI_STATUS_INVALID_ARGUMENT, "o (data",
+                        "the cascade's workspace", END);
+            ok &= expect(fi_cascade_run(c, &fx.args), FI_OK, END);
+        }
+        fi_cascade_destroy(c);
+        tu_buf_free(&ws);
+        record("cascade_o_in_workspace", ok);
+    }
+    if (selected("bsr_o_over_q")) {
+        fi_bsr_config cfg = bsr_config(2, 2, TOTAL_Q, 8, 0);
+        fi_attention_params p = bsr_params();
+        fi_bsr *b = NULL;
+        int ok = expect(fi_bsr_create(fx.ctx, &p, &cfg, &b), FI_OK, END);
+        int32_t indptr[3] = {0, 1, 2}, indices[2] = {0, 1};
+        if (ok) ok = expect(fi_bsr_update(b, TOTAL_Q, 8, indptr, indices, NULL), FI_OK, END);
+        if (ok) {
+            int64_t kshape[3] = {8, HKV, D};
+            fi_run_args a = fx.args;
+            a.k = fi_tensor_contiguous(fx.k.base, FI_DTYPE_F32, 3, kshape);
+            a.v = fi_tensor_contiguous(fx.v.base, FI_DTYPE_F32, 3, kshape);
+            a.o = a.q;
+            ok = expect(fi_bsr_run(b, &a), FI_STATUS_INVALID_ARGUMENT, "overlaps q", END);
+        }
+        fi_bsr_destroy(b);
+        record("bsr_o_over_q", ok);
+    }
+}
+
 int main(int argc, char **argv) {
     int rc = tu_parse_args(argc, argv,
                            "Bad input: status and message for every class, nothing touched.\n"
@@ -874,6 +1371,10 @@ int main(int argc, char **argv) {
     test_bounds();
     test_lifecycle();
     test_device();
+    test_overflow();
+    test_handles();
+    test_page_table();
+    test_overlap();
     fixture_free();
     if (tu_opt.list) return 0;
     return tu_summary("test_bad_input");

@@ -96,6 +96,7 @@ typedef struct merge_cfg {
     fi_dtype da, db, dout;
     int strided;
     merge_mode mode;
+    int nonfinite; /* rows of ops_put_nonfinite_states, compared by class */
 } merge_cfg;
 
 static int case_merge_state(fi_context *ctx, tu_rng *rng, const void *p) {
@@ -121,6 +122,7 @@ static int case_merge_state(fi_context *ctx, tu_rng *rng, const void *p) {
      * it, so untouched rows compare exactly. */
     ops_fill_state(rng, &va.t, &sa.t, 0, c->mode != MERGE_IN_PLACE_MASK);
     ops_fill_state(rng, &vb.t, &sb.t, 1, 1);
+    if (c->nonfinite) ops_put_nonfinite_states(&va.t, &sa.t, &vb.t, &sb.t, c->dout);
     uint8_t *keep = calloc((size_t)c->n + 1, 1);
     if (c->mode == MERGE_IN_PLACE_MASK)
         for (int64_t i = 0; i < c->n; i++) {
@@ -153,9 +155,11 @@ static int case_merge_state(fi_context *ctx, tu_rng *rng, const void *p) {
         st = fi_merge_state_in_place(ctx, &va.t, &sa.t, &vb.t, &sb.t,
                                      c->mode == MERGE_IN_PLACE_MASK ? &mask.t : NULL, NULL);
     ok = ops_check_ok(st, "merge");
+    int (*check)(const char *, const fi_tensor *, const double *, double) =
+        c->nonfinite ? ops_check_view_classes : ops_check_view;
     if (ok) {
-        ok &= ops_check_view("v_out", &out_v->t, ref, tu_dtype_tol(out_v->t.dtype));
-        ok &= ops_check_view("s_out", &out_s->t, lref, 1e-5);
+        ok &= check("v_out", &out_v->t, ref, tu_dtype_tol(out_v->t.dtype));
+        ok &= check("s_out", &out_s->t, lref, 1e-5);
         ok &= ops_check_outside("v_out", out_v) & ops_check_outside("s_out", out_s);
         ok &= ops_same_as_snapshot("v_b", &vb, snap_b) & ops_same_as_snapshot("s_b", &sb, snap_sb);
         if (!in_place)
@@ -164,7 +168,8 @@ static int case_merge_state(fi_context *ctx, tu_rng *rng, const void *p) {
         if (c->mode == MERGE_IN_PLACE_MASK) { /* untouched rows: bit for bit */
             double *got = tu_view_read(&va.t);
             for (int64_t i = 0; i < c->n * c->heads * c->dim && ok; i++)
-                if (!keep[i / (c->heads * c->dim)] && got[i] != a[i]) {
+                if (!keep[i / (c->heads * c->dim)] && got[i] != a[i] &&
+                    !(isnan(got[i]) && isnan(a[i]))) {
                     tu_note("masked-off element %lld changed", (long long)i);
                     ok = 0;
                 }
@@ -182,7 +187,9 @@ typedef struct merge_n_cfg {
     int64_t n, states, heads, dim;
     fi_dtype dv, dout;
     int strided;
+    int nonfinite; /* states 0 and 1 get ops_put_nonfinite_states' rows */
 } merge_n_cfg;
+
 
 static int case_merge_states(fi_context *ctx, tu_rng *rng, const void *p) {
     const merge_n_cfg *c = p;
@@ -198,15 +205,22 @@ static int case_merge_states(fi_context *ctx, tu_rng *rng, const void *p) {
         return 0;
     }
     ops_fill_states(rng, &v.t, &s.t);
+    if (c->nonfinite) {
+        fi_tensor va = ops_state_view(&v.t, 0), sa = ops_state_view(&s.t, 0);
+        fi_tensor vb = ops_state_view(&v.t, 1), sb = ops_state_view(&s.t, 1);
+        ops_put_nonfinite_states(&va, &sa, &vb, &sb, c->dout);
+    }
     double *x = tu_view_read(&v.t), *l = tu_view_read(&s.t);
     double *ref = malloc((size_t)(c->n * c->heads * c->dim + 1) * sizeof *ref);
     double *lref = malloc((size_t)(c->n * c->heads + 1) * sizeof *lref);
     oracle_merge_states(c->n, c->states, c->heads, c->dim, x, l, ref, lref);
     void *snap_v = ops_snapshot(&v), *snap_s = ops_snapshot(&s);
     int ok = ops_check_ok(fi_merge_states(ctx, &v.t, &s.t, &vo.t, &so.t, NULL), "fi_merge_states");
+    int (*check)(const char *, const fi_tensor *, const double *, double) =
+        c->nonfinite ? ops_check_view_classes : ops_check_view;
     if (ok) {
-        ok &= ops_check_view("v_out", &vo.t, ref, tu_dtype_tol(c->dout));
-        ok &= ops_check_view("s_out", &so.t, lref, 1e-5);
+        ok &= check("v_out", &vo.t, ref, tu_dtype_tol(c->dout));
+        ok &= check("s_out", &so.t, lref, 1e-5);
         ok &= ops_check_outside("v_out", &vo) & ops_check_outside("s_out", &so);
         ok &= ops_same_as_snapshot("v", &v, snap_v) & ops_same_as_snapshot("s", &s, snap_s);
     }
@@ -226,7 +240,7 @@ static void suite_merge(const backend *be) {
                     if (tu_opt.quick && (si == 0 || si == 4) && mode != 0) continue;
                     merge_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2],
                                    ops_float_dtypes[di], ops_float_dtypes[di], ops_float_dtypes[di],
-                                   strided, (merge_mode)mode};
+                                   strided, (merge_mode)mode, 0};
                     snprintf(name, sizeof name, "merge_state/%s/%s/n%lld_h%lld_d%lld/%s/%s",
                              be->name, tu_dtype_name(c.da), (long long)c.n,
                              (long long)c.heads, (long long)c.dim,
@@ -240,7 +254,7 @@ static void suite_merge(const backend *be) {
     for (int mi = 0; mi < 3; mi++)
         for (int mode = 0; mode < 4; mode += 2) {
             merge_cfg c = {6, 3, 96, mixed[mi][0], mixed[mi][1], mixed[mi][2], 1,
-                           (merge_mode)mode};
+                           (merge_mode)mode, 0};
             snprintf(name, sizeof name, "merge_state/%s/mixed_%s_%s_%s/%s", be->name,
                      tu_dtype_name(c.da), tu_dtype_name(c.db), tu_dtype_name(c.dout),
                      mode_names[mode]);
@@ -254,13 +268,34 @@ static void suite_merge(const backend *be) {
             for (int strided = 0; strided < 2; strided++) {
                 merge_n_cfg c = {nshapes[si][0], nshapes[si][1], nshapes[si][2],
                                  nshapes[si][3], ops_float_dtypes[di],
-                                 ops_float_dtypes[(di + strided) % 3], strided};
+                                 ops_float_dtypes[(di + strided) % 3], strided, 0};
                 snprintf(name, sizeof name, "merge_states/%s/%s_to_%s/n%lld_s%lld_h%lld_d%lld/%s",
                          be->name, tu_dtype_name(c.dv), tu_dtype_name(c.dout),
                          (long long)c.n, (long long)c.states, (long long)c.heads,
                          (long long)c.dim, strided ? "strided" : "contiguous");
                 run_case("merge_states", name, case_merge_states, &c, be->ctx);
             }
+}
+
+/* The merges on NaN and infinite inputs (docs/SEMANTICS.md, "Non-finite
+ * values"): the rows of ops_put_nonfinite_states, every mode, dtypes. */
+static void suite_nonfinite(const backend *be) {
+    static const char *const mode_names[] = {"out", "out=a", "in_place", "in_place_mask"};
+    char name[160];
+    for (int di = 0; di < 3; di++)
+        for (int mode = 0; mode < 4; mode++) {
+            merge_cfg c = {12, 2, 72, FI_DTYPE_F32, ops_float_dtypes[di], ops_float_dtypes[di],
+                           mode & 1, (merge_mode)mode, 1};
+            snprintf(name, sizeof name, "nonfinite/%s/merge_state/f32_%s/%s", be->name,
+                     tu_dtype_name(c.db), mode_names[mode]);
+            run_case("nonfinite", name, case_merge_state, &c, be->ctx);
+        }
+    for (int di = 0; di < 3; di++) {
+        merge_n_cfg c = {12, 4, 2, 72, FI_DTYPE_F32, ops_float_dtypes[di], di == 1, 1};
+        snprintf(name, sizeof name, "nonfinite/%s/merge_states/f32_to_%s", be->name,
+                 tu_dtype_name(c.dout));
+        run_case("nonfinite", name, case_merge_states, &c, be->ctx);
+    }
 }
 
 /* =============================================================== append */
@@ -729,13 +764,14 @@ static void suite_convert(const backend *be) {
 /* Sizes over the 1 MB threshold, so rows are split across the pool. */
 static void suite_large(const backend *be) {
     char name[160];
-    merge_cfg m = {1024, 8, 128, FI_DTYPE_BF16, FI_DTYPE_F32, FI_DTYPE_BF16, 0, MERGE_OUT};
+    merge_cfg m = {1024, 8, 128, FI_DTYPE_BF16, FI_DTYPE_F32, FI_DTYPE_BF16, 0, MERGE_OUT, 0};
     snprintf(name, sizeof name, "large/%s/merge_state_n1024_h8_d128", be->name);
     run_case("large", name, case_merge_state, &m, be->ctx);
-    merge_cfg mm = {1024, 8, 128, FI_DTYPE_F16, FI_DTYPE_F16, FI_DTYPE_F16, 1, MERGE_IN_PLACE_MASK};
+    merge_cfg mm = {1024, 8, 128, FI_DTYPE_F16, FI_DTYPE_F16, FI_DTYPE_F16, 1, MERGE_IN_PLACE_MASK,
+                    0};
     snprintf(name, sizeof name, "large/%s/merge_in_place_mask_n1024_h8_d128_strided", be->name);
     run_case("large", name, case_merge_state, &mm, be->ctx);
-    merge_n_cfg mn = {256, 4, 8, 128, FI_DTYPE_F16, FI_DTYPE_F32, 0};
+    merge_n_cfg mn = {256, 4, 8, 128, FI_DTYPE_F16, FI_DTYPE_F32, 0, 0};
     snprintf(name, sizeof name, "large/%s/merge_states_n256_s4_h8_d128", be->name);
     run_case("large", name, case_merge_states, &mn, be->ctx);
     append_cfg a = {FI_DTYPE_BF16, FI_KV_LAYOUT_NHD, 16, 8, 8, 128, 128, APPEND_PREFILL, 0, 0, 300};
@@ -1077,6 +1113,7 @@ int main(int argc, char **argv) {
         if (!be->ctx) {
             char name[64];
             snprintf(name, sizeof name, "%s (not available)", be->name);
+            tu_note("backend %s: not on this CPU or build", be->name);
             tu_record("skipped backends", name, TU_SKIP);
             continue;
         }
@@ -1087,6 +1124,7 @@ int main(int argc, char **argv) {
         suite_convert(be);
         suite_large(be);
         suite_bad_input(be);
+        suite_nonfinite(be);
     }
     backends_close();
     return tu_summary("test_ops");

@@ -1261,6 +1261,92 @@ static void case_api_budget(fi_context *ctx) {
     free(idx);
 }
 
+/* fi_plan_get_worker_loads: per worker, the items, split items and cost of
+ * the plan's schedule, which add up to fi_plan_get_info's figures; a short
+ * capacity writes that many workers; NULL arrays, a negative capacity, an
+ * unplanned plan. */
+static void case_api_worker_loads(fi_context *ctx) {
+    const char *name = "api/worker-loads";
+    if (!tu_selected(name)) return;
+    enum { W = 5, B = 6 };
+    fi_attention_params p;
+    api_params(&p, true, -1);
+    p.kv_format = FI_KV_FORMAT_PAGED, p.page_size = 16;
+    fi_plan_config cfg;
+    fi_plan_config_init(&cfg);
+    cfg.max_batch_size = B, cfg.max_total_qo = 256, cfg.max_total_kv = 4096;
+    cfg.num_workers = W;
+    int32_t qo[B + 1] = {0, 1, 2, 66, 67, 68, 100}, kv[B + 1], last[B], idx[4096];
+    static const int32_t pages[B] = {300, 2, 40, 1, 120, 9};
+    kv[0] = 0;
+    for (int32_t r = 0; r < B; r++) kv[r + 1] = kv[r] + pages[r], last[r] = 16 - r;
+    for (int32_t i = 0; i < kv[B]; i++) idx[i] = i;
+    fi_batch fb = {B, qo, kv, idx, last, NULL};
+    fi_plan *plan = NULL;
+    int32_t items[W + 1], split[W + 1], n = -1, bad = 0;
+    double cost[W + 1];
+    fi_status st = fi_plan_create(ctx, &p, &cfg, &plan);
+    if (!st) {
+        bad |= tu_expect_status(fi_plan_get_worker_loads(plan, W, items, split, cost, &n),
+                                FI_STATUS_NOT_PLANNED, "no batch planned", "before an update");
+        st = fi_plan_update(plan, &fb);
+    }
+    tu_result res = api_outcome(st, "plan");
+    if (res == TU_PASS) {
+        fi_plan_info info;
+        fi_plan_info_init(&info);
+        st = fi_plan_get_info(plan, &info);
+        for (int32_t w = 0; w <= W; w++) items[w] = split[w] = -7, cost[w] = -7.0;
+        if (!st) st = fi_plan_get_worker_loads(plan, W + 1, items, split, cost, &n);
+        const fi_schedule *s = &plan->schedule;
+        int32_t sum_items = 0, sum_split = 0;
+        double sum_cost = 0, most = 0;
+        for (int32_t w = 0; w < n && w < W; w++) {
+            int32_t want_split = 0;
+            for (int32_t i = s->worker_indptr[w]; i < s->worker_indptr[w + 1]; i++)
+                want_split += s->items[i].partial_row >= 0;
+            if (items[w] != s->worker_indptr[w + 1] - s->worker_indptr[w] ||
+                split[w] != want_split || cost[w] != s->worker_cost[w]) {
+                tu_note("worker %d: %d items, %d split, cost %g; the schedule: %d, %d, %g", (int)w,
+                        (int)items[w], (int)split[w], cost[w],
+                        (int)(s->worker_indptr[w + 1] - s->worker_indptr[w]), (int)want_split,
+                        s->worker_cost[w]);
+                bad = 1;
+            }
+            sum_items += items[w], sum_split += split[w], sum_cost += cost[w];
+            most = cost[w] > most ? cost[w] : most;
+        }
+        if (st || n != W || n != info.num_workers || items[W] != -7 || split[W] != -7 ||
+            sum_items != info.num_items || sum_split != info.num_split_items ||
+            most != info.max_worker_cost || fabs(sum_cost - info.total_cost) > 1e-9 * info.total_cost) {
+            tu_note("%s: %d workers (info %d), items %d (%d), split %d (%d), max cost %g (%g), "
+                    "total %g (%g)", fi_status_string(st), (int)n, (int)info.num_workers,
+                    (int)sum_items, (int)info.num_items, (int)sum_split,
+                    (int)info.num_split_items, most, info.max_worker_cost, sum_cost,
+                    info.total_cost);
+            bad = 1;
+        }
+        if (info.num_split_items == 0) tu_note("nothing was split: a weak case"), bad = 1;
+        /* capacity 2: workers 0 and 1 only; NULL arrays; bad arguments */
+        for (int32_t w = 0; w <= W; w++) items[w] = -7;
+        bad |= tu_expect_status(fi_plan_get_worker_loads(plan, 2, items, NULL, NULL, NULL), FI_OK,
+                                NULL, "capacity 2");
+        if (items[0] < 0 || items[1] < 0 || items[2] != -7) tu_note("capacity 2 wrote past 2"), bad = 1;
+        bad |= tu_expect_status(fi_plan_get_worker_loads(plan, 0, NULL, NULL, NULL, &n), FI_OK,
+                                NULL, "count only");
+        bad |= n != W;
+        bad |= tu_expect_status(fi_plan_get_worker_loads(plan, -3, items, NULL, NULL, NULL),
+                                FI_STATUS_INVALID_ARGUMENT, "-3", "negative capacity");
+        bad |= tu_expect_status(fi_plan_get_worker_loads(NULL, W, items, NULL, NULL, NULL),
+                                FI_STATUS_INVALID_ARGUMENT, "plan", "NULL plan");
+        if (bad) res = TU_FAIL;
+    } else if (bad) {
+        res = TU_FAIL;
+    }
+    tu_record("api: worker loads", name, res);
+    fi_plan_destroy(plan);
+}
+
 static void api_cases(void) {
     fi_context_options opt;
     fi_context_options_init(&opt);
@@ -1276,6 +1362,7 @@ static void api_cases(void) {
     case_api_split(ctx, true, 700);
     case_api_invariance(ctx);
     case_api_budget(ctx);
+    case_api_worker_loads(ctx);
     fi_context_destroy(ctx);
 }
 

@@ -222,6 +222,7 @@ static void example_case(const vcase *c) {
     case_name(c, name, sizeof name);
     if (!tu_selected(name)) return;
     if (!fi_cc_available(NULL)) {
+        tu_note("no C compiler for the CPU JIT");
         tu_record(c->suite, name, TU_SKIP);
         return;
     }
@@ -376,6 +377,7 @@ static void builtin_case(const char *which, int k) {
     case_name(&c, name, sizeof name);
     if (!tu_selected(name)) return;
     if (!fi_cc_available(NULL)) {
+        tu_note("no C compiler for the CPU JIT");
         tu_record("builtin", name, TU_SKIP);
         return;
     }
@@ -450,6 +452,7 @@ static int expect_plan(const fi_attention_params *pa, fi_status want, const char
 static void error_compile(void) {
     if (!tu_selected("errors/compile")) return;
     if (!fi_cc_available(NULL)) {
+        tu_note("no C compiler for the CPU JIT");
         tu_record("errors", "errors/compile", TU_SKIP);
         return;
     }
@@ -505,6 +508,7 @@ static void error_fields(void) {
 static void error_args(void) {
     if (!tu_selected("errors/args")) return;
     if (!fi_cc_available(NULL)) {
+        tu_note("no C compiler for the CPU JIT");
         tu_record("errors", "errors/args", TU_SKIP);
         return;
     }

@@ -518,6 +518,37 @@ static int64_t total_failures;
 static char note_buf[8192];
 static size_t note_len;
 
+/* Why cases were skipped: the first line of each skipped case's note (or
+ * its category when it has none), counted, so the summary says it once. */
+#define TU_MAX_SKIP_REASONS 16
+
+typedef struct tu_skip_reason {
+    char text[160];
+    int64_t count;
+} tu_skip_reason;
+
+static tu_skip_reason skip_reasons[TU_MAX_SKIP_REASONS + 1]; /* the last: "other reasons" */
+static int32_t num_skip_reasons;
+
+static void count_skip(const char *category) {
+    char text[160];
+    size_t len = strcspn(note_buf, "\n");
+    if (len) snprintf(text, sizeof text, "%.*s", (int)len, note_buf);
+    else snprintf(text, sizeof text, "%s: no reason given", category);
+    tu_skip_reason *r = NULL;
+    for (int32_t i = 0; i < num_skip_reasons && !r; i++)
+        if (!strcmp(skip_reasons[i].text, text)) r = &skip_reasons[i];
+    if (!r && num_skip_reasons < TU_MAX_SKIP_REASONS) {
+        r = &skip_reasons[num_skip_reasons++];
+        snprintf(r->text, sizeof r->text, "%s", text);
+    }
+    if (!r) {
+        r = &skip_reasons[TU_MAX_SKIP_REASONS];
+        snprintf(r->text, sizeof r->text, "other reasons");
+    }
+    r->count++;
+}
+
 void tu_note(const char *fmt, ...) {
     if (note_len >= sizeof note_buf - 1) return;
     va_list ap;
@@ -540,6 +571,7 @@ void tu_record(const char *category, const char *name, tu_result result) {
     }
     if (c) c->count[result]++;
     if (result == TU_FAIL) total_failures++;
+    if (result == TU_SKIP) count_skip(category);
     static const char *const words[3] = {"ok  ", "FAIL", "skip"};
     if (result == TU_FAIL || tu_opt.verbose) {
         printf("%s %s\n", words[result], name);
@@ -578,6 +610,13 @@ int tu_summary(const char *title) {
         for (int k = 0; k < 3; k++) tot[k] += c->count[k];
     }
     printf("  %-28s %8lld %8lld %8lld\n", "total", (long long)tot[TU_PASS],
+           (long long)tot[TU_FAIL], (long long)tot[TU_SKIP]);
+    /* the reasons for the skips, then the counts in one fixed form that
+     * tests/run.sh (make test) sums over every test program */
+    for (int32_t i = 0; i <= TU_MAX_SKIP_REASONS; i++)
+        if (skip_reasons[i].count)
+            printf("tu-skip %lld %s\n", (long long)skip_reasons[i].count, skip_reasons[i].text);
+    printf("tu-summary passed=%lld failed=%lld skipped=%lld\n", (long long)tot[TU_PASS],
            (long long)tot[TU_FAIL], (long long)tot[TU_SKIP]);
     fflush(stdout);
     return tot[TU_FAIL] ? 1 : 0;

@@ -191,8 +191,10 @@ typedef enum tu_result { TU_PASS = 0, TU_FAIL = 1, TU_SKIP = 2 } tu_result;
 void tu_record(const char *category, const char *name, tu_result result);
 /* Printf-style detail for the current failure (indented under its line). */
 void tu_note(const char *fmt, ...) TU_PRINTF(1, 2);
-/* Print the table of counts by category; returns the process exit code
- * (1 if any case failed, else 0). */
+/* Print the table of counts by category, then one "tu-skip N REASON" line
+ * per reason for skips (a skipped case's first note line) and
+ * "tu-summary passed=N failed=N skipped=N" (read by tests/run.sh); returns
+ * the process exit code (1 if any case failed, else 0). */
 int tu_summary(const char *title);
 /* A bad-input check: status `got` must be `want` and, unless needle is
  * NULL, fi_last_error() must contain `needle`. Returns 0 if both hold, else

@@ -5,10 +5,14 @@
  * system prompt: the same page ids), LLaMA-like heads (32 query / 8 KV, d 128,
  * bf16, causal). The step is planned once and run for every layer; a sample
  * of requests is checked against attention computed here in fp64, straight
- * from its definition.
+ * from its definition, and that naive reference is the baseline of the
+ * comparison column: the sample timed both ways, the whole layer estimated
+ * for the reference at its rate. Last, a picture of the schedule: one row
+ * per worker (fi_plan_get_worker_loads), its load as a bar.
  */
 #include "tools.h"
 
+#include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -141,17 +145,20 @@ static int reference_request(const step *s, int32_t r, const uint16_t *q, const 
 
 /* Requests [0, N_CHECKED) of layer 0 against the reference: their rows of o
  * are the first ones. Returns the largest error; *bad counts elements off
- * by more than the tolerance (NaN included), or is 1 when out of memory. */
-static double check_sample(const step *s, const fi_run_args *a, int *bad) {
+ * by more than the tolerance (NaN included), or is 1 when out of memory;
+ * *seconds gets the reference's time. */
+static double check_sample(const step *s, const fi_run_args *a, int *bad, double *seconds) {
     const uint16_t *q = a->q.data, *k = a->k.data, *v = a->v.data, *o = a->o.data;
     const int64_t n = (int64_t)s->qo_indptr[N_CHECKED] * H_QO * D;
     double *ref = malloc(sizeof(double) * (size_t)n), worst = 0.0;
     *bad = 0;
+    double t0 = now();
     for (int32_t r = 0; r < N_CHECKED && ref; r++)
         if (reference_request(s, r, q, k, v, ref + (size_t)s->qo_indptr[r] * H_QO * D)) {
             free(ref);
             ref = NULL;
         }
+    *seconds = now() - t0;
     if (!ref) {
         *bad = 1;
         return NAN;
@@ -167,14 +174,122 @@ static double check_sample(const step *s, const fi_run_args *a, int *bad) {
     return worst;
 }
 
+/* Visible (query, key) pairs of requests [0, n): what attention's cost,
+ * the reference's included, is proportional to. */
+static double visible_pairs(const step *s, int32_t n) {
+    double pairs = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t lq = s->qo_indptr[i + 1] - s->qo_indptr[i];
+        for (int32_t t = 0; t < lq; t++) pairs += s->kv_len[i] - lq + t + 1;
+    }
+    return pairs;
+}
+
+/* Ours on the checked sample alone (the same requests the reference
+ * computed: a prefix of the batch, so the first rows of q and o): the plan
+ * re-planned for it, the best of three runs. Returns seconds, or -1. */
+static double time_sample(fi_plan *plan, const step *s, fi_run_args a) {
+    fi_batch sample = {N_CHECKED, s->qo_indptr, s->kv_indptr, s->kv_indices, s->last, NULL};
+    if (fi_plan_update(plan, &sample)) return -1;
+    int64_t qs[3] = {s->qo_indptr[N_CHECKED], H_QO, D}, ls[2] = {s->qo_indptr[N_CHECKED], H_QO};
+    a.q = fi_tensor_contiguous(a.q.data, FI_DTYPE_BF16, 3, qs);
+    a.o = fi_tensor_contiguous(a.o.data, FI_DTYPE_BF16, 3, qs);
+    a.lse = fi_tensor_contiguous(a.lse.data, FI_DTYPE_F32, 2, ls);
+    double best = -1;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now();
+        if (fi_plan_run(plan, &a)) return -1;
+        double t = now() - t0;
+        if (best < 0 || t < best) best = t;
+    }
+    return best;
+}
+
+static void print_time(char *buf, size_t n, double seconds) {
+    if (seconds < 1e-3) snprintf(buf, n, "%.1f us", seconds * 1e6);
+    else if (seconds < 1.0) snprintf(buf, n, "%.2f ms", seconds * 1e3);
+    else snprintf(buf, n, "%.2f s", seconds);
+}
+
+/* The schedule, one text row per worker (rows of several workers, their
+ * mean, past MAX_ROWS): a bar of the cost model's load against the busiest
+ * worker's, '#' for whole work items and '+' for split ones (in proportion
+ * to their count), then the counts. */
+static void print_schedule(const fi_plan *plan) {
+    enum { MAX_ROWS = 16, WIDTH = 40, MAX_WORKERS = 4096 };
+    int32_t workers = 0;
+    if (fi_plan_get_worker_loads(plan, 0, NULL, NULL, NULL, &workers) || workers < 1) return;
+    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+    int32_t *items = malloc(sizeof(int32_t) * (size_t)workers);
+    int32_t *split = malloc(sizeof(int32_t) * (size_t)workers);
+    double *cost = malloc(sizeof(double) * (size_t)workers);
+    if (!items || !split || !cost ||
+        fi_plan_get_worker_loads(plan, workers, items, split, cost, NULL)) {
+        free(items); free(split); free(cost);
+        return;
+    }
+    int32_t per_row = (workers + MAX_ROWS - 1) / MAX_ROWS, rows = (workers + per_row - 1) / per_row;
+    double most = 0, sum = 0;
+    int32_t total = 0;
+    for (int32_t w = 0; w < workers; w++)
+        most = fmax(most, cost[w]), sum += cost[w], total += items[w];
+    printf("\nschedule: %d work items on %d workers; bar = the cost model's load (busiest = "
+           "full), # whole items, + split items\n", (int)total, (int)workers);
+    for (int32_t r = 0; r < rows; r++) {
+        int32_t w0 = r * per_row, w1 = w0 + per_row < workers ? w0 + per_row : workers;
+        int32_t n_items = 0, n_split = 0;
+        double load = 0;
+        for (int32_t w = w0; w < w1; w++) n_items += items[w], n_split += split[w], load += cost[w];
+        load /= (double)(w1 - w0);
+        int fill = most > 0 ? (int)lround(WIDTH * load / most) : 0;
+        int plus = n_items ? (int)lround((double)fill * n_split / n_items) : 0;
+        char bar[WIDTH + 1], who[32];
+        for (int i = 0; i < WIDTH; i++) bar[i] = i < fill - plus ? '#' : i < fill ? '+' : '.';
+        bar[WIDTH] = 0;
+        if (w1 - w0 == 1) snprintf(who, sizeof who, "worker %d", (int)w0);
+        else snprintf(who, sizeof who, "workers %d-%d", (int)w0, (int)w1 - 1);
+        printf("  %-14s |%s| %4d items, %3d split%s\n", who, bar, (int)n_items, (int)n_split,
+               w1 - w0 > 1 ? " (mean load)" : "");
+    }
+    printf("  balance: the busiest worker's load is %.2fx the mean\n",
+           sum > 0 ? most * workers / sum : 1.0);
+    free(items); free(split); free(cost);
+}
+
+static int demo_usage(FILE *f) {
+    if (f != stdout) {
+        fprintf(f, "usage: fi demo [--layers N] [--threads N] (fi demo --help)\n");
+        return FI_EXIT_USAGE;
+    }
+    fprintf(f, "usage: fi demo [--layers N] [--threads N]\n"
+               "One serving step on the CPU: 3 chunked prefills and 29 decodes (8 sharing a\n"
+               "prompt) in a paged bf16 KV cache, 32/8 heads, d 128, causal; planned once,\n"
+               "run for N layers (default 4, at most 64) on N threads (default: one per\n"
+               "core). Six requests are checked against attention computed in fp64, and\n"
+               "timed against that naive reference; the schedule is drawn per worker.\n");
+    return 0;
+}
+
 int fi_demo(int argc, char **argv) {
     int layers = 4, threads = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: fi demo [--layers N] [--threads N]\n"); return 2; }
+    static const struct option options[] = {{"layers", required_argument, NULL, 'l'},
+                                            {"threads", required_argument, NULL, 't'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {0, 0, 0, 0}};
+    optind = 0; /* from the start: the tool's tests call this more than once */
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":l:t:h", options, NULL)) != -1;) {
+        if (c == 'h') return demo_usage(stdout);
+        if (c == 'l' && !fi_tool_number("demo", "--layers", optarg, 1, 64, &layers)) continue;
+        if (c == 't' && !fi_tool_number("demo", "--threads", optarg, 0, 4096, &threads)) continue;
+        if (c == ':') fprintf(stderr, "fi demo: %s needs a value\n", argv[optind - 1]);
+        if (c == '?') fprintf(stderr, "fi demo: unknown option %s\n", argv[optind - 1]);
+        return demo_usage(stderr);
     }
-    if (layers < 1) layers = 1;
+    if (optind < argc) {
+        fprintf(stderr, "fi demo: unexpected argument %s\n", argv[optind]);
+        return demo_usage(stderr);
+    }
     step s;
     if (make_step(&s, 42)) { fprintf(stderr, "fi demo: out of memory\n"); return 1; }
     int32_t total_q = s.qo_indptr[N_REQ];
@@ -218,7 +333,7 @@ int fi_demo(int argc, char **argv) {
     memset(&a, 0, sizeof a);
     a.o = fi_tensor_contiguous(o, FI_DTYPE_BF16, 3, qs);
     a.lse = fi_tensor_contiguous(lse, FI_DTYPE_F32, 2, ls);
-    double layer_ms[64] = {0}, worst = 0.0;
+    double layer_ms[64] = {0}, worst = 0.0, ref_s = 0.0;
     int bad = 0;
     for (int l = 0; l < layers && !st; l++) {
         a.q = fi_tensor_contiguous(q + q_elems * (size_t)l, FI_DTYPE_BF16, 3, qs);
@@ -227,8 +342,8 @@ int fi_demo(int argc, char **argv) {
         memset(o, 0xff, q_elems * 2); /* poison: NaN in bf16 */
         t0 = now();
         st = fi_plan_run(plan, &a);
-        if (l < 64) layer_ms[l] = (now() - t0) * 1e3;
-        if (!st && l == 0) worst = check_sample(&s, &a, &bad);
+        layer_ms[l] = (now() - t0) * 1e3;
+        if (!st && l == 0) worst = check_sample(&s, &a, &bad, &ref_s);
     }
     if (st) {
         fprintf(stderr, "fi demo: %s: %s\n", fi_status_string(st), fi_last_error());
@@ -238,33 +353,50 @@ int fi_demo(int argc, char **argv) {
     fi_plan_info_init(&info);
     fi_plan_get_info(plan, &info);
 
-    double keys = 0, pairs = 0;
-    for (int32_t i = 0; i < N_REQ; i++) {
-        int32_t lq = s.qo_indptr[i + 1] - s.qo_indptr[i];
-        keys += s.kv_len[i];
-        for (int32_t t = 0; t < lq; t++) pairs += s.kv_len[i] - lq + t + 1;
-    }
+    double keys = 0, pairs = visible_pairs(&s, N_REQ), sample_pairs = visible_pairs(&s, N_CHECKED);
+    for (int32_t i = 0; i < N_REQ; i++) keys += s.kv_len[i];
     double total_ms = 0;
-    for (int l = 0; l < layers && l < 64; l++) total_ms += layer_ms[l];
-    double per_layer = total_ms / (layers < 64 ? layers : 64) * 1e-3;
+    for (int l = 0; l < layers; l++) total_ms += layer_ms[l];
+    double per_layer = total_ms / layers * 1e-3;
     double bytes = 2.0 * keys * H_KV * D * 2 + 2.0 * total_q * H_QO * D * 2;
+    double flop = 4.0 * H_QO * D; /* per visible pair: q.k and p.v, a multiply-add each */
 
     printf("fi demo — one serving step on the CPU (%s)\n", fi_context_describe(ctx));
     printf("batch: %d prefill chunks (%d/%d/%d queries), %d decodes (%d share a %d-token "
            "prefix), %d query tokens, %.0f keys, page %d, %d pages per layer\n",
            N_PREFILL, prefill_q[0], prefill_q[1], prefill_q[2], N_DECODE, N_SHARING,
            PREFIX_PAGES * PAGE, total_q, keys, PAGE, s.num_pages);
-    printf("model: %d query / %d KV heads, d %d, bf16, causal, %d layers\n\n", H_QO, H_KV, D, layers);
-    printf("| stage | result |\n|---|---|\n");
-    printf("| plan (once per step) | %.1f us (first call %.1f us): %d items on %d workers, %d split, "
-           "%d merged rows, q tile %d |\n",
-           plan_us, first_plan_us, info.num_items, info.num_workers, info.num_split_items, info.num_merge_rows,
-           info.q_tile);
-    printf("| run, per layer | %.2f ms mean over %d layers |\n", per_layer * 1e3, layers);
-    printf("| throughput | %.1f GB/s KV+Q+O, %.1f GFLOP/s |\n", bytes / per_layer / 1e9,
-           4.0 * H_QO * D * pairs / per_layer / 1e9);
-    printf("| fp64 reference check (requests 0-%d, layer 0) | %s: max |err| %.2e over %d rows |\n",
-           N_CHECKED - 1, bad ? "FAIL" : "pass", worst, s.qo_indptr[N_CHECKED]);
+    printf("model: %d query / %d KV heads, d %d, bf16, causal, %d layers\n", H_QO, H_KV, D, layers);
+    printf("baseline: attention in fp64 straight from its definition, one thread (the "
+           "check's reference)\n\n");
+    char ours[32], theirs[32], first[32];
+    printf("| stage | flashinfer.c | naive fp64 reference | result |\n|---|---|---|---|\n");
+    print_time(ours, sizeof ours, plan_us * 1e-6);
+    print_time(first, sizeof first, first_plan_us * 1e-6);
+    printf("| plan (once per step) | %s (first call %s) | - | %d items on %d workers, %d split, "
+           "%d merged rows, q tile %d |\n", ours, first, info.num_items, info.num_workers,
+           info.num_split_items, info.num_merge_rows, info.q_tile);
+    double sample_s = time_sample(plan, &s, a); /* re-plans: after fi_plan_get_info */
+    print_time(theirs, sizeof theirs, ref_s);
+    if (sample_s > 0) {
+        print_time(ours, sizeof ours, sample_s);
+        printf("| requests 0-%d, layer 0 (%d query rows) | %s | %s | %.0fx faster; %s: max |err| "
+               "%.2e |\n", N_CHECKED - 1, s.qo_indptr[N_CHECKED], ours, theirs, ref_s / sample_s,
+               bad ? "FAIL" : "pass", worst);
+    } else {
+        printf("| requests 0-%d, layer 0 (%d query rows) | - | %s | %s: max |err| %.2e |\n",
+               N_CHECKED - 1, s.qo_indptr[N_CHECKED], theirs, bad ? "FAIL" : "pass", worst);
+    }
+    double ref_layer = ref_s * pairs / sample_pairs; /* at the sample's rate */
+    print_time(ours, sizeof ours, per_layer);
+    print_time(theirs, sizeof theirs, ref_layer);
+    printf("| run, per layer (mean of %d) | %s | ~%s (estimated) | %.0fx faster |\n", layers, ours,
+           theirs, ref_layer / per_layer);
+    printf("| throughput | %.1f GB/s KV+Q+O, %.1f GFLOP/s | %.2f GFLOP/s | |\n",
+           bytes / per_layer / 1e9, flop * pairs / per_layer / 1e9,
+           flop * sample_pairs / ref_s / 1e9);
+    fi_plan_update(plan, &batch); /* the step's schedule again, for its picture */
+    print_schedule(plan);
 
     fi_plan_destroy(plan);
     fi_context_destroy(ctx);

@@ -1,17 +1,20 @@
 /*
  * warmup.c — `fi warmup`: compile ahead of time, into the on-disk cache,
- * the kernels that plans of the built-in variants x head dims x dtypes
- * would compile at creation (docs/VARIANTS.md), with one progress bar and
- * one summary per backend. It is the public warmup API over those lists:
+ * the kernels plans would compile at creation (docs/VARIANTS.md), with one
+ * progress bar and a summary table. It is the public warmup API over lists:
  * every combination is a plan's params and config, fi_warmup_list names its
  * kernels (duplicates across plans dropped: a merge serves several), and
  * -j worker threads call fi_warmup_compile on them.
- *  - CPU: the shared object of each (variant, dim, dtype); layout, format
- *    and masks are run-time values there.
- *  - CUDA: the cubins for the target (--arch, e.g. sm_90a for an H200, no
- *    GPU needed; else the GPU's), for each group size, KV format, mask mode
- *    and page table asked for, the CUDA kernels' compile-time facts.
- *   fi warmup [--variants a,b,...|all] [--head-dims 64,128,256]
+ *  - By default, what the built-in paths use: the CUDA kernels of plans
+ *    without a variant, for the visible GPU (or --arch, no GPU needed), over
+ *    the head dims, dtypes, group sizes, KV formats, masks and page tables
+ *    asked for. The CPU's built-in kernels are part of the library: it has
+ *    nothing to compile unless variants are named.
+ *  - --variants names built-in variant specs (the JIT's path, as a
+ *    user-defined variant takes): on the CPU the shared object of each
+ *    (variant, dim, dtype), layout, format and masks being run-time values
+ *    there; on CUDA the cubins, as above.
+ *   fi warmup [--variants builtin,a,b,...|all] [--head-dims 64,128,256]
  *             [--dtypes f16,bf16,f32] [--backends cpu,cuda] [--arch sm_90a]
  *             [--groups 4] [--kv paged,ragged] [--masks none,causal,custom]
  *             [--page-tables host,device] [-j N] [--dry-run] [--manifest FILE]
@@ -20,6 +23,7 @@
  */
 #include "tools.h"
 
+#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,8 +32,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const variant_names[] = {"none",           "soft_cap",    "alibi",
-                                            "sliding_window", "custom_mask", "rope_llama"};
+/* "builtin": plans without a variant (the built-in kernels); the rest are
+ * the built-in variant specs, by fi_variant_builtin's names. */
+static const char *const variant_names[] = {"builtin",        "none",        "soft_cap",
+                                            "alibi",          "sliding_window", "custom_mask",
+                                            "rope_llama"};
+#define BUILTIN_PATH "builtin"
 static const char *const dtype_names[] = {"f32", "f16", "bf16"};
 static const fi_dtype dtype_values[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
 static const char *const kv_names[] = {"paged", "ragged"};
@@ -82,20 +90,37 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: fi warmup [--variants a,b,...|all] [--head-dims 64,128,256]\n"
+static int usage(FILE *f) {
+    fprintf(f,
+            "usage: fi warmup [--variants builtin,a,b,...|all] [--head-dims 64,128,256]\n"
             "                 [--dtypes f16,bf16,f32] [--backends cpu,cuda] [--arch sm_90a]\n"
             "                 [--groups 4] [--kv paged,ragged] [--masks none,causal,custom]\n"
             "                 [--page-tables host,device] [-j N] [--dry-run]\n"
-            "                 [--manifest FILE] [--list]\n"
-            "Compile the kernels plans of the built-in variants would compile into the\n"
-            "cache (docs/VARIANTS.md): CPU objects, and CUDA cubins for this machine's GPU\n"
-            "or for --arch (no GPU needed). --groups, --kv, --masks and --page-tables are\n"
-            "the CUDA kernels' compile-time facts (query heads per KV head, KV format,\n"
-            "mask mode, a host or a device page table); defaults 4, paged, none,causal,\n"
-            "host.\n");
-    return 2;
+            "                 [--manifest FILE] [--list]\n");
+    if (f != stdout) {
+        fprintf(f, "(fi warmup --help)\n");
+        return FI_EXIT_USAGE;
+    }
+    fprintf(f,
+            "Compile into the kernel cache, ahead of a serving process, the kernels its plans\n"
+            "would compile at creation (docs/VARIANTS.md), so no plan waits for a compiler.\n"
+            "By default: what the built-in paths use, the CUDA kernels of plans without a\n"
+            "variant for this machine's GPU, or for --arch (e.g. sm_90a; no GPU needed).\n"
+            "The CPU's built-in kernels are part of the library: the CPU compiles only\n"
+            "variants, named with --variants (the built-in specs; `all` is every one and\n"
+            "the built-in path; --list shows them), into shared objects.\n"
+            "  --head-dims, --dtypes   the plans' head dims and dtypes (Q, KV and O alike)\n"
+            "  --groups, --kv, --masks, --page-tables\n"
+            "                          the CUDA kernels' compile-time facts: query heads per\n"
+            "                          KV head, KV format, mask mode, a host or a device page\n"
+            "                          table; defaults 4, paged, none,causal, host\n"
+            "  --backends cpu,cuda     only these (default: CUDA where a GPU or --arch is,\n"
+            "                          the CPU where --variants names a variant)\n"
+            "  -j N                    compile N at once (default: one per core)\n"
+            "  --dry-run               list, compile nothing; --manifest FILE writes the list\n"
+            "One progress line, then a table per backend: kernels compiled, already cached,\n"
+            "failed, and the cache directory (`fi info` shows its size).\n");
+    return 0;
 }
 
 static int split(const char *text, list *out) {
@@ -146,49 +171,92 @@ static int check_numbers(const list *l, const char *what) {
     return 0;
 }
 
-/* Parse argv into o; returns 0, or the exit code (2) after a message. */
+/* Parse argv into o; returns 0, -1 after --help, or the exit code (2)
+ * after a message. */
 static int parse(int argc, char **argv, options *o) {
-    const char *variants = "all", *dims = "64,128,256", *dtypes = "f16,bf16,f32";
+    const char *variants = BUILTIN_PATH, *dims = "64,128,256", *dtypes = "f16,bf16,f32";
     const char *backends = "", *groups = "4", *kvs = "paged", *masks = "none,causal";
     const char *tables = "host", *arch = "", *jobs = NULL;
     memset(o, 0, sizeof *o);
-    const struct {
-        const char *flag;
-        const char **value;
-    } flags[] = {{"--variants", &variants}, {"--head-dims", &dims},  {"--dtypes", &dtypes},
-                 {"--backends", &backends}, {"--arch", &arch},       {"--groups", &groups},
-                 {"--kv", &kvs},            {"--masks", &masks},     {"--page-tables", &tables},
-                 {"--manifest", &o->manifest}, {"-j", &jobs}};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--list")) {
-            o->show_list = 1;
-            continue;
+    enum { O_VARIANTS = 256, O_DIMS, O_DTYPES, O_BACKENDS, O_ARCH, O_GROUPS, O_KV, O_MASKS,
+           O_TABLES, O_MANIFEST, O_DRY_RUN, O_LIST };
+    static const struct option flags[] = {
+        {"variants", required_argument, NULL, O_VARIANTS},
+        {"head-dims", required_argument, NULL, O_DIMS},
+        {"dtypes", required_argument, NULL, O_DTYPES},
+        {"backends", required_argument, NULL, O_BACKENDS},
+        {"arch", required_argument, NULL, O_ARCH},
+        {"groups", required_argument, NULL, O_GROUPS},
+        {"kv", required_argument, NULL, O_KV},
+        {"masks", required_argument, NULL, O_MASKS},
+        {"page-tables", required_argument, NULL, O_TABLES},
+        {"manifest", required_argument, NULL, O_MANIFEST},
+        {"jobs", required_argument, NULL, 'j'},
+        {"dry-run", no_argument, NULL, O_DRY_RUN},
+        {"list", no_argument, NULL, O_LIST},
+        {"help", no_argument, NULL, 'h'},
+        {0, 0, 0, 0}};
+    optind = 0; /* from the start: the tests call fi_warmup more than once */
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":j:h", flags, NULL)) != -1;) {
+        switch (c) {
+        case O_VARIANTS: variants = optarg; break;
+        case O_DIMS: dims = optarg; break;
+        case O_DTYPES: dtypes = optarg; break;
+        case O_BACKENDS: backends = optarg; break;
+        case O_ARCH: arch = optarg; break;
+        case O_GROUPS: groups = optarg; break;
+        case O_KV: kvs = optarg; break;
+        case O_MASKS: masks = optarg; break;
+        case O_TABLES: tables = optarg; break;
+        case O_MANIFEST: o->manifest = optarg; break;
+        case 'j': jobs = optarg; break;
+        case O_DRY_RUN: o->dry_run = 1; break;
+        case O_LIST: o->show_list = 1; break;
+        case 'h': usage(stdout); return -1;
+        case ':':
+            fprintf(stderr, "fi warmup: %s needs a value\n", argv[optind - 1]);
+            return usage(stderr);
+        default:
+            fprintf(stderr, "fi warmup: unknown option %s\n", argv[optind - 1]);
+            return usage(stderr);
         }
-        if (!strcmp(argv[i], "--dry-run")) {
-            o->dry_run = 1;
-            continue;
-        }
-        int f = 0;
-        while (f < COUNT(flags) && strcmp(argv[i], flags[f].flag)) f++;
-        if (f == COUNT(flags) || i + 1 == argc) return usage();
-        *flags[f].value = argv[++i];
     }
-    if (strlen(arch) >= sizeof o->arch) return usage();
+    if (optind < argc) {
+        fprintf(stderr, "fi warmup: unexpected argument %s\n", argv[optind]);
+        return usage(stderr);
+    }
+    if (strlen(arch) >= sizeof o->arch) {
+        fprintf(stderr, "fi warmup: --arch %s: too long (e.g. sm_90a)\n", arch);
+        return FI_EXIT_USAGE;
+    }
     snprintf(o->arch, sizeof o->arch, "%s", arch);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    o->threads = jobs ? atoi(jobs) : ncpu > 0 ? (int)ncpu : 1;
+    o->threads = ncpu > 0 ? (int)(ncpu < 64 ? ncpu : 64) : 1;
+    if (jobs && fi_tool_number("warmup", "-j", jobs, 1, 64, &o->threads)) return FI_EXIT_USAGE;
     if (!strcmp(variants, "all")) {
         o->variants.n = COUNT(variant_names);
         for (int i = 0; i < o->variants.n; i++)
             snprintf(o->variants.item[i], ITEM_CHARS, "%s", variant_names[i]);
     } else if (split(variants, &o->variants)) {
-        return usage();
+        fprintf(stderr, "fi warmup: --variants %s: a comma-separated list\n", variants);
+        return FI_EXIT_USAGE;
     }
-    o->backends.n = 0;
-    if ((backends[0] && split(backends, &o->backends)) || split(dims, &o->dims) ||
-        split(dtypes, &o->dtypes) || split(groups, &o->groups) || split(kvs, &o->kvs) ||
-        split(masks, &o->masks) || split(tables, &o->tables))
-        return usage();
+    const struct {
+        const char *flag, *text;
+        list *out;
+    } lists[] = {{"--backends", backends, &o->backends}, {"--head-dims", dims, &o->dims},
+                 {"--dtypes", dtypes, &o->dtypes},       {"--groups", groups, &o->groups},
+                 {"--kv", kvs, &o->kvs},                 {"--masks", masks, &o->masks},
+                 {"--page-tables", tables, &o->tables}};
+    for (int i = 0; i < COUNT(lists); i++) {
+        if (lists[i].out == &o->backends && !backends[0]) continue; /* the default */
+        if (split(lists[i].text, lists[i].out)) {
+            fprintf(stderr, "fi warmup: %s %s: a comma-separated list (at most %d)\n",
+                    lists[i].flag, lists[i].text, MAX_ITEMS);
+            return FI_EXIT_USAGE;
+        }
+    }
     if (check_names(&o->variants, variant_names, COUNT(variant_names), "variant") ||
         check_names(&o->dtypes, dtype_names, COUNT(dtype_names), "dtype") ||
         check_names(&o->backends, backend_names, COUNT(backend_names), "backend") ||
@@ -196,9 +264,7 @@ static int parse(int argc, char **argv, options *o) {
         check_names(&o->masks, mask_names, COUNT(mask_names), "mask") ||
         check_names(&o->tables, table_names, COUNT(table_names), "page table") ||
         check_numbers(&o->dims, "head dim") || check_numbers(&o->groups, "group"))
-        return 2;
-    if (o->threads < 1) o->threads = 1;
-    if (o->threads > 64) o->threads = 64;
+        return FI_EXIT_USAGE;
     return 0;
 }
 
@@ -264,8 +330,8 @@ static int plan_of(const options *o, long c, int naxes, fi_attention_params *p,
     *variant = ITEM(AX_VARIANT);
     fi_attention_params_init(p);
     p->num_kv_heads = 1;
-    p->num_qo_heads = atoi(ITEM(AX_GROUP));
-    p->head_dim_qk = p->head_dim_vo = atoi(ITEM(AX_DIM));
+    p->num_qo_heads = (int32_t)strtol(ITEM(AX_GROUP), NULL, 10); /* checked by parse */
+    p->head_dim_qk = p->head_dim_vo = (int32_t)strtol(ITEM(AX_DIM), NULL, 10);
     p->q_dtype = p->kv_dtype = p->o_dtype =
         dtype_values[find(ITEM(AX_DTYPE), dtype_names, COUNT(dtype_names))];
     p->kv_format = find(ITEM(AX_KV), kv_names, COUNT(kv_names)) ? FI_KV_FORMAT_RAGGED
@@ -275,7 +341,8 @@ static int plan_of(const options *o, long c, int naxes, fi_attention_params *p,
     if (naxes > AX_TABLE)
         cfg->device_page_table = find(ITEM(AX_TABLE), table_names, COUNT(table_names));
 #undef ITEM
-    fi_variant_builtin(*variant, &p->variant); /* a built-in name: checked by parse */
+    if (strcmp(*variant, BUILTIN_PATH)) /* else no variant: the built-in kernels */
+        fi_variant_builtin(*variant, &p->variant); /* a built-in name: checked by parse */
     return !(cfg->device_page_table && p->kv_format != FI_KV_FORMAT_PAGED);
 }
 
@@ -298,17 +365,24 @@ static void label(const job *j, char *buf, size_t n) {
     snprintf(buf, n, "%-4s %s", device_name(j->device), j->kernel.name);
 }
 
+/* One progress line on a terminal, redrawn per kernel (the latest one
+ * named); elsewhere (a log) the same line at each quarter, so a long warmup
+ * still shows it moves. */
 static void progress(warmup *w, const job *j) {
-    int done = atomic_fetch_add(&w->done_jobs, 1) + 1, width = 30;
-    int fill = done * width / w->num_jobs;
+    int done = atomic_fetch_add(&w->done_jobs, 1) + 1, width = 30, n = w->num_jobs;
+    int tty = isatty(2);
+    if (!tty && done != n && done * 4 / n == (done - 1) * 4 / n) return;
+    int fill = done * width / n;
     char bar[64], what[200];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
     bar[width] = 0;
     label(j, what, sizeof what);
     pthread_mutex_lock(&w->print_lock);
-    fprintf(stderr, "%s[%s] %3d/%d  %-60.60s %s %6.0f ms%s", isatty(2) ? "\r" : "", bar, done,
-            w->num_jobs, what, j->status ? "FAILED  " : j->cached ? "cached  " : "compiled",
-            1e3 * j->seconds, isatty(2) && done < w->num_jobs ? "" : "\n");
+    if (tty)
+        fprintf(stderr, "\r[%s] %3d/%d  %-50.50s %s\033[K%s", bar, done, n, what,
+                j->status ? "FAILED" : j->cached ? "cached" : "compiled", done < n ? "" : "\n");
+    else
+        fprintf(stderr, "[%s] %3d/%d kernels\n", bar, done, n);
     pthread_mutex_unlock(&w->print_lock);
 }
 
@@ -368,14 +442,25 @@ static void announce(const warmup *w, int threads, int dry_run) {
     int m = cache_dir_of(w, FI_DEVICE_CUDA, dir, sizeof dir);
     if (m) at += snprintf(line + at, sizeof line - (size_t)at, "%s %d CUDA kernel%s for %s into %s",
                           n ? "," : "", m, m == 1 ? "" : "s", arch_of(w, FI_DEVICE_CUDA), dir);
-    if (!n && !m) at += snprintf(line + at, sizeof line - (size_t)at, " nothing to compile");
+    if (!n && !m)
+        at += snprintf(line + at, sizeof line - (size_t)at,
+                       " nothing to compile (plans without a variant on the CPU run the "
+                       "library's own kernels)");
     fprintf(stderr, "%s; %d job%s%s\n", line, threads, threads == 1 ? "" : "s",
             dry_run ? " (dry run: nothing compiled)" : "");
 }
 
+/* The table's header, before the first backend's row. */
+static void summary_header(void) {
+    printf("%-7s %-8s %8s %9s %7s %7s %10s  %s\n", "backend", "target", "kernels", "compiled",
+           "cached", "failed", "compile", "cache");
+}
+
+/* One row of the table for `device` (none when it has no kernels); the
+ * failed kernels' errors go to stderr first. */
 static void summary(const warmup *w, fi_device_type device) {
     int compiled = 0, cached = 0, failed = 0, total = 0;
-    double compile_s = 0, load_s = 0;
+    double compile_s = 0;
     char dir[1024];
     if (!cache_dir_of(w, device, dir, sizeof dir)) return;
     for (int i = 0; i < w->num_jobs; i++) {
@@ -386,18 +471,17 @@ static void summary(const warmup *w, fi_device_type device) {
             char what[200];
             label(j, what, sizeof what);
             failed++;
-            fprintf(stderr, "  %s: %s\n", what, j->error);
+            fprintf(stderr, "fi warmup: FAILED %s: %s\n", what, j->error);
         } else if (j->cached) {
-            cached++, load_s += j->seconds;
+            cached++;
         } else {
             compiled++, compile_s += j->seconds;
         }
     }
-    printf("fi warmup: %-4s %d kernels: %d compiled (%.2f s, %.0f ms each), %d already cached "
-           "(%.2f ms each), %d failed; cache %s\n",
-           device == FI_DEVICE_CPU ? "CPU" : "CUDA", total, compiled, compile_s,
-           compiled ? 1e3 * compile_s / compiled : 0.0, cached,
-           cached ? 1e3 * load_s / cached : 0.0, failed, dir);
+    char secs[32];
+    snprintf(secs, sizeof secs, "%.1f s", compile_s);
+    printf("%-7s %-8s %8d %9d %7d %7d %10s  %s\n", device == FI_DEVICE_CPU ? "CPU" : "CUDA",
+           arch_of(w, device), total, compiled, cached, failed, secs, dir);
 }
 
 /* One line per kernel: "cpu <variant> d<dim> <dtype> <path>" or
@@ -416,12 +500,21 @@ static int write_manifest(const warmup *w, const char *path) {
     return fclose(f) ? -1 : 0;
 }
 
-/* Which backends: as asked; by default the CPU's, and CUDA's with --arch or
- * a GPU. A backend that cannot compile here is an error when asked for by
- * name (or --arch), else left out with a note. Returns 0 or an exit code. */
+/* Whether the variants name a spec (any but the built-in path). */
+static int names_spec(const options *o) {
+    for (int i = 0; i < o->variants.n; i++)
+        if (strcmp(o->variants.item[i], BUILTIN_PATH)) return 1;
+    return 0;
+}
+
+/* Which backends: as asked; by default CUDA's with --arch or a GPU, and the
+ * CPU's when a variant spec is named (its built-in kernels are in the
+ * library). A backend that cannot compile here is an error when asked for
+ * by name (or --arch), else left out with a note. Returns 0 or an exit
+ * code. */
 static int choose_backends(const options *o, int *cpu, int *cuda) {
     int named = o->backends.n > 0;
-    *cpu = !named || has(&o->backends, "cpu");
+    *cpu = named ? has(&o->backends, "cpu") : names_spec(o);
     *cuda = named ? has(&o->backends, "cuda") : o->arch[0] || fi_device_available(FI_DEVICE_CUDA);
     int cuda_asked = named ? *cuda : o->arch[0] != 0;
     if (*cuda && !o->arch[0] && !fi_device_available(FI_DEVICE_CUDA)) {
@@ -434,7 +527,7 @@ static int choose_backends(const options *o, int *cpu, int *cuda) {
         if (cuda_asked) return 1;
         *cuda = 0;
     }
-    if (*cpu && fi_warmup_check(FI_DEVICE_CPU)) { /* its keys need the compiler */
+    if (*cpu && names_spec(o) && fi_warmup_check(FI_DEVICE_CPU)) { /* keys need the compiler */
         fprintf(stderr, "fi warmup: %s\n", fi_last_error());
         if (named || !*cuda) return 1;
         *cpu = 0;
@@ -445,14 +538,22 @@ static int choose_backends(const options *o, int *cpu, int *cuda) {
 int fi_warmup(int argc, char **argv) {
     options o;
     int rc = parse(argc, argv, &o), cpu, cuda;
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc; /* -1: --help */
     if (o.show_list) {
-        printf("variants:");
-        for (int i = 0; i < o.variants.n; i++) printf("%s%s", i ? "," : " ", o.variants.item[i]);
-        printf("\n");
+        printf("variants (--variants, comma-separated; all = every one):\n"
+               "  %-15s plans without a variant: the built-in kernels (CUDA; the default)\n",
+               BUILTIN_PATH);
+        for (int i = 1; i < COUNT(variant_names); i++)
+            printf("  %-15s the built-in variant spec (docs/VARIANTS.md)\n", variant_names[i]);
         return 0;
     }
     if ((rc = choose_backends(&o, &cpu, &cuda))) return rc;
+    if (!cpu && !cuda) {
+        printf("fi warmup: nothing to prepare: the CPU's built-in kernels are part of the "
+               "library, and no GPU is visible (--arch sm_90a fills the cache for one; "
+               "--variants for variant kernels; fi warmup --help)\n");
+        return 0;
+    }
     warmup w;
     memset(&w, 0, sizeof w);
     pthread_mutex_init(&w.print_lock, NULL);
@@ -465,9 +566,11 @@ int fi_warmup(int argc, char **argv) {
     if (!o.dry_run && w.num_jobs) {
         double t0 = now();
         compile_all(&w, o.threads);
-        summary(&w, FI_DEVICE_CPU);
+        summary_header();
         summary(&w, FI_DEVICE_CUDA);
-        printf("fi warmup: %.1f s wall\n", now() - t0);
+        summary(&w, FI_DEVICE_CPU);
+        printf("fi warmup: %d kernel%s ready in %.1f s (the compile column adds up each "
+               "kernel's time)\n", w.num_jobs, w.num_jobs == 1 ? "" : "s", now() - t0);
         for (int i = 0; i < w.num_jobs; i++) rc |= w.jobs[i].status != FI_OK;
     }
     if (o.manifest && write_manifest(&w, o.manifest)) rc = 1;

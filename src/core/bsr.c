@@ -14,6 +14,7 @@
  *    block_row_sz[h][r] tokens, its pages the keys of its chosen column
  *    blocks in units of col_granularity (page_size = granularity).
  */
+#include "core/checked.h"
 #include "core/internal.h"
 
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #define INVALID(...) fi_error(FI_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
 struct fi_bsr {
+    uint32_t magic;               /* FI_MAGIC_BSR while alive */
+    _Atomic int32_t busy;         /* a call is inside */
     fi_context *ctx;
     fi_attention_params params;
     fi_bsr_config config;
@@ -74,11 +77,11 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
                         const fi_bsr_config *config, fi_bsr **out) {
     if (!out) return INVALID("fi_bsr_create: out is NULL");
     *out = NULL;
-    if (!ctx) return INVALID("fi_bsr_create: context is NULL");
+    fi_status st = fi_context_check(ctx, "fi_bsr_create");
+    if (st) return st;
     if (!params) return INVALID("fi_bsr_create: params is NULL");
     if (!config) return INVALID("fi_bsr_create: config is NULL");
-    fi_status st = check_config(config);
-    if (st) return st;
+    if ((st = check_config(config))) return st;
     if (params->struct_size == sizeof *params) {
         if (params->mask_mode != FI_MASK_NONE)
             return fi_error(FI_STATUS_UNSUPPORTED,
@@ -100,7 +103,9 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
     }
     fi_bsr *b = calloc(1, sizeof *b);
     if (!b) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_bsr_create: out of memory");
+    b->magic = FI_MAGIC_BSR;
     b->ctx = ctx;
+    fi_context_retain(ctx); /* released by fi_bsr_destroy, also on the errors below */
     b->params = *params;
     b->config = *config;
     const fi_bsr_config *c = config;
@@ -116,11 +121,20 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
         b->max_rows = (int32_t)cdiv(c->max_qo_len, c->block_rows);
         int64_t dense = (int64_t)b->max_rows * cdiv(c->max_kv_len, c->block_cols);
         b->max_pages = c->max_nnz ? c->max_nnz : dense;
+        if (b->max_pages > INT32_MAX) b->max_pages = INT32_MAX;
         lp.page_size = c->block_cols;
         lp.mask_mode = c->element_mask ? FI_MASK_CUSTOM : FI_MASK_NONE;
-        if (c->element_mask) {
-            /* every request's segment rounds up to a byte */
-            b->mask_cap = cdiv(b->max_pages * c->block_rows * c->block_cols, 8) + b->max_rows;
+        /* every request's segment rounds up to a byte */
+        int64_t bits;
+        if (c->element_mask &&
+            (!fi_mul_i64(b->max_pages, (int64_t)c->block_rows * c->block_cols, &bits) ||
+             !fi_add_i64(bits / 8 + 1, b->max_rows, &b->mask_cap) ||
+             (uint64_t)b->mask_cap > (uint64_t)SIZE_MAX)) {
+            fi_bsr_destroy(b);
+            return INVALID("fi_bsr_create: an element mask of max_nnz=%lld blocks x block_rows=%d "
+                           "x block_cols=%d bits overflows the address range",
+                           (long long)(c->max_nnz ? c->max_nnz : dense), (int)c->block_rows,
+                           (int)c->block_cols);
         }
     } else {
         if (params->struct_size == sizeof *params && params->num_kv_heads > 0 &&
@@ -142,10 +156,18 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
     if (b->max_pages > INT32_MAX) b->max_pages = INT32_MAX;
     pc.max_batch_size = b->max_rows;
     pc.max_total_kv = (int32_t)(b->max_pages > 0 ? b->max_pages : 1);
-    size_t per = (size_t)(2 * (b->max_rows + 1) + b->max_rows);
-    size_t idx = c->variable_blocks ? (size_t)b->max_pages : 0;
+    /* per plan: qo, kv [max_rows + 1], last [max_rows]; variable: indices */
+    size_t per = 0, ints = 0;
+    if (!fi_mul_size((size_t)b->max_rows, 3, &per) || !fi_add_size(per, 2, &per) ||
+        (c->variable_blocks && !fi_add_size(per, (size_t)b->max_pages, &per)) ||
+        !fi_mul_size((size_t)b->num_plans, per, &ints) || !fi_add_size(ints, 1, &ints) ||
+        ints > SIZE_MAX / sizeof(int32_t)) {
+        fi_bsr_destroy(b);
+        return INVALID("fi_bsr_create: %d plans x %zu block-row entries overflow the address "
+                       "range", (int)b->num_plans, per);
+    }
     b->plans = calloc((size_t)b->num_plans, sizeof *b->plans);
-    b->qo = calloc((size_t)b->num_plans * (per + idx) + 1, sizeof(int32_t));
+    b->qo = calloc(ints, sizeof(int32_t));
     b->mask = b->mask_cap ? malloc((size_t)b->mask_cap) : NULL;
     if (!b->plans || !b->qo || (b->mask_cap && !b->mask)) {
         fi_bsr_destroy(b);
@@ -155,8 +177,8 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
         fi_bsr_destroy(b);
         return st;
     }
-    b->kv = b->qo + (size_t)b->num_plans * (size_t)(b->max_rows + 1);
-    b->last = b->kv + (size_t)b->num_plans * (size_t)(b->max_rows + 1);
+    b->kv = b->qo + (size_t)b->num_plans * ((size_t)b->max_rows + 1);
+    b->last = b->kv + (size_t)b->num_plans * ((size_t)b->max_rows + 1);
     b->indices = b->last + (size_t)b->num_plans * (size_t)b->max_rows;
     for (int32_t h = 0; h < b->num_plans; h++) {
         if ((st = fi_plan_create(ctx, &lp, &pc, &b->plans[h]))) {
@@ -170,13 +192,17 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
 
 void fi_bsr_destroy(fi_bsr *b) {
     if (!b) return;
+    if (FI_HANDLE_ENTER(b, FI_MAGIC_BSR, "fi_bsr_destroy", "bsr")) return;
+    fi_context *ctx = b->ctx;
     if (b->plans)
         for (int32_t h = 0; h < b->num_plans; h++) fi_plan_destroy(b->plans[h]);
     free(b->plans);
     free(b->qo);
     free(b->mask);
-    fi_backend_free(b->ctx, b->dev_mask);
+    fi_backend_free(ctx, b->dev_mask);
+    fi_handle_retire(&b->magic);
     free(b);
+    fi_context_release(ctx);
 }
 
 static fi_status check_lengths(const fi_bsr *b, int32_t qo_len, int32_t kv_len) {
@@ -192,9 +218,8 @@ static fi_status check_lengths(const fi_bsr *b, int32_t qo_len, int32_t kv_len) 
     return FI_OK;
 }
 
-fi_status fi_bsr_update(fi_bsr *b, int32_t qo_len, int32_t kv_len, const int32_t *indptr,
-                        const int32_t *indices, const uint8_t *block_mask) {
-    if (!b) return INVALID("fi_bsr_update: bsr is NULL");
+static fi_status bsr_update(fi_bsr *b, int32_t qo_len, int32_t kv_len, const int32_t *indptr,
+                            const int32_t *indices, const uint8_t *block_mask) {
     if (b->config.variable_blocks)
         return INVALID("fi_bsr_update: this bsr has variable blocks; use "
                        "fi_bsr_update_variable");
@@ -263,11 +288,10 @@ fi_status fi_bsr_update(fi_bsr *b, int32_t qo_len, int32_t kv_len, const int32_t
     return FI_OK;
 }
 
-fi_status fi_bsr_update_variable(fi_bsr *b, int32_t qo_len, int32_t kv_len,
-                                 int32_t num_block_rows, int32_t num_block_cols,
-                                 const int32_t *row_sz, const int32_t *col_sz,
-                                 const uint8_t *map) {
-    if (!b) return INVALID("fi_bsr_update_variable: bsr is NULL");
+static fi_status bsr_update_variable(fi_bsr *b, int32_t qo_len, int32_t kv_len,
+                                     int32_t num_block_rows, int32_t num_block_cols,
+                                     const int32_t *row_sz, const int32_t *col_sz,
+                                     const uint8_t *map) {
     if (!b->config.variable_blocks)
         return INVALID("fi_bsr_update_variable: this bsr has fixed blocks; use fi_bsr_update");
     b->planned = false;
@@ -283,8 +307,13 @@ fi_status fi_bsr_update_variable(fi_bsr *b, int32_t qo_len, int32_t kv_len,
     if (!row_sz || !col_sz || !map)
         return INVALID("fi_bsr_update_variable: block_row_sz, block_col_sz and "
                        "block_mask_map must not be NULL");
+    int64_t entries;
+    if (!fi_mul_i64((int64_t)b->num_plans * num_block_rows, num_block_cols, &entries))
+        return INVALID("fi_bsr_update_variable: block_mask_map of %d KV heads x %d x %d blocks "
+                       "overflows the address range", (int)b->num_plans, (int)num_block_rows,
+                       (int)num_block_cols);
     int32_t MB = num_block_rows, NB = num_block_cols, g = b->config.col_granularity;
-    int64_t stride_q = b->max_rows + 1;
+    int64_t stride_q = (int64_t)b->max_rows + 1;
     for (int32_t h = 0; h < b->num_plans; h++) {
         int64_t sum = 0;
         for (int32_t r = 0; r < MB; r++) {
@@ -344,7 +373,9 @@ fi_status fi_bsr_update_variable(fi_bsr *b, int32_t qo_len, int32_t kv_len,
 }
 
 fi_status fi_bsr_packed_mask(const fi_bsr *b, const uint8_t **bits, int64_t *bytes) {
-    if (!b || !bits || !bytes) return INVALID("fi_bsr_packed_mask: NULL argument");
+    fi_status st = fi_handle_check(b, FI_MAGIC_BSR, "fi_bsr_packed_mask", "bsr");
+    if (st) return st;
+    if (!bits || !bytes) return INVALID("fi_bsr_packed_mask: NULL argument");
     if (!b->planned)
         return fi_error(FI_STATUS_NOT_PLANNED, "fi_bsr_packed_mask: no update yet");
     *bits = b->config.element_mask ? b->mask : NULL;
@@ -379,8 +410,7 @@ static fi_tensor head_slice(const fi_tensor *t, int64_t h0, int64_t n) {
     return v;
 }
 
-fi_status fi_bsr_run(fi_bsr *b, const fi_run_args *args) {
-    if (!b) return INVALID("fi_bsr_run: bsr is NULL");
+static fi_status bsr_run(fi_bsr *b, const fi_run_args *args) {
     if (!args) return INVALID("fi_bsr_run: args is NULL");
     if (!b->planned)
         return fi_error(FI_STATUS_NOT_PLANNED, "fi_bsr_run: no update yet; call fi_bsr_update");
@@ -395,7 +425,18 @@ fi_status fi_bsr_run(fi_bsr *b, const fi_run_args *args) {
     if (!st && args->lse.data) st = fi_check_tensor(&args->lse, "lse", FI_DTYPE_F32, 2, s_shape);
     if (!st) st = fi_check_tensor(&args->k, "k", p->kv_dtype, 3, k_shape);
     if (!st) st = fi_check_tensor(&args->v, "v", p->kv_dtype, 3, v_shape);
+    if (!st && args->custom_mask.data)
+        st = fi_check_tensor(&args->custom_mask, "custom_mask", FI_DTYPE_U8, 1, NULL);
+    if (!st) st = fi_check_run_outputs(args);
     if (st) return st;
+    int64_t bs = b->config.variable_blocks ? b->config.col_granularity : b->config.block_cols;
+    for (int i = 0; i < 2; i++) {
+        const fi_tensor *t = i ? &args->v : &args->k;
+        int64_t page_stride;
+        if (!fi_mul_i64(t->stride[0], bs, &page_stride))
+            return INVALID("%s.stride[0]=%lld x %lld keys per block overflows the address range",
+                           i ? "v" : "k", (long long)t->stride[0], (long long)bs);
+    }
     if (args->k.shape[0] < b->kv_len || args->v.shape[0] < b->kv_len)
         return INVALID("k.shape[0]=%lld, v.shape[0]=%lld: the update has kv_len=%d keys",
                        (long long)args->k.shape[0], (long long)args->v.shape[0],
@@ -424,4 +465,37 @@ fi_status fi_bsr_run(fi_bsr *b, const fi_run_args *args) {
         if ((st = fi_plan_run(b->plans[h], &a))) return st;
     }
     return FI_OK;
+}
+
+/* ------------------------------------------------------------ entry points */
+
+fi_status fi_bsr_update(fi_bsr *b, int32_t qo_len, int32_t kv_len, const int32_t *indptr,
+                        const int32_t *indices, const uint8_t *block_mask) {
+    fi_status st = FI_HANDLE_ENTER(b, FI_MAGIC_BSR, "fi_bsr_update", "bsr");
+    if (st) return st;
+    if (!(st = fi_context_check(b->ctx, "fi_bsr_update")))
+        st = bsr_update(b, qo_len, kv_len, indptr, indices, block_mask);
+    fi_handle_leave(&b->busy);
+    return st;
+}
+
+fi_status fi_bsr_update_variable(fi_bsr *b, int32_t qo_len, int32_t kv_len,
+                                 int32_t num_block_rows, int32_t num_block_cols,
+                                 const int32_t *row_sz, const int32_t *col_sz,
+                                 const uint8_t *map) {
+    fi_status st = FI_HANDLE_ENTER(b, FI_MAGIC_BSR, "fi_bsr_update_variable", "bsr");
+    if (st) return st;
+    if (!(st = fi_context_check(b->ctx, "fi_bsr_update_variable")))
+        st = bsr_update_variable(b, qo_len, kv_len, num_block_rows, num_block_cols, row_sz,
+                                 col_sz, map);
+    fi_handle_leave(&b->busy);
+    return st;
+}
+
+fi_status fi_bsr_run(fi_bsr *b, const fi_run_args *args) {
+    fi_status st = FI_HANDLE_ENTER(b, FI_MAGIC_BSR, "fi_bsr_run", "bsr");
+    if (st) return st;
+    if (!(st = fi_context_check(b->ctx, "fi_bsr_run"))) st = bsr_run(b, args);
+    fi_handle_leave(&b->busy);
+    return st;
 }

@@ -17,6 +17,7 @@
  * The cost model picks how many shared levels to keep (the rest of every
  * table goes to the suffix level), or none.
  */
+#include "core/checked.h"
 #include "core/internal.h"
 
 #include <stdio.h>
@@ -29,6 +30,8 @@
 #define SHARED_MAX (FI_CASCADE_AUTO_MAX_LEVELS - 1)
 
 struct fi_cascade {
+    uint32_t magic;               /* FI_MAGIC_CASCADE while alive */
+    _Atomic int32_t busy;         /* a call is inside */
     fi_context *ctx;
     fi_attention_params params;   /* the caller's, alibi_slopes not kept */
     int32_t num_levels;           /* plans in level[] (explicit) */
@@ -85,16 +88,22 @@ void fi_cascade_info_init(fi_cascade_info *info) {
 
 static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
 
+/* 0 for arguments that name no workspace, or one whose size overflows. */
 size_t fi_cascade_workspace_size(const fi_attention_params *p, int32_t num_levels,
                                  int32_t max_total_qo) {
     if (!p || num_levels <= 0 || max_total_qo <= 0 || p->num_qo_heads <= 0 ||
         p->head_dim_vo <= 0)
         return 0;
-    size_t rows = (size_t)max_total_qo * (size_t)p->num_qo_heads;
-    size_t b = align64(rows * (size_t)num_levels * (size_t)p->head_dim_vo * sizeof(float));
-    b += align64(rows * (size_t)num_levels * sizeof(float));
-    b += align64(rows * sizeof(float));
-    return b;
+    size_t rows, level_rows;
+    if (!fi_mul_size((size_t)max_total_qo, (size_t)p->num_qo_heads, &rows) ||
+        !fi_mul_size(rows, (size_t)num_levels, &level_rows))
+        return 0;
+    fi_size_sum sum = {0, false};
+    fi_size_sum_add(&sum, level_rows, (size_t)p->head_dim_vo * sizeof(float), 64);
+    fi_size_sum_add(&sum, level_rows, sizeof(float), 64);
+    fi_size_sum_add(&sum, rows, sizeof(float), 64);
+    fi_size_sum_add(&sum, 0, 1, 64);
+    return sum.overflow ? 0 : sum.bytes;
 }
 
 /* ---------------------------------------------------------------- create */
@@ -115,6 +124,11 @@ static fi_status check_options(const fi_cascade_options *o) {
 /* Carve (or allocate) the partial-state workspace for `levels` levels. */
 static fi_status setup_workspace(fi_cascade *c, const fi_cascade_options *o, int32_t levels) {
     size_t need = fi_cascade_workspace_size(&c->params, levels, c->max_total_qo);
+    if (need == 0)
+        return INVALID("cascade workspace for %d levels x max_total_qo=%d x num_qo_heads=%d x "
+                       "head_dim_vo=%d overflows the address range", (int)levels,
+                       (int)c->max_total_qo, (int)c->params.num_qo_heads,
+                       (int)c->params.head_dim_vo);
     if (o->workspace) {
         if (o->workspace_bytes < need)
             return INVALID("cascade workspace_bytes=%zu < %zu needed for %d levels x "
@@ -171,7 +185,8 @@ static fi_status check_params(fi_context *ctx, const fi_attention_params *params
                               fi_cascade **out) {
     if (!out) return INVALID("fi_cascade_create: out is NULL");
     *out = NULL;
-    if (!ctx) return INVALID("fi_cascade_create: context is NULL");
+    fi_status st = fi_context_check(ctx, "fi_cascade_create");
+    if (st) return st;
     if (!params) return INVALID("fi_cascade_create: params is NULL");
     if (params->struct_size == sizeof *params && params->kv_format != FI_KV_FORMAT_PAGED)
         return fi_error(FI_STATUS_UNSUPPORTED,
@@ -187,7 +202,9 @@ static fi_status check_params(fi_context *ctx, const fi_attention_params *params
 static fi_cascade *cascade_new(fi_context *ctx, const fi_attention_params *params) {
     fi_cascade *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->magic = FI_MAGIC_CASCADE;
     c->ctx = ctx;
+    fi_context_retain(ctx);
     c->params = *params;
     fi_cascade_info_init(&c->info);
     return c;
@@ -279,10 +296,23 @@ fi_status fi_cascade_create_auto(fi_context *ctx, const fi_attention_params *par
         c->max_batch = config->max_batch_size;
         c->max_pages = config->max_total_kv;
         size_t b = (size_t)c->max_batch, p = (size_t)c->max_pages;
-        size_t bytes = (SHARED_MAX * (3 * b + 2) + 4 * b + 1 + 2 * p) * sizeof(int32_t) + b +
-                       (4 * SHARED_MAX + 16) * 64;
-        char *m = calloc(1, bytes);
-        if (!m) st = fi_error(FI_STATUS_OUT_OF_MEMORY, "cascade host arrays of %zu bytes", bytes);
+        /* the arrays carved below, in their order, each 64-byte aligned */
+        fi_size_sum sum = {64, false};
+        for (int32_t k = 0; k < SHARED_MAX; k++) {
+            fi_size_sum_add(&sum, b + 1, sizeof(int32_t), 64); /* lv_qo */
+            fi_size_sum_add(&sum, b + 1, sizeof(int32_t), 64); /* lv_kv */
+            fi_size_sum_add(&sum, b, sizeof(int32_t), 64);     /* lv_last */
+            fi_size_sum_add(&sum, b, sizeof(int32_t), 64);     /* lv_base */
+        }
+        fi_size_sum_add(&sum, b + 1, sizeof(int32_t), 64);     /* suf_kv */
+        for (int i = 0; i < 3; i++) fi_size_sum_add(&sum, b, sizeof(int32_t), 64); /* suf_last, allowed, lcp */
+        fi_size_sum_add(&sum, p, sizeof(int32_t), 64);         /* shared_idx */
+        fi_size_sum_add(&sum, p, sizeof(int32_t), 64);         /* suf_idx */
+        fi_size_sum_add(&sum, b, 1, 64);                       /* starts */
+        size_t bytes = sum.bytes;
+        char *m = sum.overflow ? NULL : calloc(1, bytes);
+        if (!m) st = fi_error(FI_STATUS_OUT_OF_MEMORY, "cascade host arrays of %zu bytes%s", bytes,
+                              sum.overflow ? " (overflows size_t)" : "");
         c->host = m;
         if (m) {
             for (int32_t k = 0; k < SHARED_MAX; k++) {
@@ -316,12 +346,16 @@ fi_status fi_cascade_create_auto(fi_context *ctx, const fi_attention_params *par
 
 void fi_cascade_destroy(fi_cascade *c) {
     if (!c) return;
+    if (FI_HANDLE_ENTER(c, FI_MAGIC_CASCADE, "fi_cascade_destroy", "cascade")) return;
+    fi_context *ctx = c->ctx;
     for (int32_t l = 0; l < FI_CASCADE_MAX_LEVELS; l++) fi_plan_destroy(c->level[l]);
     fi_plan_destroy(c->suffix);
     fi_plan_destroy(c->direct);
-    if (c->ws_owned) fi_backend_free(c->ctx, c->ws);
+    if (c->ws_owned) fi_backend_free(ctx, c->ws);
     free(c->host);
+    fi_handle_retire(&c->magic);
     free(c);
+    fi_context_release(ctx);
 }
 
 /* ---------------------------------------------------------------- update */
@@ -332,8 +366,7 @@ static fi_status level_error(fi_status st, int32_t l) {
     return fi_error(st, "cascade level %d: %s", (int)l, msg);
 }
 
-fi_status fi_cascade_update(fi_cascade *c, const fi_batch *levels) {
-    if (!c) return INVALID("fi_cascade_update: cascade is NULL");
+static fi_status cascade_update(fi_cascade *c, const fi_batch *levels) {
     if (!levels) return INVALID("fi_cascade_update: levels is NULL");
     if (c->automatic)
         return INVALID("fi_cascade_update: this cascade was made by fi_cascade_create_auto; "
@@ -557,8 +590,7 @@ static fi_status detect_and_plan(fi_cascade *c, const fi_batch *b) {
     return FI_OK;
 }
 
-fi_status fi_cascade_update_batch(fi_cascade *c, const fi_batch *batch) {
-    if (!c) return INVALID("fi_cascade_update_batch: cascade is NULL");
+static fi_status cascade_update_batch(fi_cascade *c, const fi_batch *batch) {
     if (!batch) return INVALID("fi_cascade_update_batch: batch is NULL");
     if (!c->automatic)
         return INVALID("fi_cascade_update_batch: this cascade has explicit levels; plan it "
@@ -579,7 +611,9 @@ fi_status fi_cascade_update_batch(fi_cascade *c, const fi_batch *batch) {
 }
 
 fi_status fi_cascade_get_info(const fi_cascade *c, fi_cascade_info *info) {
-    if (!c || !info) return INVALID("fi_cascade_get_info: NULL argument");
+    fi_status st = fi_handle_check(c, FI_MAGIC_CASCADE, "fi_cascade_get_info", "cascade");
+    if (st) return st;
+    if (!info) return INVALID("fi_cascade_get_info: info is NULL");
     if (info->struct_size != sizeof *info)
         return INVALID("fi_cascade_info.struct_size=%u, expected %zu",
                        (unsigned)info->struct_size, sizeof *info);
@@ -658,12 +692,25 @@ static fi_status run_levels(fi_cascade *c, fi_plan *const *plans, int32_t L,
     return fi_merge_states(c->ctx, &v, &s, &o, &lse, args->stream);
 }
 
-fi_status fi_cascade_run(fi_cascade *c, const fi_run_args *args) {
-    if (!c) return INVALID("fi_cascade_run: cascade is NULL");
+/* The caller's o and lse: checked as a plan checks them, and apart from a
+ * workspace the caller gave (the levels' partial states live there). */
+static fi_status check_outputs(const fi_cascade *c, const fi_run_args *args) {
+    fi_status st = fi_check_run_outputs(args);
+    if (st || !c->ws || c->ws_owned) return st;
+    int64_t bytes = (int64_t)c->ws_bytes;
+    fi_tensor ws = fi_tensor_contiguous(c->ws, FI_DTYPE_U8, 1, &bytes);
+    if (!(st = fi_check_disjoint(&args->o, "o", &ws, "the cascade's workspace", false)))
+        st = fi_check_disjoint(&args->lse, "lse", &ws, "the cascade's workspace", false);
+    return st;
+}
+
+static fi_status cascade_run(fi_cascade *c, const fi_run_args *args) {
     if (!args) return INVALID("fi_cascade_run: args is NULL");
     if (!c->planned)
         return fi_error(FI_STATUS_NOT_PLANNED,
                         "fi_cascade_run: nothing planned; call fi_cascade_update first");
+    fi_status st = check_outputs(c, args);
+    if (st) return st;
     if (c->automatic && !c->split) return fi_plan_run(c->direct, args);
     if (c->automatic) {
         fi_plan *plans[FI_CASCADE_AUTO_MAX_LEVELS];
@@ -673,4 +720,31 @@ fi_status fi_cascade_run(fi_cascade *c, const fi_run_args *args) {
     }
     if (!c->automatic && c->num_levels == 1) return fi_plan_run(c->level[0], args);
     return run_levels(c, c->level, c->num_levels, args);
+}
+
+/* ------------------------------------------------------------ entry points */
+
+fi_status fi_cascade_update(fi_cascade *c, const fi_batch *levels) {
+    fi_status st = FI_HANDLE_ENTER(c, FI_MAGIC_CASCADE, "fi_cascade_update", "cascade");
+    if (st) return st;
+    if (!(st = fi_context_check(c->ctx, "fi_cascade_update"))) st = cascade_update(c, levels);
+    fi_handle_leave(&c->busy);
+    return st;
+}
+
+fi_status fi_cascade_update_batch(fi_cascade *c, const fi_batch *batch) {
+    fi_status st = FI_HANDLE_ENTER(c, FI_MAGIC_CASCADE, "fi_cascade_update_batch", "cascade");
+    if (st) return st;
+    if (!(st = fi_context_check(c->ctx, "fi_cascade_update_batch")))
+        st = cascade_update_batch(c, batch);
+    fi_handle_leave(&c->busy);
+    return st;
+}
+
+fi_status fi_cascade_run(fi_cascade *c, const fi_run_args *args) {
+    fi_status st = FI_HANDLE_ENTER(c, FI_MAGIC_CASCADE, "fi_cascade_run", "cascade");
+    if (st) return st;
+    if (!(st = fi_context_check(c->ctx, "fi_cascade_run"))) st = cascade_run(c, args);
+    fi_handle_leave(&c->busy);
+    return st;
 }

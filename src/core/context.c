@@ -51,6 +51,8 @@ fi_status fi_context_create(const fi_context_options *options, fi_context **out)
 
     fi_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_context_create: out of memory");
+    atomic_init(&ctx->refs, 1);
+    atomic_init(&ctx->destroyed, 0);
     ctx->device = opt.device;
     ctx->device_id = opt.device_id;
     ctx->num_threads = opt.num_threads;
@@ -66,16 +68,55 @@ fi_status fi_context_create(const fi_context_options *options, fi_context **out)
         free(ctx);
         return st;
     }
+    ctx->magic = FI_MAGIC_CONTEXT;
     *out = ctx;
     return FI_OK;
 }
 
-void fi_context_destroy(fi_context *ctx) {
-    if (!ctx) return;
+static void context_free(fi_context *ctx) {
     if (ctx->backend && ctx->backend->context_fini) ctx->backend->context_fini(ctx);
+    fi_handle_retire(&ctx->magic);
     free(ctx);
 }
 
+void fi_context_retain(fi_context *ctx) {
+    atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
+}
+
+void fi_context_release(fi_context *ctx) {
+    if (atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) == 1) context_free(ctx);
+}
+
+fi_status fi_context_check(const fi_context *ctx, const char *fn) {
+    fi_status st = fi_handle_check(ctx, FI_MAGIC_CONTEXT, fn, "ctx");
+    if (st) return st;
+    if (atomic_load_explicit(&ctx->destroyed, memory_order_acquire))
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "%s: context %p was destroyed (fi_context_destroy) while plans, "
+                        "cascades or block-sparse objects made on it were alive; destroy "
+                        "those first (their destroy functions still work)", fn, (void *)ctx);
+    return FI_OK;
+}
+
+/* With objects on it still alive the context stays allocated, refusing every
+ * call, until the last of them is destroyed (fi_context_release). */
+void fi_context_destroy(fi_context *ctx) {
+    if (!ctx) return;
+    if (fi_handle_check(ctx, FI_MAGIC_CONTEXT, "fi_context_destroy", "context")) return;
+    if (atomic_exchange_explicit(&ctx->destroyed, 1, memory_order_acq_rel)) {
+        fi_error(FI_STATUS_INVALID_ARGUMENT,
+                 "fi_context_destroy: context %p was destroyed already", (void *)ctx);
+        return;
+    }
+    if (atomic_load_explicit(&ctx->refs, memory_order_acquire) > 1)
+        fi_error(FI_STATUS_INVALID_ARGUMENT,
+                 "fi_context_destroy: context %p still has plans, cascades or block-sparse "
+                 "objects made on it; it is freed when the last of them is destroyed, and "
+                 "refuses every call until then", (void *)ctx);
+    fi_context_release(ctx);
+}
+
 const char *fi_context_describe(const fi_context *ctx) {
-    return ctx ? ctx->description : "";
+    if (fi_handle_check(ctx, FI_MAGIC_CONTEXT, "fi_context_describe", "context")) return "";
+    return ctx->description;
 }

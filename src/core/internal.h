@@ -6,7 +6,9 @@
 #define FI_INTERNAL_H
 
 #include "flashinfer.h"
+#include "core/serving.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +24,44 @@
 /* Record a message for fi_last_error() and return `status`. */
 fi_status fi_error(fi_status status, const char *fmt, ...) FI_PRINTF(2, 3);
 void fi_error_clear(void);
+
+/* ----------------------------------------------------------------- handles */
+
+/* Every object the API hands out (context, plan, cascade, block-sparse)
+ * starts with one of these words while it is alive; destroy overwrites it
+ * with FI_MAGIC_DEAD before the memory is freed. */
+#define FI_MAGIC_CONTEXT 0x43584946u /* "FIXC" little-endian */
+#define FI_MAGIC_PLAN 0x4e4c5046u
+#define FI_MAGIC_CASCADE 0x43534346u
+#define FI_MAGIC_BSR 0x52534246u
+#define FI_MAGIC_DEAD 0xdeadf1f1u
+
+/* FI_OK when `obj` is a live object of that magic, else
+ * FI_STATUS_INVALID_ARGUMENT naming `fn` and `what` ("plan"). Best effort:
+ * a destroyed object's memory may have been reused (then it reads as
+ * whatever lives there now); under AddressSanitizer freed memory is
+ * recognised without being read. */
+fi_status fi_handle_check(const void *obj, uint32_t magic, const char *fn, const char *what);
+/* fi_handle_check, then refuse a second thread while one is inside:
+ * `busy` is the object's flag; on FI_OK the caller must fi_handle_leave. */
+fi_status fi_handle_enter(const void *obj, uint32_t magic, _Atomic int32_t *busy,
+                          const char *fn, const char *what);
+static inline void fi_handle_leave(_Atomic int32_t *busy) {
+    atomic_store_explicit(busy, 0, memory_order_release);
+}
+/* fi_handle_enter on an object with a `busy` member (obj may be NULL). */
+#define FI_HANDLE_ENTER(obj, magic, fn, what) \
+    fi_handle_enter((obj), (magic), (obj) ? &(obj)->busy : NULL, (fn), (what))
+/* Mark an object dead just before it is freed (a store the compiler may not
+ * drop as dead, which a plain one before free() would be). */
+void fi_handle_retire(uint32_t *magic);
+/* A context that may take a call or a new object: live, and not destroyed
+ * while objects on it were alive (fi_context_destroy then defers the free
+ * to the last of them). */
+fi_status fi_context_check(const fi_context *ctx, const char *fn);
+/* References of the objects made on a context (see struct fi_context). */
+void fi_context_retain(fi_context *ctx);
+void fi_context_release(fi_context *ctx);
 
 /* ----------------------------------------------------------------- backend */
 
@@ -123,12 +163,27 @@ typedef struct fi_backend {
                       const fi_tensor *indptr, const fi_tensor *offsets,
                       void *stream);
 
+    /* The serving ops (core/serving.h), one entry per family; a backend
+     * without a family returns FI_STATUS_UNSUPPORTED saying so. */
+    fi_status (*norm)(fi_context *ctx, const fi_norm_args *a, void *stream);
+    fi_status (*gated_act)(fi_context *ctx, const fi_act_args *a, void *stream);
+    fi_status (*softmax)(fi_context *ctx, const fi_softmax_args *a, void *stream);
+    fi_status (*sample)(fi_context *ctx, const fi_sample_args *a, void *stream);
+    fi_status (*filter)(fi_context *ctx, const fi_filter_args *a, void *stream);
+    fi_status (*chain_speculative)(fi_context *ctx, const fi_spec_args *a, void *stream);
+    fi_status (*top_k)(fi_context *ctx, const fi_topk_args *a, void *stream);
+
     /* fi_warmup_*: what this process lacks to compile the backend's
      * kernels (NULL: nothing; else e.g. "no C compiler: ..."), the list of
      * a plan's kernels and the compile of one. */
     const char *(*warmup_missing)(void);
     fi_warmup_list_fn *warmup_list;
     fi_warmup_compile_fn *warmup_compile;
+
+    /* Whether the backend's kernels compute head dims (D_qk, D_vo); both are
+     * already among fi_params_validate's (the union over backends). NULL =
+     * 64, 128 and 256 only. */
+    bool (*head_dims_supported)(int32_t head_dim_qk, int32_t head_dim_vo);
 } fi_backend;
 
 /* The table that serves `device` (src/backends.c); NULL for a value that is
@@ -136,6 +191,12 @@ typedef struct fi_backend {
 const fi_backend *fi_backend_for(fi_device_type device);
 
 struct fi_context {
+    uint32_t magic;           /* FI_MAGIC_CONTEXT while alive (fi_handle_check) */
+    /* References: one for the context itself (dropped by fi_context_destroy)
+     * and one per live plan, cascade and block-sparse object made on it; the
+     * last one frees it. */
+    _Atomic int32_t refs;
+    _Atomic int32_t destroyed;/* fi_context_destroy was called */
     fi_device_type device;
     int32_t device_id;
     int32_t num_threads;      /* resolved: never 0 */
@@ -217,6 +278,8 @@ fi_status fi_schedule_build(fi_schedule *s, const fi_schedule_input *in);
 /* ------------------------------------------------------------------- plan */
 
 struct fi_plan {
+    uint32_t magic;               /* FI_MAGIC_PLAN while alive */
+    _Atomic int32_t busy;         /* a call is inside (fi_handle_enter) */
     fi_context *ctx;
     fi_attention_params params;   /* with defaults resolved (sm_scale, ...) */
     fi_plan_config config;
@@ -238,7 +301,8 @@ struct fi_plan {
     int64_t *mask_offset;         /* [max_batch_size + 1] custom mask bytes */
     int32_t max_kv_len;           /* longest request of the batch */
     int32_t num_pages;            /* entries of kv_indices the batch uses */
-    bool pages_checked;           /* page ids scanned (by the first run) */
+    bool pages_checked;           /* page ids scanned (CPU: by every run; CUDA: the
+                                     copy of a host table, at the update) */
     int32_t max_page_index;       /* largest page id in kv_indices (-1: none) */
     int64_t mask_bytes;           /* custom mask bytes the batch reads */
 
@@ -283,6 +347,24 @@ fi_plan *fi_cascade_level_plan(const fi_cascade *c, int32_t level);
  * element alignment, non-negative strides; `name` is used in messages. */
 fi_status fi_check_tensor(const fi_tensor *t, const char *name, fi_dtype dtype,
                           int32_t ndim, const int64_t *shape);
+/* Outputs against memory they must not share, on tensors that passed
+ * fi_check_tensor (addresses only: nothing is read, so device memory
+ * works). fi_check_disjoint: `out` and `other` share no byte (byte spans,
+ * refined by a common row period: interleaved views of one buffer pass);
+ * with same_view_ok the very same view (in place) is allowed. A tensor
+ * with NULL data is skipped. fi_check_no_self_overlap: no two elements of
+ * `t` share memory (no stride 0, no rows that overlap). */
+fi_status fi_check_disjoint(const fi_tensor *out, const char *out_name, const fi_tensor *other,
+                            const char *other_name, bool same_view_ok);
+fi_status fi_check_no_self_overlap(const fi_tensor *t, const char *name);
+/* Both at once, each span computed once: every output of outs[0..n_out)
+ * apart from itself, the other outputs and ins[0..n_in) (NULL entries
+ * skipped; at most 16 tensors in all). */
+fi_status fi_check_apart(const fi_tensor *const *outs, const char *const *out_names, int n_out,
+                         const fi_tensor *const *ins, const char *const *in_names, int n_in);
+/* An attention call's outputs (o, lse) against themselves, each other and
+ * its inputs (q, k, v, custom_mask): plans, cascades, block-sparse. */
+fi_status fi_check_run_outputs(const fi_run_args *args);
 /* Check a host int32 indptr of n+1 entries: starts at 0, never decreases,
  * ends at most at `max_last` (-1 = no limit). */
 fi_status fi_check_indptr(const int32_t *indptr, int32_t n, const char *name,

@@ -17,13 +17,16 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static fi_status check_ctx(const fi_context *ctx, const char *fn, bool has_op) {
-    if (!ctx) return fi_error(FI_STATUS_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
-    if (!ctx->backend || !has_op)
-        return fi_error(FI_STATUS_UNSUPPORTED, "%s: not supported by the %s backend", fn,
-                        ctx->backend ? ctx->backend->name : "(no)");
-    return FI_OK;
-}
+/* A live context whose backend has the op: `op` is its member of fi_backend,
+ * read only once the context is known to be one. */
+#define CHECK_CTX(ctx, fn, op)                                                             \
+    do {                                                                                   \
+        fi_status cst_ = fi_context_check((ctx), (fn));                                    \
+        if (!cst_ && !(ctx)->backend->op)                                                  \
+            cst_ = fi_error(FI_STATUS_UNSUPPORTED, "%s: not supported by the %s backend", \
+                            (fn), (ctx)->backend->name);                                   \
+        if (cst_) return cst_;                                                             \
+    } while (0)
 
 static bool is_float_dtype(fi_dtype d) {
     return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16;
@@ -54,18 +57,21 @@ static fi_status check_index(const fi_tensor *t, const char *name, int64_t len) 
     return FI_OK;
 }
 
-/* An output may be its input (in place) only as the very same view. */
+/* An output may be its input (in place) only as the very same view, and
+ * shares no memory with anything else. */
 static fi_status check_alias(const fi_tensor *out, const char *out_name,
                              const fi_tensor *in, const char *in_name) {
-    if (out->data != in->data) return FI_OK;
-    bool same = out->dtype == in->dtype && out->ndim == in->ndim;
-    for (int32_t d = 0; same && d < out->ndim; d++)
-        same = out->stride[d] == in->stride[d];
-    if (!same)
-        return fi_error(FI_STATUS_INVALID_ARGUMENT,
-                        "%s shares its data with %s but not its dtype and strides: "
-                        "in place needs the same view", out_name, in_name);
-    return FI_OK;
+    return fi_check_disjoint(out, out_name, in, in_name, true);
+}
+
+/* Output `out` shares no memory with any of others[0..n) (NULL entries
+ * skipped), nor within itself. */
+static fi_status check_apart(const fi_tensor *out, const char *out_name,
+                             const fi_tensor *const *others, const char *const *names, int n) {
+    fi_status st = fi_check_no_self_overlap(out, out_name);
+    for (int i = 0; i < n && !st; i++)
+        if (others[i]) st = fi_check_disjoint(out, out_name, others[i], names[i], false);
+    return st;
 }
 
 /* A head dimension the backends' int32 loops can hold. */
@@ -87,7 +93,7 @@ static fi_status check_dim(int64_t dim, const char *name) {
 fi_status fi_merge_state(fi_context *ctx, const fi_tensor *v_a, const fi_tensor *s_a,
                          const fi_tensor *v_b, const fi_tensor *s_b, fi_tensor *v_out,
                          fi_tensor *s_out, void *stream) {
-    FI_TRY(check_ctx(ctx, "fi_merge_state", ctx && ctx->backend && ctx->backend->merge_state));
+    CHECK_CTX(ctx, "fi_merge_state", merge_state);
     FI_TRY(check_float(v_a, "fi_merge_state: v_a", 3, NULL));
     const int64_t v_shape[3] = {v_a->shape[0], v_a->shape[1], v_a->shape[2]};
     const int64_t s_shape[2] = {v_a->shape[0], v_a->shape[1]};
@@ -101,14 +107,19 @@ fi_status fi_merge_state(fi_context *ctx, const fi_tensor *v_a, const fi_tensor 
     FI_TRY(check_alias(v_out, "fi_merge_state: v_out", v_b, "v_b"));
     FI_TRY(check_alias(s_out, "fi_merge_state: s_out", s_a, "s_a"));
     FI_TRY(check_alias(s_out, "fi_merge_state: s_out", s_b, "s_b"));
+    {
+        const fi_tensor *vs[] = {s_a, s_b, s_out}, *ss[] = {v_a, v_b};
+        static const char *const vn[] = {"s_a", "s_b", "s_out"}, *const sn[] = {"v_a", "v_b"};
+        FI_TRY(check_apart(v_out, "fi_merge_state: v_out", vs, vn, 3));
+        FI_TRY(check_apart(s_out, "fi_merge_state: s_out", ss, sn, 2));
+    }
     return ctx->backend->merge_state(ctx, v_a, s_a, v_b, s_b, v_out, s_out, stream);
 }
 
 fi_status fi_merge_state_in_place(fi_context *ctx, fi_tensor *v, fi_tensor *s,
                                   const fi_tensor *v_other, const fi_tensor *s_other,
                                   const fi_tensor *mask, void *stream) {
-    FI_TRY(check_ctx(ctx, "fi_merge_state_in_place",
-                     ctx && ctx->backend && ctx->backend->merge_state_in_place));
+    CHECK_CTX(ctx, "fi_merge_state_in_place", merge_state_in_place);
     FI_TRY(check_float(v, "fi_merge_state_in_place: v", 3, NULL));
     const int64_t v_shape[3] = {v->shape[0], v->shape[1], v->shape[2]};
     const int64_t s_shape[2] = {v->shape[0], v->shape[1]};
@@ -117,18 +128,24 @@ fi_status fi_merge_state_in_place(fi_context *ctx, fi_tensor *v, fi_tensor *s,
     FI_TRY(check_float(v_other, "fi_merge_state_in_place: v_other", 3, v_shape));
     FI_TRY(fi_check_tensor(s_other, "fi_merge_state_in_place: s_other", FI_DTYPE_F32, 2,
                            s_shape));
-    FI_TRY(check_alias(v, "fi_merge_state_in_place: v", v_other, "v_other"));
-    FI_TRY(check_alias(s, "fi_merge_state_in_place: s", s_other, "s_other"));
     if (mask && mask->data)
         FI_TRY(fi_check_tensor(mask, "fi_merge_state_in_place: mask", FI_DTYPE_U8, 1,
                                v_shape));
+    {
+        const fi_tensor *m = mask && mask->data ? mask : NULL;
+        const fi_tensor *vs[] = {v_other, s_other, s, m}, *ss[] = {v_other, s_other, m};
+        static const char *const vn[] = {"v_other", "s_other", "s", "mask"};
+        static const char *const sn[] = {"v_other", "s_other", "mask"};
+        FI_TRY(check_apart(v, "fi_merge_state_in_place: v", vs, vn, 4));
+        FI_TRY(check_apart(s, "fi_merge_state_in_place: s", ss, sn, 3));
+    }
     return ctx->backend->merge_state_in_place(ctx, v, s, v_other, s_other,
                                               (mask && mask->data) ? mask : NULL, stream);
 }
 
 fi_status fi_merge_states(fi_context *ctx, const fi_tensor *v, const fi_tensor *s,
                           fi_tensor *v_out, fi_tensor *s_out, void *stream) {
-    FI_TRY(check_ctx(ctx, "fi_merge_states", ctx && ctx->backend && ctx->backend->merge_states));
+    CHECK_CTX(ctx, "fi_merge_states", merge_states);
     FI_TRY(check_float(v, "fi_merge_states: v", 4, NULL));
     const int64_t s_shape[3] = {v->shape[0], v->shape[1], v->shape[2]};
     const int64_t vo_shape[3] = {v->shape[0], v->shape[2], v->shape[3]};
@@ -137,9 +154,12 @@ fi_status fi_merge_states(fi_context *ctx, const fi_tensor *v, const fi_tensor *
     FI_TRY(fi_check_tensor(s, "fi_merge_states: s", FI_DTYPE_F32, 3, s_shape));
     FI_TRY(check_float(v_out, "fi_merge_states: v_out", 3, vo_shape));
     FI_TRY(fi_check_tensor(s_out, "fi_merge_states: s_out", FI_DTYPE_F32, 2, so_shape));
-    if (v_out->data == v->data || s_out->data == s->data)
-        return fi_error(FI_STATUS_INVALID_ARGUMENT,
-                        "fi_merge_states: v_out and s_out must not share data with v and s");
+    {
+        const fi_tensor *vs[] = {v, s, s_out}, *ss[] = {v, s};
+        static const char *const vn[] = {"v", "s", "s_out"}, *const sn[] = {"v", "s"};
+        FI_TRY(check_apart(v_out, "fi_merge_states: v_out", vs, vn, 3));
+        FI_TRY(check_apart(s_out, "fi_merge_states: s_out", ss, sn, 2));
+    }
     return ctx->backend->merge_states(ctx, v, s, v_out, s_out, stream);
 }
 
@@ -216,7 +236,7 @@ fi_status fi_append_paged_kv_cache(fi_context *ctx, const fi_tensor *append_k,
                                    const fi_tensor *kv_indices, const fi_tensor *kv_indptr,
                                    const fi_tensor *kv_last_page_len, void *stream) {
     const char *fn = "fi_append_paged_kv_cache";
-    FI_TRY(check_ctx(ctx, fn, ctx && ctx->backend && ctx->backend->append_paged_kv_cache));
+    CHECK_CTX(ctx, fn, append_paged_kv_cache);
     if (layout != FI_KV_LAYOUT_NHD && layout != FI_KV_LAYOUT_HND)
         return fi_error(FI_STATUS_INVALID_ARGUMENT, "%s: layout=%d is neither NHD nor HND",
                         fn, (int)layout);
@@ -253,6 +273,17 @@ fi_status fi_append_paged_kv_cache(fi_context *ctx, const fi_tensor *append_k,
     FI_TRY(check_index(kv_last_page_len, "fi_append_paged_kv_cache: kv_last_page_len", batch));
     FI_TRY(check_index(kv_indices, "fi_append_paged_kv_cache: kv_indices", -1));
 
+    {
+        const fi_tensor *ins[] = {append_k, append_v, batch_indices, positions, kv_indices,
+                                  kv_indptr, kv_last_page_len};
+        static const char *const names[] = {"append_k", "append_v", "batch_indices",
+                                            "positions", "kv_indices", "kv_indptr",
+                                            "kv_last_page_len"};
+        FI_TRY(check_apart(k_cache, "fi_append_paged_kv_cache: k_cache", ins, names, 7));
+        FI_TRY(check_apart(v_cache, "fi_append_paged_kv_cache: v_cache", ins, names, 7));
+        FI_TRY(fi_check_disjoint(k_cache, "fi_append_paged_kv_cache: k_cache", v_cache,
+                                 "v_cache", false));
+    }
     if (ctx->backend->host_memory) {
         FI_TRY(check_page_table(kv_indptr->data, kv_indices->data, kv_last_page_len->data,
                                 batch, kv_indices->shape[0], pages, page_size));
@@ -325,11 +356,29 @@ static fi_status check_rope_tensors(const fi_tensor *q, const fi_tensor *k,
     return FI_OK;
 }
 
+/* The outputs apart from everything they are not the very same view of:
+ * each other, the other input, the index tensors (idx[0..n), NULL
+ * skipped), and themselves. */
+static fi_status check_rope_apart(const fi_tensor *q, const fi_tensor *k, const fi_tensor *q_out,
+                                  const fi_tensor *k_out, const fi_tensor *const *idx,
+                                  const char *const *idx_names, int n, const char *fn) {
+    char qn[80], kn[80];
+    snprintf(qn, sizeof qn, "%s: q_out", fn);
+    snprintf(kn, sizeof kn, "%s: k_out", fn);
+    const fi_tensor *qs[] = {k, k_out, idx[0], n > 1 ? idx[1] : NULL};
+    const fi_tensor *ks[] = {q, idx[0], n > 1 ? idx[1] : NULL};
+    const char *qnames[] = {"k", "k_out", idx_names[0], n > 1 ? idx_names[1] : ""};
+    const char *knames[] = {"q", idx_names[0], n > 1 ? idx_names[1] : ""};
+    FI_TRY(check_apart(q_out, qn, qs, qnames, 4));
+    FI_TRY(check_apart(k_out, kn, ks, knames, 3));
+    return FI_OK;
+}
+
 fi_status fi_rope_apply(fi_context *ctx, const fi_rope_params *params, const fi_tensor *q,
                         const fi_tensor *k, fi_tensor *q_out, fi_tensor *k_out,
                         const fi_tensor *indptr, const fi_tensor *offsets, void *stream) {
     const char *fn = "fi_rope_apply";
-    FI_TRY(check_ctx(ctx, fn, ctx && ctx->backend && ctx->backend->rope));
+    CHECK_CTX(ctx, fn, rope);
     FI_TRY(check_rope_tensors(q, k, q_out, k_out, fn));
     fi_rope_params p;
     FI_TRY(resolve_rope_params(params, q->shape[2], fn, &p));
@@ -340,6 +389,11 @@ fi_status fi_rope_apply(fi_context *ctx, const fi_rope_params *params, const fi_
                         (long long)indptr->shape[0]);
     const int32_t batch = (int32_t)(indptr->shape[0] - 1);
     FI_TRY(check_index(offsets, "fi_rope_apply: offsets", batch));
+    {
+        const fi_tensor *idx[] = {indptr, offsets};
+        static const char *const names[] = {"indptr", "offsets"};
+        FI_TRY(check_rope_apart(q, k, q_out, k_out, idx, names, 2, fn));
+    }
     if (ctx->backend->host_memory) {
         /* Tokens past indptr[B] belong to no request and are left alone. */
         FI_TRY(fi_check_indptr(indptr->data, batch, "indptr", q->shape[0]));
@@ -357,11 +411,16 @@ fi_status fi_rope_apply_pos_ids(fi_context *ctx, const fi_rope_params *params,
                                 const fi_tensor *q, const fi_tensor *k, fi_tensor *q_out,
                                 fi_tensor *k_out, const fi_tensor *pos_ids, void *stream) {
     const char *fn = "fi_rope_apply_pos_ids";
-    FI_TRY(check_ctx(ctx, fn, ctx && ctx->backend && ctx->backend->rope));
+    CHECK_CTX(ctx, fn, rope);
     FI_TRY(check_rope_tensors(q, k, q_out, k_out, fn));
     fi_rope_params p;
     FI_TRY(resolve_rope_params(params, q->shape[2], fn, &p));
     FI_TRY(check_index(pos_ids, "fi_rope_apply_pos_ids: pos_ids", q->shape[0]));
+    {
+        const fi_tensor *idx[] = {pos_ids};
+        static const char *const names[] = {"pos_ids"};
+        FI_TRY(check_rope_apart(q, k, q_out, k_out, idx, names, 1, fn));
+    }
     if (ctx->backend->host_memory) {
         const int32_t *pos = pos_ids->data;
         for (int64_t t = 0; t < q->shape[0]; t++)

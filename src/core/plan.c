@@ -1,4 +1,5 @@
 /* plan.c — plan objects: creation with bounds (one fixed workspace), info. */
+#include "core/checked.h"
 #include "core/params.h"
 #include "core/schedule.h"
 
@@ -28,18 +29,23 @@ fi_status fi_plan_config_validate(const fi_plan_config *c, const fi_attention_pa
     return FI_OK;
 }
 
-/* Every host array the plan owns, carved from one allocation. */
-static size_t host_bytes(const fi_plan_config *c, const fi_schedule_limits *lim,
-                         const fi_attention_params *p) {
-    size_t b = (size_t)c->max_batch_size;
-    size_t bytes = 0;
-    bytes += 2 * (b + 1) * sizeof(int32_t);           /* qo_indptr, kv_indptr */
-    bytes += 2 * b * sizeof(int32_t);                  /* kv_last_page_len, kv_len */
-    bytes += (b + 1) * sizeof(int64_t);                /* mask_offset */
-    bytes += (size_t)p->num_qo_heads * sizeof(float);  /* alibi_slopes */
-    size_t rows = (size_t)lim->max_partial_rows * (size_t)p->num_qo_heads;
-    bytes += rows * ((size_t)p->head_dim_vo + 1) * sizeof(float); /* partial O, LSE */
-    return bytes + 8 * 64;                             /* alignment slack */
+/* Every host array the plan owns, carved from one allocation (in carve's
+ * order, each 64-byte aligned); false when the total overflows size_t. */
+static bool host_bytes(const fi_plan_config *c, const fi_schedule_limits *lim,
+                       const fi_attention_params *p, size_t *bytes) {
+    size_t b = (size_t)c->max_batch_size, rows;
+    fi_size_sum sum = {64, false}; /* slack to align the allocation itself */
+    fi_size_sum_add(&sum, b + 1, sizeof(int32_t), 64);          /* qo_indptr */
+    fi_size_sum_add(&sum, b + 1, sizeof(int32_t), 64);          /* kv_indptr */
+    fi_size_sum_add(&sum, b, sizeof(int32_t), 64);              /* kv_last_page_len */
+    fi_size_sum_add(&sum, b, sizeof(int32_t), 64);              /* kv_len */
+    fi_size_sum_add(&sum, b + 1, sizeof(int64_t), 64);          /* mask_offset */
+    fi_size_sum_add(&sum, (size_t)p->num_qo_heads, sizeof(float), 64); /* alibi_slopes */
+    if (!fi_mul_size((size_t)lim->max_partial_rows, (size_t)p->num_qo_heads, &rows)) return false;
+    fi_size_sum_add(&sum, rows, (size_t)p->head_dim_vo * sizeof(float), 64); /* partial O */
+    fi_size_sum_add(&sum, rows, sizeof(float), 64);             /* partial LSE */
+    *bytes = sum.bytes;
+    return !sum.overflow;
 }
 
 static void *carve(char **cursor, size_t bytes) {
@@ -70,9 +76,10 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
                                 fi_plan **out) {
     if (!out) return INVALID("fi_plan_create: out is NULL");
     *out = NULL;
-    if (!ctx) return INVALID("fi_plan_create: context is NULL");
-    fi_status st = fi_params_validate(params);
+    fi_status st = fi_context_check(ctx, "fi_plan_create");
     if (st) return st;
+    if ((st = fi_params_validate(params))) return st;
+    if ((st = fi_params_check_backend(ctx->backend, params))) return st;
     fi_plan_config cfg;
     fi_plan_config_init(&cfg);
     if (config) cfg = *config;
@@ -80,7 +87,9 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
 
     fi_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_plan_create: out of memory");
+    plan->magic = FI_MAGIC_PLAN;
     plan->ctx = ctx;
+    fi_context_retain(ctx); /* released by fi_plan_destroy, also on the errors below */
     plan->params = *params;
     plan->config = cfg;
     plan->group_size = params->num_qo_heads / params->num_kv_heads;
@@ -112,14 +121,21 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
         if (want < min_partial_rows) want = min_partial_rows;
         if (lim.max_partial_rows < want) lim.max_partial_rows = want;
     }
-    size_t bytes = host_bytes(&cfg, &lim, params);
-    char *mem = calloc(1, bytes);
-    st = mem ? fi_schedule_init(&plan->schedule, &lim)
-             : fi_error(FI_STATUS_OUT_OF_MEMORY, "plan workspace of %zu bytes: out of memory",
-                        bytes);
+    size_t bytes = 0;
+    char *mem = NULL;
+    if (!host_bytes(&cfg, &lim, params, &bytes))
+        st = INVALID("plan workspace for max_batch_size=%d, %d partial-state rows x "
+                     "num_qo_heads=%d x head_dim_vo=%d overflows the address range",
+                     (int)cfg.max_batch_size, (int)lim.max_partial_rows,
+                     (int)params->num_qo_heads, (int)params->head_dim_vo);
+    else if (!(mem = calloc(1, bytes)))
+        st = fi_error(FI_STATUS_OUT_OF_MEMORY, "plan workspace of %zu bytes: out of memory",
+                      bytes);
+    else
+        st = fi_schedule_init(&plan->schedule, &lim);
     if (st) {
         free(mem);
-        free(plan);
+        fi_plan_destroy(plan);
         return st;
     }
     plan->host_memory = mem;
@@ -162,16 +178,24 @@ fi_status fi_plan_copy_in(fi_plan *plan, void *dst, const void *src, size_t byte
     return plan->ctx->backend->plan_copy_in(plan, dst, src, bytes);
 }
 
+/* A plan another thread is inside is left alone (and reported): freeing it
+ * under that call would be worse than the leak. */
 void fi_plan_destroy(fi_plan *plan) {
     if (!plan) return;
-    if (plan->backend_state && plan->ctx->backend->plan_fini)
-        plan->ctx->backend->plan_fini(plan);
+    if (FI_HANDLE_ENTER(plan, FI_MAGIC_PLAN, "fi_plan_destroy", "plan")) return;
+    fi_context *ctx = plan->ctx;
+    if (plan->backend_state && ctx->backend->plan_fini) ctx->backend->plan_fini(plan);
     fi_schedule_free(&plan->schedule);
     free(plan->host_memory);
+    fi_handle_retire(&plan->magic);
     free(plan);
+    fi_context_release(ctx);
 }
 
-size_t fi_plan_workspace_size(const fi_plan *plan) { return plan ? plan->workspace_bytes : 0; }
+size_t fi_plan_workspace_size(const fi_plan *plan) {
+    if (fi_handle_check(plan, FI_MAGIC_PLAN, "fi_plan_workspace_size", "plan")) return 0;
+    return plan->workspace_bytes;
+}
 
 void fi_plan_info_init(fi_plan_info *info) {
     if (!info) return;
@@ -180,7 +204,9 @@ void fi_plan_info_init(fi_plan_info *info) {
 }
 
 fi_status fi_plan_get_info(const fi_plan *plan, fi_plan_info *info) {
-    if (!plan || !info) return INVALID("fi_plan_get_info: NULL argument");
+    fi_status st = fi_handle_check(plan, FI_MAGIC_PLAN, "fi_plan_get_info", "plan");
+    if (st) return st;
+    if (!info) return INVALID("fi_plan_get_info: info is NULL");
     if (info->struct_size != sizeof *info)
         return INVALID("fi_plan_info.struct_size=%u, expected %zu", (unsigned)info->struct_size,
                        sizeof *info);
@@ -199,5 +225,28 @@ fi_status fi_plan_get_info(const fi_plan *plan, fi_plan_info *info) {
     info->num_merge_rows = s->num_merge_rows;
     info->max_worker_cost = s->max_worker_cost;
     info->total_cost = s->total_cost;
+    return FI_OK;
+}
+
+fi_status fi_plan_get_worker_loads(const fi_plan *plan, int32_t capacity, int32_t *num_items,
+                                   int32_t *num_split_items, double *cost,
+                                   int32_t *num_workers) {
+    fi_status st = fi_handle_check(plan, FI_MAGIC_PLAN, "fi_plan_get_worker_loads", "plan");
+    if (st) return st;
+    if (capacity < 0)
+        return INVALID("fi_plan_get_worker_loads: capacity=%d must not be negative",
+                       (int)capacity);
+    if (!plan->planned)
+        return fi_error(FI_STATUS_NOT_PLANNED, "fi_plan_get_worker_loads: no batch planned yet");
+    const fi_schedule *s = &plan->schedule;
+    if (num_workers) *num_workers = s->num_workers;
+    int32_t n = capacity < s->num_workers ? capacity : s->num_workers;
+    for (int32_t w = 0; w < n; w++) {
+        int32_t first = s->worker_indptr[w], end = s->worker_indptr[w + 1], split = 0;
+        for (int32_t i = first; i < end; i++) split += s->items[i].partial_row >= 0;
+        if (num_items) num_items[w] = end - first;
+        if (num_split_items) num_split_items[w] = split;
+        if (cost) cost[w] = s->worker_cost[w];
+    }
     return FI_OK;
 }

@@ -24,6 +24,13 @@ static fi_status check_kv(const fi_plan *plan, const fi_tensor *t, const char *n
         int64_t shape[4] = {-1, nhd ? p->page_size : p->num_kv_heads,
                             nhd ? p->num_kv_heads : p->page_size, head_dim};
         if ((st = fi_check_tensor(t, name, p->kv_dtype, 4, shape))) return st;
+        if (plan->max_page_index >= t->shape[0] && plan->ctx->backend->host_memory)
+            for (int32_t j = 0; j < plan->num_pages; j++)
+                if (plan->kv_indices[j] >= t->shape[0])
+                    return INVALID("kv_indices[%d]=%d: page ids must be < %s.shape[0]=%lld, "
+                                   "the pages the cache holds (the table needs %lld)", (int)j,
+                                   (int)plan->kv_indices[j], name, (long long)t->shape[0],
+                                   (long long)plan->max_page_index + 1);
         return check_rows(t, name, 0, (int64_t)plan->max_page_index + 1,
                           "as its largest page id + 1");
     }
@@ -32,10 +39,14 @@ static fi_status check_kv(const fi_plan *plan, const fi_tensor *t, const char *n
     return check_rows(t, name, nhd ? 0 : 1, plan->kv_indptr[plan->batch_size], "KV tokens");
 }
 
-/* The page ids of a fresh plan, once: all >= 0, and the largest, which the
- * K/V tensors must cover. One vectorised pass; the offending entry is
- * searched for only when there is one. */
+/* The page ids: all >= 0, and the largest, which the K/V tensors must
+ * cover. The CPU's kernels read the caller's table itself (host or
+ * "device" table alike), which may be rewritten between runs: checked at
+ * every run, one vectorised pass, the offending entry searched for only
+ * when there is one. A backend that copied the table at the update
+ * (CUDA) marks it checked there. */
 static fi_status check_pages(fi_plan *plan) {
+    if (plan->ctx->backend->host_memory && plan->num_pages > 0) plan->pages_checked = false;
     if (plan->pages_checked) return FI_OK;
     int32_t lo, hi;
     fi_int32_range(plan->kv_indices, plan->num_pages, &lo, &hi);
@@ -71,18 +82,32 @@ static fi_status check_args(const fi_plan *plan, const fi_run_args *a) {
         if ((st = check_rows(&a->custom_mask, "custom_mask", 0, plan->mask_bytes, "mask bytes")))
             return st;
     }
-    if (p->variant) return fi_variant_check_args(p->variant, a->variant_args);
-    return FI_OK;
+    if (p->variant && (st = fi_variant_check_args(p->variant, a->variant_args))) return st;
+    return fi_check_run_outputs(a);
 }
 
-fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args) {
-    if (!plan) return INVALID("fi_plan_run: plan is NULL");
+fi_status fi_check_run_outputs(const fi_run_args *a) {
+    const fi_tensor *outs[] = {&a->o, &a->lse}, *ins[] = {&a->q, &a->k, &a->v, &a->custom_mask};
+    static const char *const out_names[] = {"o", "lse"};
+    static const char *const in_names[] = {"q", "k", "v", "custom_mask"};
+    return fi_check_apart(outs, out_names, 2, ins, in_names, 4);
+}
+
+static fi_status plan_run(fi_plan *plan, const fi_run_args *args) {
+    fi_status st = fi_context_check(plan->ctx, "fi_plan_run");
+    if (st) return st;
     if (!args) return INVALID("fi_plan_run: args is NULL");
     if (!plan->planned)
         return fi_error(FI_STATUS_NOT_PLANNED,
                         "fi_plan_run: no batch planned; call fi_plan_update first");
-    fi_status st = check_pages(plan);
-    if (!st) st = check_args(plan, args);
-    if (st) return st;
+    if ((st = check_pages(plan)) || (st = check_args(plan, args))) return st;
     return plan->ctx->backend->run(plan, args);
+}
+
+fi_status fi_plan_run(fi_plan *plan, const fi_run_args *args) {
+    fi_status st = FI_HANDLE_ENTER(plan, FI_MAGIC_PLAN, "fi_plan_run", "plan");
+    if (st) return st;
+    st = plan_run(plan, args);
+    fi_handle_leave(&plan->busy);
+    return st;
 }

@@ -2,8 +2,8 @@
  * Nothing is allocated: every array lives in the plan's fixed workspace.
  * The page table is referenced, not copied or read (as FlashInfer's plan):
  * it is the one O(pages) array and would dominate the plan's cost. Its page
- * ids are checked once, by the plan's first fi_plan_run, before any kernel
- * reads memory (plan_run.c). */
+ * ids are checked by fi_plan_run before any kernel reads memory (on the CPU
+ * at every run; plan_run.c). */
 #include "core/schedule.h"
 
 #include <string.h>
@@ -154,8 +154,8 @@ static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
     if (plan->params.kv_format == FI_KV_FORMAT_PAGED) {
         plan->kv_indices = b->kv_indices;
         plan->num_pages = b->kv_indptr[n];
-        plan->pages_checked = false; /* the first fi_plan_run scans the page ids */
-        memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
+        plan->pages_checked = false; /* fi_plan_run scans the page ids */
+        if (n > 0) memcpy(plan->kv_last_page_len, b->kv_last_page_len, (size_t)n * sizeof(int32_t));
     } else {
         plan->num_pages = 0;
         plan->pages_checked = true;
@@ -170,12 +170,12 @@ static fi_status validate_and_copy(fi_plan *plan, const fi_batch *b) {
     return FI_OK;
 }
 
-fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
-    if (!plan) return INVALID("fi_plan_update: plan is NULL");
+static fi_status plan_update(fi_plan *plan, const fi_batch *batch) {
+    fi_status st = fi_context_check(plan->ctx, "fi_plan_update");
+    if (st) return st;
     if (!batch) return INVALID("fi_plan_update: batch is NULL");
     plan->planned = false; /* a failed update leaves nothing runnable */
-    fi_status st = validate_and_copy(plan, batch);
-    if (st) return st;
+    if ((st = validate_and_copy(plan, batch))) return st;
 
     const fi_backend *be = plan->ctx->backend;
     fi_schedule_input in = {
@@ -195,4 +195,12 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
     if (be->plan_upload && (st = be->plan_upload(plan))) return st;
     plan->planned = true;
     return FI_OK;
+}
+
+fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch) {
+    fi_status st = FI_HANDLE_ENTER(plan, FI_MAGIC_PLAN, "fi_plan_update", "plan");
+    if (st) return st;
+    st = plan_update(plan, batch);
+    fi_handle_leave(&plan->busy);
+    return st;
 }

@@ -36,6 +36,7 @@
  *    ceil(kv_len / F) aligned blocks; nothing can be adapted, so a batch
  *    over the limits gets FI_STATUS_BOUND_EXCEEDED naming the bound.
  */
+#include "core/checked.h"
 #include "core/schedule.h"
 
 #include <math.h>
@@ -64,9 +65,11 @@ void fi_schedule_limits_for_fixed_split(fi_schedule_limits *lim,
                                         int32_t fixed_split_size) {
     fi_schedule_limits_for(lim, max_batch_size, max_total_qo, num_workers);
     if (fixed_split_size <= 0) return;
-    int64_t blocks = (max_kv_len + fixed_split_size - 1) / fixed_split_size;
-    int64_t worst = (int64_t)(max_total_qo > 0 ? max_total_qo : 0) * (blocks > 1 ? blocks : 1);
-    if (worst > INT32_MAX / 2) worst = INT32_MAX / 2;
+    int64_t blocks = max_kv_len / fixed_split_size + (max_kv_len % fixed_split_size != 0);
+    int64_t worst;
+    if (!fi_mul_i64(max_total_qo > 0 ? max_total_qo : 0, blocks > 1 ? blocks : 1, &worst) ||
+        worst > INT32_MAX / 2)
+        worst = INT32_MAX / 2;
     if (worst > lim->max_items) lim->max_items = (int32_t)worst;
     if (worst > lim->max_partial_rows) lim->max_partial_rows = (int32_t)worst;
 }
@@ -115,48 +118,54 @@ typedef struct layout {
         cand_tok, mark;
     int32_t leaves;
     size_t total;
+    bool overflow;         /* the total does not fit in size_t */
 } layout;
 
-static size_t take(size_t *at, size_t bytes) {
-    size_t off = (*at + 63) & ~(size_t)63;
-    *at = off + bytes;
+/* The offset of n elements of `size` bytes, 64-byte aligned, after `sum`. */
+static size_t take(fi_size_sum *sum, size_t n, size_t size) {
+    fi_size_sum_add(sum, 0, 1, 64);
+    size_t off = sum->bytes;
+    fi_size_sum_add(sum, n, size, 1);
     return off;
 }
 
 static void make_layout(const fi_schedule_limits *l, layout *o) {
-    size_t at = 0, ni = (size_t)l->max_items, nw = (size_t)l->max_workers;
+    fi_size_sum at = {0, false};
+    size_t ni = (size_t)l->max_items, nw = (size_t)l->max_workers;
     size_t nq = (size_t)l->max_total_qo, np = (size_t)l->max_partial_rows;
-    o->items = take(&at, ni * sizeof(fi_work_item));
-    o->indptr = take(&at, (nw + 1) * sizeof(int32_t));
-    o->wcost = take(&at, nw * sizeof(double));
-    o->mout = take(&at, nq * sizeof(int32_t));
-    o->mindptr = take(&at, (nq + 1) * sizeof(int32_t));
-    o->msrc = take(&at, np * sizeof(int32_t));
-    o->sc = take(&at, sizeof(scratch));
-    o->gen = take(&at, ni * sizeof(fi_work_item));
-    o->cost = take(&at, ni * sizeof(double));
-    o->key = take(&at, ni * sizeof(uint32_t));
-    o->order = take(&at, ni * sizeof(int32_t));
-    o->tmp = take(&at, ni * sizeof(int32_t));
-    o->worker = take(&at, ni * sizeof(int32_t));
-    o->next = take(&at, nw * sizeof(int32_t));
+    o->items = take(&at, ni, sizeof(fi_work_item));
+    o->indptr = take(&at, nw + 1, sizeof(int32_t));
+    o->wcost = take(&at, nw, sizeof(double));
+    o->mout = take(&at, nq, sizeof(int32_t));
+    o->mindptr = take(&at, nq + 1, sizeof(int32_t));
+    o->msrc = take(&at, np, sizeof(int32_t));
+    o->sc = take(&at, 1, sizeof(scratch));
+    o->gen = take(&at, ni, sizeof(fi_work_item));
+    o->cost = take(&at, ni, sizeof(double));
+    o->key = take(&at, ni, sizeof(uint32_t));
+    o->order = take(&at, ni, sizeof(int32_t));
+    o->tmp = take(&at, ni, sizeof(int32_t));
+    o->worker = take(&at, ni, sizeof(int32_t));
+    o->next = take(&at, nw, sizeof(int32_t));
     int d = sort_digit_bits(l->max_items);
-    o->hist = take(&at, ((size_t)2 << (d > 9 ? d : 9)) * sizeof(uint32_t));
+    o->hist = take(&at, (size_t)2 << (d > 9 ? d : 9), sizeof(uint32_t));
     o->leaves = 1;
     while (o->leaves < l->max_workers) o->leaves *= 2;
-    o->tree = take(&at, 2 * (size_t)o->leaves * sizeof(int32_t));
-    o->val = take(&at, 2 * (size_t)o->leaves * sizeof(uint64_t));
-    o->cursor = take(&at, nw * sizeof(int32_t));
-    o->cand_len = take(&at, nw * sizeof(int32_t));
-    o->cand_tok = take(&at, nw * sizeof(int32_t));
-    o->mark = take(&at, nw * sizeof(int32_t));
-    o->total = at + 64; /* malloc's alignment may be 16: room to align to 64 */
+    o->tree = take(&at, 2 * (size_t)o->leaves, sizeof(int32_t));
+    o->val = take(&at, 2 * (size_t)o->leaves, sizeof(uint64_t));
+    o->cursor = take(&at, nw, sizeof(int32_t));
+    o->cand_len = take(&at, nw, sizeof(int32_t));
+    o->cand_tok = take(&at, nw, sizeof(int32_t));
+    o->mark = take(&at, nw, sizeof(int32_t));
+    fi_size_sum_add(&at, 64, 1, 1); /* malloc's alignment may be 16: room to align to 64 */
+    o->total = at.bytes;
+    o->overflow = at.overflow;
 }
 
 size_t fi_schedule_bytes(const fi_schedule_limits *limits) {
     layout o;
     make_layout(limits, &o);
-    return o.total;
+    return o.overflow ? SIZE_MAX : o.total;
 }
 
 fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits) {
@@ -171,6 +180,11 @@ fi_status fi_schedule_init(fi_schedule *s, const fi_schedule_limits *limits) {
                         (int)l->max_items, (int)l->max_partial_rows);
     layout o;
     make_layout(l, &o);
+    if (o.overflow)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "schedule limits: %d work items, %d query tokens, %d partial rows, %d "
+                        "workers overflow the address range", (int)l->max_items,
+                        (int)l->max_total_qo, (int)l->max_partial_rows, (int)l->max_workers);
     char *mem = calloc(1, o.total);
     if (!mem)
         return fi_error(FI_STATUS_OUT_OF_MEMORY, "schedule: out of memory (%zu bytes)",

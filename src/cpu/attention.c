@@ -84,18 +84,22 @@ static void rope_rotate(const fi_cpu_job *j, float *x, int32_t pos) {
     }
 }
 
+/* Query head `head` of token t (within the request) into dst[dqk]:
+ * converted, rotated, scaled. */
+static void load_q_row(const fi_cpu_job *j, const rowblock *b, int32_t t, int32_t head,
+                       float *dst) {
+    const uint8_t *src = j->q + (b->qo_base + t) * j->q_tok + head * j->q_head;
+    fi_load_row_f32(dst, src, j->plan->params.q_dtype, j->q_elem, j->dqk, 1.0f);
+    if (j->rope) rope_rotate(j, dst, b->kv_len - b->qo_len + t);
+    for (int32_t d = 0; d < j->dqk; d++) dst[d] *= j->q_scale;
+}
+
 /* Scratch q rows from row `off`: converted, rotated, scaled; padding rows
  * (up to a multiple of 8) zeroed. */
 static void stage_q(const fi_cpu_job *j, const rowblock *b, fi_cpu_scratch *sc, int32_t off) {
-    fi_dtype qd = j->plan->params.q_dtype;
     for (int32_t r = 0; r < b->rows; r++) {
         int32_t p = b->row0 + r, t = b->q_start + p / j->group;
-        int32_t head = b->hkv * j->group + p % j->group;
-        const uint8_t *src = j->q + (b->qo_base + t) * j->q_tok + head * j->q_head;
-        float *dst = sc->q + (size_t)(off + r) * j->dqk;
-        fi_load_row_f32(dst, src, qd, j->q_elem, j->dqk, 1.0f);
-        if (j->rope) rope_rotate(j, dst, b->kv_len - b->qo_len + t);
-        for (int32_t d = 0; d < j->dqk; d++) dst[d] *= j->q_scale;
+        load_q_row(j, b, t, b->hkv * j->group + p % j->group, sc->q + (size_t)(off + r) * j->dqk);
     }
     int32_t pad = (off + b->rows + 7) & ~7;
     if (pad > FI_CPU_BM) pad = FI_CPU_BM;
@@ -182,21 +186,92 @@ static void block_visibility(const fi_cpu_job *j, const rowblock *b, int32_t j0,
     }
 }
 
-/* The row block's output: O / l and LSE = m + log2 l, or 0 and -inf. */
+/* Row (token t, query head `head`) of the item exactly as docs/SEMANTICS.md
+ * ("Non-finite values") says, in scalar C with f64 sums, whatever the SIMD
+ * level: taken when the fast path's output row is not finite, which is how
+ * a NaN or infinity in V (or a sum past f32) shows. Keys of the item the
+ * row sees, logits as the kernel forms them (f32); a logit that is NaN or
+ * +inf makes the row NaN, one of -inf drops its key (its V unread); every
+ * other key's v enters sum_j w_j v_j in IEEE f64 arithmetic, whatever its
+ * weight (an infinity stays one, opposite ones or a NaN give NaN). */
+static void exact_row(const fi_cpu_job *j, const rowblock *b, int32_t t, int32_t head,
+                      float *o, float *lse) {
+    float q[FI_CPU_MAX_D], x[FI_CPU_MAX_D];
+    double acc[FI_CPU_MAX_D];
+    int32_t hkv = head / j->group, lo, hi, diag = b->kv_len - b->qo_len + t;
+    load_q_row(j, b, t, head, q);
+    token_range(j, b, t, &lo, &hi);
+    const uint8_t *mask = j->mask ? j->mask + j->plan->mask_offset[b->req] : NULL;
+    float slope = j->alibi ? j->plan->alibi_slopes[head] : 0.0f;
+    double m = -INFINITY, l = 0.0;
+    bool poisoned = false;
+    for (int32_t d = 0; d < j->dvo; d++) acc[d] = 0.0;
+    for (int32_t key = lo; key < hi && !poisoned; key++) {
+        int64_t bit = (int64_t)t * b->kv_len + key;
+        if (mask && !((mask[bit >> 3] >> (bit & 7)) & 1)) continue;
+        const uint8_t *row;
+        kv_rows(j, &j->k, b, hkv, key, 1, &row);
+        fi_load_row_f32(x, row, j->k.dtype, j->k.elem_stride, j->dqk, j->k_scale);
+        if (j->rope) rope_rotate(j, x, key);
+        double dot = 0.0;
+        for (int32_t d = 0; d < j->dqk; d++) dot += (double)q[d] * x[d];
+        float s = (float)dot;
+        if (j->alibi || j->softcap) {
+            if (j->alibi) s += slope * (float)(key - diag);
+            if (j->softcap) s = j->softcap_c * tanhf(s / j->softcap_c);
+            s *= j->logit_scale;
+        }
+        if (!(s < INFINITY)) poisoned = true;
+        if (poisoned || s == -INFINITY) continue;
+        if (s > m) { /* rescale what is summed so far to the new maximum */
+            double r = exp2(m - s);
+            l *= r;
+            for (int32_t d = 0; d < j->dvo; d++) acc[d] *= r;
+            m = s;
+        }
+        double w = exp2(s - m);
+        l += w;
+        kv_rows(j, &j->v, b, hkv, key, 1, &row);
+        fi_load_row_f32(x, row, j->v.dtype, j->v.elem_stride, j->dvo, j->v_scale);
+        for (int32_t d = 0; d < j->dvo; d++) acc[d] += w * x[d];
+    }
+    if (poisoned || l == 0.0) {
+        for (int32_t d = 0; d < j->dvo; d++) o[d] = poisoned ? NAN : 0.0f;
+        *lse = poisoned ? NAN : -INFINITY;
+        return;
+    }
+    for (int32_t d = 0; d < j->dvo; d++) o[d] = (float)(acc[d] / l);
+    *lse = (float)(m + log2(l));
+}
+
+/* The row block's output: O / l and LSE = m + log2 l; 0 and -inf for a row
+ * that saw no key; NaN for a poisoned one (l NaN); the exact path for a row
+ * whose accumulator is not finite. */
 static void write_rows(const fi_cpu_job *j, const rowblock *b, const fi_work_item *it,
                        const fi_cpu_scratch *sc, int32_t off) {
     fi_dtype od = j->plan->params.o_dtype;
+    float row[FI_CPU_MAX_D];
     for (int32_t r = 0; r < b->rows; r++) {
         int32_t p = b->row0 + r, t = b->q_start + p / j->group;
         int32_t head = b->hkv * j->group + p % j->group;
-        float l = sc->l[off + r], inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float lse = l > 0.0f ? sc->m[off + r] + log2f(l) : -INFINITY;
+        float l = sc->l[off + r], inv = 1.0f, lse;
         const float *acc = sc->o + (size_t)(off + r) * j->dvo;
+        if (l > 0.0f && fi_all_finite(acc, j->dvo)) {
+            inv = 1.0f / l;
+            lse = sc->m[off + r] + log2f(l);
+        } else if (l == 0.0f || l != l) { /* no key seen, or poisoned */
+            for (int32_t d = 0; d < j->dvo; d++) row[d] = l == 0.0f ? 0.0f : NAN;
+            acc = row;
+            lse = l == 0.0f ? -INFINITY : NAN;
+        } else {
+            exact_row(j, b, t, head, row, &lse);
+            acc = row;
+        }
         if (it->partial_row >= 0) {
-            int64_t row = (int64_t)(it->partial_row + t - it->q_start) * j->h_qo + head;
-            float *dst = j->plan->partial_o + row * j->dvo;
+            int64_t prow = (int64_t)(it->partial_row + t - it->q_start) * j->h_qo + head;
+            float *dst = j->plan->partial_o + prow * j->dvo;
             for (int32_t d = 0; d < j->dvo; d++) dst[d] = acc[d] * inv;
-            j->plan->partial_lse[row] = lse;
+            j->plan->partial_lse[prow] = lse;
             continue;
         }
         int64_t tok = b->qo_base + t;

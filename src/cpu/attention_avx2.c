@@ -9,7 +9,6 @@
  */
 #include "cpu/simd.h"
 
-#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -195,14 +194,20 @@ INLINE float hsum(__m256 v) {
 }
 
 static void avx2_softmax(fi_cpu_tile *t) {
-    const __m256 big = _mm256_set1_ps(FLT_MAX), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
     for (int32_t r = 0; r < t->rows; r++) {
         float *s = t->s + (size_t)r * FI_CPU_BN;
         __m256 mx = _mm256_set1_ps(t->m[r]);
+        __m256 bad = _mm256_setzero_ps();
         for (int32_t j = 0; j < t->keys; j += 8) {
             __m256 k = tail_mask(t->keys - j);
-            __m256 x = _mm256_min_ps(_mm256_maskload_ps(s + j, _mm256_castps_si256(k)), big);
+            __m256 x = _mm256_maskload_ps(s + j, _mm256_castps_si256(k));
+            bad = _mm256_or_ps(bad, _mm256_and_ps(k, _mm256_cmp_ps(x, inf, _CMP_NLT_UQ)));
             mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, x, k));
+        }
+        if (_mm256_movemask_ps(bad) || t->m[r] != t->m[r]) { /* NaN or +inf; poisoned before */
+            fi_cpu_poison_row(t, r);
+            continue;
         }
         float m = hmax(mx);
         if (m == -INFINITY) {
@@ -213,7 +218,7 @@ static void avx2_softmax(fi_cpu_tile *t) {
         __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
         for (int32_t j = 0; j < t->keys; j += 8) {
             __m256 k = tail_mask(t->keys - j);
-            __m256 x = _mm256_min_ps(_mm256_maskload_ps(s + j, _mm256_castps_si256(k)), big);
+            __m256 x = _mm256_maskload_ps(s + j, _mm256_castps_si256(k));
             __m256 p = _mm256_and_ps(k, exp2_ps(_mm256_sub_ps(x, mv)));
             _mm256_maskstore_ps(s + j, _mm256_castps_si256(k), p);
             sum = _mm256_add_ps(sum, p);

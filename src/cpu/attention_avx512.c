@@ -14,7 +14,6 @@
  */
 #include "cpu/simd.h"
 
-#include <float.h>
 #include <math.h>
 
 #include "cpu/avx512_common.h"
@@ -126,14 +125,20 @@ static void avx512_qk(fi_cpu_tile *t) {
 /* --------------------------------------------------------------- softmax */
 
 static void avx512_softmax(fi_cpu_tile *t) {
-    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    const __m512 inf = _mm512_set1_ps(INFINITY);
     for (int32_t r = 0; r < t->rows; r++) {
         float *s = t->s + (size_t)r * FI_CPU_BN;
         __m512 mx = _mm512_set1_ps(t->m[r]);
+        __mmask16 bad = t->m[r] != t->m[r]; /* poisoned by an earlier block */
         for (int32_t j = 0; j < t->keys; j += 16) {
             __mmask16 k = t->keys - j >= 16 ? 0xffff : (__mmask16)((1u << (t->keys - j)) - 1);
-            __m512 x = _mm512_min_ps(_mm512_maskz_loadu_ps(k, s + j), big); /* +inf stays finite */
+            __m512 x = _mm512_maskz_loadu_ps(k, s + j);
+            bad |= _mm512_mask_cmp_ps_mask(k, x, inf, _CMP_NLT_UQ); /* NaN or +inf */
             mx = _mm512_mask_max_ps(mx, k, mx, x);
+        }
+        if (bad) {
+            fi_cpu_poison_row(t, r);
+            continue;
         }
         float m = _mm512_reduce_max_ps(mx);
         if (m == -INFINITY) {
@@ -144,7 +149,7 @@ static void avx512_softmax(fi_cpu_tile *t) {
         __m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
         for (int32_t j = 0; j < t->keys; j += 16) {
             __mmask16 k = t->keys - j >= 16 ? 0xffff : (__mmask16)((1u << (t->keys - j)) - 1);
-            __m512 x = _mm512_min_ps(_mm512_maskz_loadu_ps(k, s + j), big);
+            __m512 x = _mm512_maskz_loadu_ps(k, s + j);
             __m512 p = _mm512_maskz_mov_ps(k, exp2_ps(_mm512_sub_ps(x, mv)));
             _mm512_mask_storeu_ps(s + j, k, p);
             sum = _mm512_add_ps(sum, p);

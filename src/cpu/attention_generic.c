@@ -6,8 +6,8 @@
 #include "cpu/convert.h"
 #include "cpu/simd.h"
 
-#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 
 static void generic_qk(fi_cpu_tile *t) {
     float k[FI_CPU_MAX_D];
@@ -27,9 +27,14 @@ static void generic_softmax(fi_cpu_tile *t) {
     for (int32_t r = 0; r < t->rows; r++) {
         float *s = t->s + (size_t)r * FI_CPU_BN;
         float mx = t->m[r];
+        bool bad = mx != mx; /* a NaN m: an earlier block poisoned the row */
         for (int32_t j = 0; j < t->keys; j++) {
-            if (s[j] > FLT_MAX) s[j] = FLT_MAX; /* +inf logits stay finite */
+            bad |= !(s[j] < INFINITY); /* NaN or +inf */
             if (s[j] > mx) mx = s[j];
+        }
+        if (bad) {
+            fi_cpu_poison_row(t, r);
+            continue;
         }
         if (mx == -INFINITY) {
             t->alpha[r] = 1.0f;
@@ -56,9 +61,10 @@ static void generic_pv(fi_cpu_tile *t) {
     }
     for (int32_t j = 0; j < t->keys; j++) {
         fi_load_row_f32(v, t->v[j], t->v_dtype, ve, t->dvo, t->v_scale);
+        /* no skip for p == 0: a non-finite v must reach o (0 x NaN), which
+         * then takes the exact path (attention.c) as on every SIMD level */
         for (int32_t r = 0; r < t->rows; r++) {
             float p = t->s[(size_t)r * FI_CPU_BN + j], *o = t->o + (size_t)r * t->dvo;
-            if (p == 0.0f) continue;
             for (int32_t d = 0; d < t->dvo; d++) o[d] += p * v[d];
         }
     }

@@ -172,11 +172,22 @@ static void neon_softmax(fi_cpu_tile *t) {
         float m = t->m[r];
         int32_t j = 0;
         float32x4_t mx = vdupq_n_f32(m);
-        for (; j + 4 <= t->keys; j += 4) mx = vmaxq_f32(mx, vminq_f32(vld1q_f32(s + j), vdupq_n_f32(FLT_MAX)));
+        /* NaN or +inf: not below +inf; a NaN m: poisoned by an earlier block */
+        uint32x4_t ok = vdupq_n_u32(m == m ? 0xffffffffu : 0);
+        for (; j + 4 <= t->keys; j += 4) {
+            float32x4_t x = vld1q_f32(s + j);
+            ok = vandq_u32(ok, vcltq_f32(x, vdupq_n_f32(INFINITY)));
+            mx = vmaxq_f32(mx, x);
+        }
+        bool bad = vminvq_u32(ok) == 0;
         m = vmaxvq_f32(mx);
         for (; j < t->keys; j++) {
-            float x = s[j] > FLT_MAX ? FLT_MAX : s[j];
-            if (x > m) m = x;
+            bad |= !(s[j] < INFINITY);
+            if (s[j] > m) m = s[j];
+        }
+        if (bad) {
+            fi_cpu_poison_row(t, r);
+            continue;
         }
         if (m == -INFINITY) {
             t->alpha[r] = 1.0f;
@@ -185,13 +196,13 @@ static void neon_softmax(fi_cpu_tile *t) {
         }
         float32x4_t mv = vdupq_n_f32(m), sum = vdupq_n_f32(0.0f);
         for (j = 0; j + 4 <= t->keys; j += 4) {
-            float32x4_t p = exp2_f32(vsubq_f32(vminq_f32(vld1q_f32(s + j), vdupq_n_f32(FLT_MAX)), mv));
+            float32x4_t p = exp2_f32(vsubq_f32(vld1q_f32(s + j), mv));
             vst1q_f32(s + j, p);
             sum = vaddq_f32(sum, p);
         }
         float total = vaddvq_f32(sum);
         for (; j < t->keys; j++) {
-            s[j] = exp2f((s[j] > FLT_MAX ? FLT_MAX : s[j]) - m);
+            s[j] = exp2f(s[j] - m);
             total += s[j];
         }
         float alpha = t->m[r] == -INFINITY ? 0.0f : exp2f(t->m[r] - m);

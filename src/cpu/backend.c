@@ -4,6 +4,7 @@
  */
 #include "cpu/attention.h"
 #include "cpu/cpu.h"
+#include "cpu/serving.h"
 #include "cpu/variant_jit.h"
 
 #include <stdio.h>
@@ -24,6 +25,7 @@ static void cpu_context_fini(fi_context *ctx) {
     if (st->scratch)
         for (int32_t i = 0; i < ctx->num_threads; i++) fi_cpu_scratch_fini(&st->scratch[i]);
     free(st->scratch);
+    free(st->serving_scratch);
     free(st);
     ctx->backend_state = NULL;
 }
@@ -52,6 +54,13 @@ static fi_status cpu_context_init(fi_context *ctx) {
 }
 
 /* Variant plans compile their kernel here (variant_jit.c). */
+/* Every head dim fi_params_validate admits: the SIMD table is picked per
+ * plan by its dims (fi_cpu_simd_for_dims). */
+static bool cpu_head_dims_supported(int32_t head_dim_qk, int32_t head_dim_vo) {
+    (void)head_dim_qk, (void)head_dim_vo;
+    return true;
+}
+
 static fi_status cpu_plan_init(struct fi_plan *plan) {
     return plan->params.variant ? fi_cpu_variant_plan_init(plan) : FI_OK;
 }
@@ -107,7 +116,15 @@ const fi_backend fi_cpu_backend = {
     .merge_states = fi_cpu_merge_states,
     .append_paged_kv_cache = fi_cpu_append_paged_kv_cache,
     .rope = fi_cpu_rope,
+    .norm = fi_cpu_norm,
+    .gated_act = fi_cpu_gated_act,
+    .softmax = fi_cpu_softmax,
+    .sample = fi_cpu_sample,
+    .filter = fi_cpu_filter,
+    .chain_speculative = fi_cpu_chain_speculative,
+    .top_k = fi_cpu_top_k,
     .warmup_missing = fi_cpu_warmup_missing,
+    .head_dims_supported = cpu_head_dims_supported,
     .warmup_list = fi_cpu_warmup_list,
     .warmup_compile = fi_cpu_warmup_compile,
 };

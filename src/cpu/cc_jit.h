@@ -1,10 +1,12 @@
 /*
  * cc_jit.h — C source to a loaded shared object through the system C
- * compiler, cached on disk (the directory of core/cache.h, subdirectory
- * cpu/). The compiler is $FLASHINFER_CC, else $CC, else cc; flags
- * FI_CC_FLAGS. The key hashes the source, the flags, the compiler's
- * identity (command, resolved path, size, mtime) and the CPU's (its model
- * and feature flags: -march=native output is CPU-specific).
+ * compiler, cached on disk (the private directory of core/cache.h,
+ * subdirectory cpu/; an object is loaded only after its record matched).
+ * The compiler is $FLASHINFER_CC, else $CC, else cc, split into words at
+ * blanks and run with posix_spawn (no shell); flags FI_CC_FLAGS. The key
+ * is the SHA-256 of the source, the flags, the compiler's identity
+ * (command, real path, size, modification time, inode) and the CPU's (its
+ * model and feature flags: -march=native output is CPU-specific).
  */
 #ifndef FI_CPU_CC_JIT_H
 #define FI_CPU_CC_JIT_H
@@ -19,7 +21,7 @@ typedef struct fi_cc_result {
     void *handle;        /* dlopen handle; dlclose when done */
     int32_t was_cached;  /* 1: loaded from the cache, 0: compiled now */
     double seconds;      /* compile or load time */
-    char path[1024];     /* the shared object */
+    char path[1024];     /* the shared object (a longer path is an error) */
 } fi_cc_result;
 
 /* Whether a compiler is available; when not, *why says so (for messages). */

@@ -9,6 +9,7 @@
 #include "flashinfer.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -103,6 +104,19 @@ static inline void fi_store_row_f32(void *row, fi_dtype dtype, int64_t stride, c
     } else {
         for (int32_t i = 0; i < n; i++) fi_store_f32(p + i * stride, dtype, 0, mul * src[i]);
     }
+}
+
+/* Whether every x[0..n) is finite (an exponent field short of all ones):
+ * the test that sends a row or chunk to an exact path (attention.c,
+ * ops_merge.c). */
+static inline bool fi_all_finite(const float *x, int32_t n) {
+    uint32_t bad = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
 }
 
 #endif /* FI_CPU_CONVERT_H */

@@ -33,6 +33,10 @@ typedef struct fi_cpu_state {
     fi_thread_pool *pool;
     const struct fi_cpu_simd *simd; /* the SIMD kernel table chosen at run time */
     struct fi_cpu_scratch *scratch; /* [num_threads] attention scratch (attention.h) */
+    /* The serving ops' per-worker rows (serving.c), kept from call to call
+     * (grown when a call needs more) so small calls fault in no pages. */
+    void *serving_scratch;
+    size_t serving_scratch_bytes;
 } fi_cpu_state;
 
 static inline fi_thread_pool *fi_cpu_pool(const fi_context *ctx) {

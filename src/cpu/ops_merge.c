@@ -5,20 +5,27 @@
  * base 2. Two states merge as
  *   M = max(La, Lb), wa = 2^(La - M), wb = 2^(Lb - M)
  *   O = (wa Oa + wb Ob) / (wa + wb),  L = M + log2(wa + wb)
- * A state with weight 0 (LSE -inf) is never read, so whatever its O holds
- * cannot leak; no state at all gives O = 0, L = -inf. Rows (token, head)
- * are independent and are split across the thread pool; D is processed in
- * f32 chunks.
+ * Non-finite values (docs/SEMANTICS.md): a state with LSE -inf is never
+ * read, so whatever its O holds cannot leak; no state at all gives O = 0,
+ * L = -inf; a state with LSE NaN or +inf makes the row's O and L NaN; every
+ * other state is read whatever its weight, its O entering the weighted sum
+ * in IEEE arithmetic (an infinity stays one, opposite ones or a NaN give
+ * NaN). A chunk whose f32 sum is not finite is summed again in f64, so
+ * finite states never overflow to an infinity. Rows (token, head) are
+ * independent and are split across the thread pool; D is processed in f32
+ * chunks.
  */
 /* GCC's -O2 vectorises only loops of a known trip count; these row loops
  * have run-time lengths. Clang vectorises them at -O2 already. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif
+#include "cpu/convert.h"
 #include "cpu/cpu.h"
 #include "cpu/ops_rows.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 static inline fi_row row_at(const fi_tensor *t, int64_t offset, int32_t last_dim) {
@@ -46,6 +53,33 @@ static void store_zero_row(fi_ops_isa isa, fi_row out, int32_t dim) {
     }
 }
 
+/* Write O = NaN and L = NaN: a state with LSE NaN or +inf was merged. */
+static void store_nan_row(fi_ops_isa isa, fi_row out, int32_t dim, float *lse) {
+    float nan[FI_OPS_CHUNK];
+    for (int32_t d = 0; d < FI_OPS_CHUNK; d++) nan[d] = NAN;
+    for (int32_t d0 = 0; d0 < dim; d0 += FI_OPS_CHUNK) {
+        int32_t n = dim - d0 < FI_OPS_CHUNK ? dim - d0 : FI_OPS_CHUNK;
+        fi_ops_store(isa, row_skip(out, d0), nan, n);
+    }
+    *lse = NAN;
+}
+
+/* The f64 path of a chunk whose f32 sum came out not finite: exact_add
+ * once per state read (w normalised), then exact_finish writes acc[0..n). */
+typedef struct exact_sum {
+    double sum[FI_OPS_CHUNK];
+} exact_sum;
+
+static void exact_add(exact_sum *e, fi_ops_isa isa, fi_row row, float w, int32_t n) {
+    float x[FI_OPS_CHUNK];
+    fi_ops_load(isa, x, row, n);
+    for (int32_t d = 0; d < n; d++) e->sum[d] += (double)w * x[d];
+}
+
+static void exact_finish(const exact_sum *e, float *acc, int32_t n) {
+    for (int32_t d = 0; d < n; d++) acc[d] = (float)e->sum[d];
+}
+
 /* ------------------------------------------------------- two states */
 
 typedef struct merge2_job {
@@ -65,6 +99,10 @@ static void merge2_row(const merge2_job *j, int64_t i, int64_t h) {
     fi_row o = row_at(j->vo, i * j->vo->stride[0] + h * j->vo->stride[1], 2);
     float *lo = lse_at(j->so, i * j->so->stride[0] + h * j->so->stride[1]);
 
+    if (!(la < INFINITY) || !(lb < INFINITY)) {
+        store_nan_row(j->isa, o, j->dim, lo);
+        return;
+    }
     float m = fmaxf(la, lb);
     if (m == -INFINITY) {
         store_zero_row(j->isa, o, j->dim);
@@ -74,12 +112,19 @@ static void merge2_row(const merge2_job *j, int64_t i, int64_t h) {
     float wa = exp2f(la - m), wb = exp2f(lb - m), sum = wa + wb;
     wa /= sum;
     wb /= sum;
+    bool ra = la != -INFINITY, rb = lb != -INFINITY; /* read, whatever the weight */
     for (int32_t d0 = 0; d0 < j->dim; d0 += FI_OPS_CHUNK) {
         int32_t n = j->dim - d0 < FI_OPS_CHUNK ? j->dim - d0 : FI_OPS_CHUNK;
         float acc[FI_OPS_CHUNK];
         memset(acc, 0, (size_t)n * sizeof(float));
-        if (wa > 0.0f) fi_ops_axpy(j->isa, acc, wa, row_skip(a, d0), n);
-        if (wb > 0.0f) fi_ops_axpy(j->isa, acc, wb, row_skip(b, d0), n);
+        if (ra) fi_ops_axpy(j->isa, acc, wa, row_skip(a, d0), n);
+        if (rb) fi_ops_axpy(j->isa, acc, wb, row_skip(b, d0), n);
+        if (!fi_all_finite(acc, n)) {
+            exact_sum e = {{0}};
+            if (ra) exact_add(&e, j->isa, row_skip(a, d0), wa, n);
+            if (rb) exact_add(&e, j->isa, row_skip(b, d0), wb, n);
+            exact_finish(&e, acc, n);
+        }
         fi_ops_store(j->isa, row_skip(o, d0), acc, n);
     }
     *lo = m + log2f(sum);
@@ -143,7 +188,16 @@ static void merge_n_row(const merge_n_job *j, int64_t i, int64_t h) {
     float *lo = lse_at(j->so, i * j->so->stride[0] + h * j->so->stride[1]);
 
     float m = -INFINITY;
-    for (int64_t k = 0; k < j->states; k++) m = fmaxf(m, ls[k * s->stride[1]]);
+    bool poisoned = false;
+    for (int64_t k = 0; k < j->states; k++) {
+        float l = ls[k * s->stride[1]];
+        poisoned |= !(l < INFINITY);
+        m = fmaxf(m, l);
+    }
+    if (poisoned) {
+        store_nan_row(j->isa, o, j->dim, lo);
+        return;
+    }
     if (m == -INFINITY) {
         store_zero_row(j->isa, o, j->dim);
         *lo = -INFINITY;
@@ -158,12 +212,22 @@ static void merge_n_row(const merge_n_job *j, int64_t i, int64_t h) {
         float acc[FI_OPS_CHUNK];
         memset(acc, 0, (size_t)n * sizeof(float));
         for (int64_t k = 0; k < j->states; k++) { /* index order: deterministic */
-            float w = exp2f(ls[k * s->stride[1]] - m);
-            if (w == 0.0f) continue;
+            float l = ls[k * s->stride[1]];
+            if (l == -INFINITY) continue; /* read whatever the weight, unless -inf */
             fi_row vk = row_at(v, i * v->stride[0] + k * v->stride[1] + h * v->stride[2], 3);
-            fi_ops_axpy(j->isa, acc, w, row_skip(vk, d0), n);
+            fi_ops_axpy(j->isa, acc, exp2f(l - m), row_skip(vk, d0), n);
         }
         for (int32_t d = 0; d < n; d++) acc[d] *= inv;
+        if (!fi_all_finite(acc, n)) {
+            exact_sum e = {{0}};
+            for (int64_t k = 0; k < j->states; k++) {
+                float l = ls[k * s->stride[1]];
+                if (l == -INFINITY) continue;
+                fi_row vk = row_at(v, i * v->stride[0] + k * v->stride[1] + h * v->stride[2], 3);
+                exact_add(&e, j->isa, row_skip(vk, d0), exp2f(l - m) * inv, n);
+            }
+            exact_finish(&e, acc, n);
+        }
         fi_ops_store(j->isa, row_skip(o, d0), acc, n);
     }
     *lo = m + log2f(sum);

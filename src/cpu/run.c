@@ -20,7 +20,7 @@ static void job_init(fi_cpu_job *j, const fi_plan *plan, const fi_run_args *a) {
     const fi_cpu_state *st = plan->ctx->backend_state;
     memset(j, 0, sizeof *j);
     j->plan = plan;
-    j->simd = st->simd;
+    j->simd = fi_cpu_simd_for_dims(st->simd, p->head_dim_qk, p->head_dim_vo);
     j->scratch = st->scratch;
     j->threads = plan->ctx->num_threads;
     FI_CPU_JOB_QO(j, p, a);
@@ -69,31 +69,40 @@ static void phase_items(void *arg, int32_t t, int32_t nt) {
             fi_cpu_attend_item(j, &s->items[i], &j->scratch[t]);
 }
 
-/* Output token `row` = merge of partial rows src[0..n), every head. */
+/* Output token `row` = merge of partial rows src[0..n), every head, by the
+ * state merge of docs/SEMANTICS.md: a state with LSE NaN (a poisoned row)
+ * makes the row NaN; one with LSE -inf is not read; every other one is,
+ * whatever its weight, so a non-finite element of its O (from a V it saw)
+ * reaches the output as it would unsplit. Sums in f64: f32 ones of large
+ * finite values could overflow. */
 static void merge_row(const fi_cpu_job *j, int32_t row, const int32_t *src, int32_t n) {
     const fi_plan *plan = j->plan;
     float acc[FI_CPU_MAX_D];
+    double sum[FI_CPU_MAX_D];
     for (int32_t h = 0; h < j->h_qo; h++) {
         float mx = -INFINITY;
+        bool poisoned = false;
         for (int32_t i = 0; i < n; i++) {
             float l = plan->partial_lse[(int64_t)src[i] * j->h_qo + h];
+            poisoned |= !(l < INFINITY);
             if (l > mx) mx = l;
         }
-        float wsum = 0.0f, lse = -INFINITY;
-        memset(acc, 0, sizeof(float) * (size_t)j->dvo);
-        if (mx != -INFINITY) {
+        float lse = poisoned ? NAN : -INFINITY;
+        for (int32_t d = 0; d < j->dvo; d++) acc[d] = poisoned ? NAN : 0.0f;
+        if (!poisoned && mx != -INFINITY) {
+            double wsum = 0.0;
+            for (int32_t d = 0; d < j->dvo; d++) sum[d] = 0.0;
             for (int32_t i = 0; i < n; i++) {
                 int64_t r = (int64_t)src[i] * j->h_qo + h;
                 float l = plan->partial_lse[r];
                 if (l == -INFINITY) continue;
-                float w = exp2f(l - mx);
+                double w = exp2((double)l - mx);
                 const float *po = plan->partial_o + r * j->dvo;
-                for (int32_t d = 0; d < j->dvo; d++) acc[d] += w * po[d];
+                for (int32_t d = 0; d < j->dvo; d++) sum[d] += w * po[d];
                 wsum += w;
             }
-            float inv = 1.0f / wsum;
-            for (int32_t d = 0; d < j->dvo; d++) acc[d] *= inv;
-            lse = mx + log2f(wsum);
+            for (int32_t d = 0; d < j->dvo; d++) acc[d] = (float)(sum[d] / wsum);
+            lse = (float)(mx + log2(wsum));
         }
         uint8_t *o = j->o + row * j->o_tok + h * j->o_head;
         fi_dtype od = plan->params.o_dtype;

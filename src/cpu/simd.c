@@ -61,3 +61,20 @@ const fi_cpu_simd *fi_cpu_simd_select(const char *request) {
     if (wanted(request, &fi_cpu_simd_generic, "generic")) return &fi_cpu_simd_generic;
     return NULL;
 }
+
+static bool base_dim(int32_t d) { return d == 64 || d == 128 || d == 256; }
+
+const fi_cpu_simd *fi_cpu_simd_for_dims(const fi_cpu_simd *table, int32_t dqk, int32_t dvo) {
+    if ((base_dim(dqk) && base_dim(dvo)) || table == &fi_cpu_simd_generic) return table;
+#if defined(__x86_64__) || defined(_M_X64)
+    /* AVX2 steps 16 elements of a head: every dim here. AVX-512 steps 64
+     * (tested: 192, 512 right; 80, 96 wrong), so it hands the others to AVX2. */
+    if (table == &fi_cpu_simd_avx2) return table;
+    if (table == &fi_cpu_simd_avx512) {
+        if (dqk % 64 == 0 && dvo % 64 == 0) return table;
+        if (fi_cpu_simd_avx2.qk && has_avx2()) return &fi_cpu_simd_avx2;
+    }
+#endif
+    /* NEON: only the base dims are tested; the generic table runs any dim. */
+    return &fi_cpu_simd_generic;
+}

@@ -23,7 +23,7 @@
 
 #define FI_CPU_BM 128     /* packed query rows per row block */
 #define FI_CPU_BN 64      /* keys per key block */
-#define FI_CPU_MAX_D 256  /* largest head dim */
+#define FI_CPU_MAX_D 512  /* largest head dim */
 /* Bytes of per-worker scratch a SIMD table may use for packed K/V and P. */
 #define FI_CPU_WORK_BYTES (FI_CPU_BN * FI_CPU_MAX_D * 4 * 2 + FI_CPU_BM * FI_CPU_BN * 4 + 4096)
 
@@ -56,7 +56,10 @@ typedef struct fi_cpu_simd {
     void (*qk)(fi_cpu_tile *t);
     /* Per row r < rows: m' = max(m, max_j s), alpha = 2^(m - m'), s[j] <-
      * 2^(s[j] - m'), l = alpha l + sum_j s[j]. A row whose m' is -inf gets
-     * alpha 1 and P 0. Values of s are log2-domain logits, -inf = masked. */
+     * alpha 1 and P 0. Values of s are log2-domain logits, -inf = masked.
+     * A row with a NaN or +inf logit, or whose m is NaN already, is
+     * poisoned by fi_cpu_poison_row: it stays NaN to the end
+     * (docs/SEMANTICS.md, "Non-finite values"). */
     void (*softmax)(fi_cpu_tile *t);
     /* o[r] = alpha[r] o[r] + sum_j s[r][j] v[j] for r < rows. The table may
      * keep o in its own element order ... */
@@ -74,8 +77,22 @@ extern const fi_cpu_simd fi_cpu_simd_avx512;
 extern const fi_cpu_simd fi_cpu_simd_neon;
 #endif
 
+/* Row r's state after a NaN or +inf logit: m, l and alpha NaN (so o turns
+ * NaN in pv and every later block keeps it), P zero. */
+static inline void fi_cpu_poison_row(fi_cpu_tile *t, int32_t r) {
+    float *s = t->s + (size_t)r * FI_CPU_BN;
+    t->m[r] = t->l[r] = t->alpha[r] = __builtin_nanf("");
+    for (int32_t j = 0; j < t->keys; j++) s[j] = 0.0f;
+}
+
 /* The table for a level name ("" / "auto" = best this CPU runs); NULL when
  * the level is unknown or this CPU cannot run it. */
 const fi_cpu_simd *fi_cpu_simd_select(const char *request);
+
+/* The table that runs head dims (dqk, dvo), given the context's `table`:
+ * itself for 64, 128, 256; AVX-512 also for 192 and 512 (multiples of its
+ * 64-element chunks), AVX2 (16-element steps) for 80 and 96 where the CPU
+ * has it; else the generic table (any dim). */
+const fi_cpu_simd *fi_cpu_simd_for_dims(const fi_cpu_simd *table, int32_t dqk, int32_t dvo);
 
 #endif /* FI_CPU_SIMD_H */

@@ -160,14 +160,17 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
 /* Compile `spec` into the disk cache unless it is there (no GPU needed):
  * pre-warming the cache, e.g. in parallel processes before a test run. */
 fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *was_cached);
-/* The directory of the on-disk cache: $FLASHINFER_CACHE_DIR, else
- * $XDG_CACHE_HOME/flashinfer-c, else $HOME/.cache/flashinfer-c. */
-void fi_cuda_cache_dir(char *buf, size_t n);
-/* 64-bit key of (sources, options, arch, NVRTC version). */
-uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch);
-/* The cache file of `spec` for `arch`:
- * <dir>/<kernel name>-<arch>-<16 hex digits of fi_cuda_jit_key>.cubin. */
-void fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n);
+/* The directory of the on-disk cache (core/cache.h: $FLASHINFER_CACHE_DIR,
+ * else $XDG_CACHE_HOME/flashinfer-c, else ~/.cache/flashinfer-c), created
+ * and verified private. */
+fi_status fi_cuda_cache_dir(char *buf, size_t n);
+/* SHA-256 key of (sources, options, arch, NVRTC version). */
+void fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch, uint8_t key[32]);
+/* The cache file of `spec` for `arch` (nothing created or checked):
+ * <dir>/<kernel name>-<arch>-<32 hex digits of fi_cuda_jit_key>.cubin, and
+ * its key (key may be NULL). A path longer than n is an error. */
+fi_status fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n,
+                             uint8_t key[32]);
 /* The NVRTC target of compute capability major.minor: "sm_90a" for 9.0
  * (Hopper's arch-specific target: wgmma, setmaxnreg), else "sm_<major><minor>";
  * t->arch (FLASHINFER_CUDA_ARCH) overrides (e.g. "sm_90" to test). */

@@ -26,6 +26,15 @@ fi_status fi_cuda_rope(fi_context *ctx, const fi_rope_params *params, const fi_t
                        const fi_tensor *pos_ids, const fi_tensor *indptr,
                        const fi_tensor *offsets, void *stream);
 
+/* The serving ops (serving_ops.c): FI_STATUS_UNSUPPORTED for now. */
+fi_status fi_cuda_norm(fi_context *ctx, const fi_norm_args *a, void *stream);
+fi_status fi_cuda_gated_act(fi_context *ctx, const fi_act_args *a, void *stream);
+fi_status fi_cuda_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream);
+fi_status fi_cuda_sample(fi_context *ctx, const fi_sample_args *a, void *stream);
+fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream);
+fi_status fi_cuda_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream);
+fi_status fi_cuda_top_k(fi_context *ctx, const fi_topk_args *a, void *stream);
+
 /* Kernel configurations of kernels/ops.cuh (dtype codes as fi_dtype). */
 void fi_cuda_ops_merge_spec(int va, int vb, int vo, int mask, int vec, fi_kernel_spec *s);
 void fi_cuda_ops_merge_n_spec(int v, int vo, int vec, fi_kernel_spec *s);

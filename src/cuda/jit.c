@@ -1,16 +1,21 @@
 /*
  * jit.c — kernels compiled on first use: a spec (entry file, name, -D
  * options) is compiled by NVRTC from the sources embedded in the library,
- * for the device's architecture, cached on disk under a key of (sources,
- * options, arch, NVRTC version), and loaded with cuModuleLoadData; each
- * context keeps its loaded modules in memory. Kernels compiled ahead of time
- * by nvcc (src/cuda/aot.c) are taken from the library's table first.
+ * for the device's architecture, cached on disk under the SHA-256 key of
+ * (sources, options, arch, NVRTC version) in the private, verified cache of
+ * core/cache.h (a cubin is loaded only when its record matches; without a
+ * usable cache directory kernels are compiled and not stored), and loaded
+ * with cuModuleLoadData; each context keeps its loaded modules in memory.
+ * Kernels compiled ahead of time by nvcc (src/cuda/aot.c) are taken from
+ * the library's table first.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/kernel_sources.h"
 #include "core/cache.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define JIT_FORMAT "flashinfer-c jit 1"
+#define JIT_FORMAT "flashinfer-c jit 2"
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -26,13 +31,18 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t sources_hash(void) {
-    uint64_t h = FI_FNV_SEED;
+/* The embedded kernel sources, hashed once per process. */
+static uint8_t sources_digest[FI_SHA256_BYTES];
+static pthread_once_t sources_once = PTHREAD_ONCE_INIT;
+
+static void sources_hash(void) {
+    fi_sha256 h;
+    fi_sha256_init(&h);
     for (int i = 0; i < fi_kernel_file_count; i++) {
-        h = fi_fnv_str(h, fi_kernel_files[i].name);
-        h = fi_fnv(h, fi_kernel_files[i].text, fi_kernel_files[i].size);
+        fi_sha256_str(&h, fi_kernel_files[i].name);
+        fi_sha256_field(&h, fi_kernel_files[i].text, fi_kernel_files[i].size);
     }
-    return h;
+    fi_sha256_final(&h, sources_digest);
 }
 
 /* NVRTC options of a spec, in order; returns how many. */
@@ -46,21 +56,25 @@ static int spec_options(const fi_kernel_spec *spec, const char *arch, char *arch
     return k;
 }
 
-uint64_t fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch) {
+void fi_cuda_jit_key(const fi_kernel_spec *spec, const char *arch,
+                     uint8_t key[FI_SHA256_BYTES]) {
     const char *why;
     const fi_nvrtc_api *nv = fi_nvrtc_load(&why);
-    uint64_t h = fi_fnv_str(FI_FNV_SEED, JIT_FORMAT);
-    uint64_t src = sources_hash();
-    h = fi_fnv(h, &src, sizeof src);
-    h = fi_fnv_str(h, spec->entry_file);
-    h = fi_fnv_str(h, spec->name);
+    pthread_once(&sources_once, sources_hash);
+    fi_sha256 h;
+    fi_sha256_init(&h);
+    fi_sha256_str(&h, JIT_FORMAT);
+    fi_sha256_field(&h, sources_digest, sizeof sources_digest);
+    fi_sha256_str(&h, spec->entry_file);
+    fi_sha256_str(&h, spec->name);
     const char *opts[FI_SPEC_MAX_DEFINES + 4];
     char archopt[64];
     int n = spec_options(spec, arch, archopt, sizeof archopt, opts);
-    for (int i = 0; i < n; i++) h = fi_fnv_str(h, opts[i]);
-    if (spec->header) h = fi_fnv_str(h, spec->header); /* a variant's hook text */
-    int ver[2] = {nv ? nv->major : 0, nv ? nv->minor : 0};
-    return fi_fnv(h, ver, sizeof ver);
+    for (int i = 0; i < n; i++) fi_sha256_str(&h, opts[i]);
+    fi_sha256_str(&h, spec->header ? spec->header : ""); /* a variant's hook text */
+    int32_t ver[2] = {nv ? nv->major : 0, nv ? nv->minor : 0};
+    fi_sha256_field(&h, ver, sizeof ver);
+    fi_sha256_final(&h, key);
 }
 
 fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char **image,
@@ -133,31 +147,34 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
 
 /* ------------------------------------------------------------ disk cache */
 
-void fi_cuda_cache_dir(char *buf, size_t n) { fi_cache_dir(buf, n); }
+fi_status fi_cuda_cache_dir(char *buf, size_t n) { return fi_cache_dir(buf, n); }
 
-void fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n) {
-    char dir[800];
-    fi_cuda_cache_dir(dir, sizeof dir);
-    snprintf(buf, n, "%.800s/%.128s-%.16s-%016llx.cubin", dir, spec->name, arch,
-             (unsigned long long)fi_cuda_jit_key(spec, arch));
+fi_status fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char *buf, size_t n,
+                             uint8_t key[FI_SHA256_BYTES]) {
+    uint8_t k[FI_SHA256_BYTES];
+    char dir[PATH_MAX], hex[FI_CACHE_NAME_HEX + 1];
+    fi_cuda_jit_key(spec, arch, k);
+    if (key) memcpy(key, k, sizeof k);
+    fi_sha256_hex(k, FI_CACHE_NAME_HEX / 2, hex);
+    fi_status st = fi_cache_location(dir, sizeof dir);
+    if (!st) st = fi_cache_format(buf, n, spec->name, "%s/%s-%s-%s.cubin", dir, spec->name, arch, hex);
+    return st;
 }
 
 fi_status fi_cuda_jit_warm(const fi_kernel_spec *spec, const char *arch, int *was_cached) {
-    char path[1024];
-    fi_cuda_cache_path(spec, arch, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    *was_cached = f != NULL;
-    if (f) {
-        fclose(f);
-        return FI_OK;
-    }
+    char path[PATH_MAX], dir[PATH_MAX];
+    uint8_t key[FI_SHA256_BYTES];
+    fi_status st = fi_cache_dir(dir, sizeof dir); /* created and verified */
+    if (!st) st = fi_cuda_cache_path(spec, arch, path, sizeof path, key);
+    if (st) return st;
+    *was_cached = fi_cache_check(path, key);
+    if (*was_cached) return FI_OK;
     char *image = NULL;
     size_t size = 0;
-    fi_status st = fi_cuda_jit_compile(spec, arch, &image, &size);
-    if (st) return st;
-    fi_cache_write(path, image, size);
+    if ((st = fi_cuda_jit_compile(spec, arch, &image, &size))) return st;
+    st = fi_cache_store(path, key, image, size);
     free(image);
-    return FI_OK;
+    return st;
 }
 
 /* ----------------------------------------------------------- per context */
@@ -194,10 +211,19 @@ static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cu
         }
         fi_error_clear(); /* a cubin this driver refuses: the JIT path below */
     }
-    char path[1024];
-    fi_cuda_cache_path(spec, cc->arch, path, sizeof path);
+    /* the disk cache when its directory passes the checks (core/cache.h),
+     * else compiled and kept in memory only */
+    char path[PATH_MAX], dir[PATH_MAX];
+    uint8_t key[FI_SHA256_BYTES];
+    bool disk = fi_cache_dir(dir, sizeof dir) == FI_OK &&
+                fi_cuda_cache_path(spec, cc->arch, path, sizeof path, key) == FI_OK;
+    if (!disk) {
+        if (cc->tuning.jit_log)
+            fprintf(stderr, "flashinfer-c jit: no disk cache (%s)\n", fi_last_error());
+        fi_error_clear();
+    }
     t0 = now_seconds();
-    char *image = fi_cache_read(path, &size);
+    char *image = disk ? fi_cache_load(path, key, &size) : NULL;
     if (image) {
         fi_status st = load_module(cc, spec, image, m);
         free(image);
@@ -218,7 +244,7 @@ static fi_status build_module(fi_cuda_ctx *cc, const fi_kernel_spec *spec, fi_cu
     double dt = now_seconds() - t0;
     cc->stats.compiled++;
     cc->stats.compile_seconds += dt;
-    fi_cache_write(path, image, size);
+    if (disk && fi_cache_store(path, key, image, size)) fi_error_clear(); /* kept in memory */
     st = load_module(cc, spec, image, m);
     free(image);
     if (cc->tuning.jit_log)
@@ -288,9 +314,11 @@ fi_status fi_cuda_jit_prepare(fi_cuda_ctx *cc, const fi_kernel_spec *const *spec
         if (in_memory(cc, specs[i]) ||
             (cc->tuning.use_aot && fi_cuda_aot_find(specs[i], cc->arch, &aot_size)))
             continue;
-        char path[1024];
-        fi_cuda_cache_path(specs[i], cc->arch, path, sizeof path);
-        if (access(path, R_OK) == 0) continue;
+        char path[PATH_MAX];
+        if (fi_cuda_cache_path(specs[i], cc->arch, path, sizeof path, NULL) == FI_OK &&
+            access(path, R_OK) == 0)
+            continue; /* verified when it is loaded */
+        fi_error_clear();
         memset(&jobs[k], 0, sizeof jobs[k]);
         jobs[k].spec = specs[i], jobs[k++].arch = cc->arch;
     }

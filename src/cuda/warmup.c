@@ -78,11 +78,12 @@ fi_status fi_cuda_warmup_list(const fi_attention_params *params, const fi_plan_c
         fi_warmup_kernel *w = &kernels[i];
         snprintf(w->name, sizeof w->name, "%s", k->specs[i].name);
         snprintf(w->arch, sizeof w->arch, "%s", k->arch);
-        fi_cuda_cache_path(&k->specs[i], k->arch, w->cache_path, sizeof w->cache_path);
+        st = fi_cuda_cache_path(&k->specs[i], k->arch, w->cache_path, sizeof w->cache_path, NULL);
+        if (st) break;
         w->cached = access(w->cache_path, R_OK) == 0;
     }
     plan_kernels_free(k);
-    return FI_OK;
+    return st;
 }
 
 fi_status fi_cuda_warmup_compile(const fi_attention_params *params,

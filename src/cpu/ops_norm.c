@@ -1,0 +1,130 @@
+/*
+ * ops_norm.c — RMSNorm, LayerNorm (fused residual add, Gemma weights, FP8
+ * output) and the gated activations on the CPU.
+ *
+ * Rows are split across the thread pool. A row is read into f32 (in place
+ * when it already is contiguous f32), reduced with the level's lane sums
+ * (serving_kern.h) and written once: the fused add reads input and
+ * residual once, writes the f32 sum rounded into residual and the norm of
+ * the unrounded sum into the output, as FlashInfer does. The weight (1 + w
+ * for Gemma) and bias are converted to f32 once per call.
+ */
+#include "cpu/serving.h"
+
+#include "core/checked.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct norm_job {
+    const fi_norm_args *a;
+    const fi_cpu_serving_kernels *k;
+    fi_ops_isa isa;
+    const float *w, *b;  /* [H] f32 */
+    int64_t h;
+} norm_job;
+
+/* Scratch per worker: input, residual and result rows, FP8 bytes. */
+static size_t norm_scratch(int64_t h) { return 3 * fi_sv_floats(h) + fi_sv_floats(h / 4 + 1); }
+
+static void norm_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
+    const norm_job *j = arg;
+    const fi_norm_args *a = j->a;
+    const fi_cpu_serving_kernels *k = j->k;
+    const int64_t h = j->h;
+    float *xa = scratch;
+    float *rb = (float *)((char *)scratch + fi_sv_floats(h));
+    float *sum = (float *)((char *)scratch + 2 * fi_sv_floats(h));
+    uint8_t *q = (uint8_t *)scratch + 3 * fi_sv_floats(h);
+    const fi_tensor *in = a->input, *out = a->out, *res = a->residual;
+    const int64_t in_st = in->stride[in->ndim - 1], out_st = out->stride[out->ndim - 1];
+    const bool fp8 = out->dtype == FI_DTYPE_E4M3 || out->dtype == FI_DTYPE_E5M2;
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t io = fi_row_offset(in, r), oo = fi_row_offset(out, r);
+        const float *x = fi_sv_load(j->isa, in, io, in_st, h, xa);
+        if (res) {
+            const int64_t ro = fi_row_offset(res, r), rs = res->stride[res->ndim - 1];
+            k->add(sum, x, fi_sv_load(j->isa, res, ro, rs, h, rb), h);
+            fi_sv_store(j->isa, res, ro, rs, sum, h);
+            x = sum;
+        }
+        float mean = 0.0f, rstd;
+        if (a->kind == FI_NORM_LAYER) {
+            mean = k->sum(x, h) / (float)h;
+            rstd = 1.0f / sqrtf(k->sum_sq_dev(x, mean, h) / (float)h + a->eps);
+        } else {
+            rstd = 1.0f / sqrtf(k->sum_sq(x, h) / (float)h + a->eps);
+        }
+        float *y = fp8 ? sum : fi_sv_dest(out, oo, out_st, sum);
+        if (a->kind == FI_NORM_LAYER) k->ln_apply(y, x, j->w, j->b, mean, rstd, h);
+        else k->rms_apply(y, x, j->w, rstd, h);
+        if (!fp8) {
+            fi_sv_store(j->isa, out, oo, out_st, y, h);
+            continue;
+        }
+        k->to_fp8(q, y, 1.0f / a->quant_scale, out->dtype == FI_DTYPE_E5M2, h);
+        fi_ops_copy((uint8_t *)out->data + oo, out_st, q, 1, h, 1);
+    }
+}
+
+/* w (+1 for Gemma) and the bias as f32 into the call's shared scratch. */
+static void norm_params(void *arg, void *shared) {
+    norm_job *j = arg;
+    const fi_norm_args *a = j->a;
+    const int64_t h = a->hidden;
+    float *w = shared, *b = (float *)((char *)shared + fi_sv_floats(h));
+    const float *wl = fi_sv_load(j->isa, a->weight, 0, a->weight->stride[0], h, w);
+    for (int64_t i = 0; i < h; i++) w[i] = a->gemma ? 1.0f + wl[i] : wl[i];
+    if (a->bias) {
+        const float *bl = fi_sv_load(j->isa, a->bias, 0, a->bias->stride[0], h, b);
+        if (bl != b) memcpy(b, bl, (size_t)h * sizeof *b);
+    }
+    j->w = w, j->b = b;
+}
+
+fi_status fi_cpu_norm(fi_context *ctx, const fi_norm_args *a, void *stream) {
+    (void)stream;
+    norm_job j = {a, fi_cpu_serving_for(ctx), fi_ops_isa_for(ctx), NULL, NULL, a->hidden};
+    int64_t bytes = a->rows * a->hidden * (a->residual ? 8 : 4);
+    return fi_sv_parallel_rows(ctx, a->rows, bytes, 2 * fi_sv_floats(a->hidden), norm_params,
+                               norm_scratch(a->hidden), norm_rows, &j);
+}
+
+/* ---------------------------------------------------------- activations */
+
+/* Elements of a row per step: three f32 chunks of scratch. */
+#define ACT_CHUNK 2048
+
+typedef struct act_job {
+    const fi_act_args *a;
+    const fi_cpu_serving_kernels *k;
+    fi_ops_isa isa;
+} act_job;
+
+static void act_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
+    const act_job *j = arg;
+    const fi_act_args *a = j->a;
+    float *ga = scratch, *ub = ga + ACT_CHUNK, *yc = ub + ACT_CHUNK;
+    const fi_tensor *in = a->input, *out = a->out;
+    const int64_t is = in->stride[in->ndim - 1], os = out->stride[out->ndim - 1];
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t io = fi_row_offset(in, r), oo = fi_row_offset(out, r);
+        for (int64_t c0 = 0; c0 < a->dim; c0 += ACT_CHUNK) {
+            int64_t n = a->dim - c0 < ACT_CHUNK ? a->dim - c0 : ACT_CHUNK;
+            const float *g = fi_sv_load(j->isa, in, io + c0 * is, is, n, ga);
+            const float *u = fi_sv_load(j->isa, in, io + (a->dim + c0) * is, is, n, ub);
+            float *y = fi_sv_dest(out, oo + c0 * os, os, yc);
+            j->k->act((int)a->kind, y, g, u, n);
+            fi_sv_store(j->isa, out, oo + c0 * os, os, y, n);
+        }
+    }
+}
+
+fi_status fi_cpu_gated_act(fi_context *ctx, const fi_act_args *a, void *stream) {
+    (void)stream;
+    act_job j = {a, fi_cpu_serving_for(ctx), fi_ops_isa_for(ctx)};
+    int64_t bytes = a->rows * a->dim * 12;
+    return fi_sv_parallel_rows(ctx, a->rows, bytes, 0, NULL, 3 * ACT_CHUNK * sizeof(float),
+                               act_rows, &j);
+}

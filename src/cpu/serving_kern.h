@@ -1,0 +1,273 @@
+/*
+ * serving_kern.h — the serving ops' vector kernels over contiguous f32
+ * rows, written once in plain C and compiled once per SIMD level
+ * (serving_generic.c, serving_avx2.c, serving_avx512.c define FI_SK_NAME
+ * and include this file): the compiler vectorises the loops for that
+ * level's registers.
+ *
+ * Every level computes the same operations in the same order (no
+ * reassociation: sums keep FI_SK_LANES explicit lanes combined by a fixed
+ * tree; no FMA contraction), so results are bitwise identical across
+ * levels, which sampling relies on (docs/SEMANTICS.md, "Sampling").
+ * Functions of transcendental values (exp, tanh, erf) are our own
+ * branch-free polynomials for the same reason.
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+/* GCC's -O2 vectorises only loops of a known trip count; these have
+ * run-time lengths. ISO C mode (-std=c11) already keeps a*b+c unfused. */
+#pragma GCC optimize("vect-cost-model=dynamic", "fp-contract=off")
+#endif
+
+#include "cpu/serving.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Lanes of every sum, on every level (the results depend on it). */
+#define FI_SK_LANES 16
+
+#define FI_SK_CAT2(a, b) a##b
+#define FI_SK_CAT(a, b) FI_SK_CAT2(a, b)
+#define SK(name) FI_SK_CAT(name##_, FI_SK_NAME)
+#define SK_INLINE static inline __attribute__((always_inline))
+
+/* ------------------------------------------------------- scalar maths */
+
+SK_INLINE uint32_t sk_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+SK_INLINE float sk_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+SK_INLINE float sk_min(float a, float b) { return b < a ? b : a; }
+SK_INLINE float sk_max(float a, float b) { return b > a ? b : a; }
+
+/* e^x for f32: x = k ln2 + r, |r| <= ln2/2, e^r by its Taylor polynomial to
+ * r^7 (relative error < 3e-8), 2^k through the exponent bits. Below -87.3
+ * the result is 0 (the smallest normal is e^-87.34); above 88 it is e^88
+ * (finite: callers never need a larger value); NaN stays NaN. */
+SK_INLINE float sk_exp(float x) {
+    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
+    const float round = 12582912.0f; /* 1.5 x 2^23: x + round - round rounds to an integer */
+    float xc = sk_min(sk_max(x, -87.3f), 88.0f);
+    float kf = (xc * log2e + round) - round;
+    float r = (xc - kf * ln2_hi) - kf * ln2_lo;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t k = (int32_t)kf; /* |kf| <= 128: exact */
+    float two_k = sk_float((uint32_t)(k + 127) << 23);
+    float y = p * two_k;
+    y = x < -87.3f ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+/* tanh y = 1 - 2 / (e^2y + 1), e^2y clamped so the quotient stays finite. */
+SK_INLINE float sk_tanh(float y) {
+    float e = sk_exp(sk_min(2.0f * y, 88.0f));
+    return 1.0f - 2.0f / (e + 1.0f);
+}
+
+/* 1 + erf(z), without the cancellation of 1 + erf for negative z: with
+ * a = |z|, erfc(a) = P(t) e^-a^2, t = 1 / (1 + p a) (Abramowitz and
+ * Stegun 7.1.26, |error| < 1.5e-7), and 1 + erf(z) = 2 - erfc(a) for z >= 0. */
+SK_INLINE float sk_one_plus_erf(float z) {
+    float a = z < 0.0f ? -z : z;
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = 1.061405429f;
+    poly = poly * t - 1.453152027f;
+    poly = poly * t + 1.421413741f;
+    poly = poly * t - 0.284496736f;
+    poly = poly * t + 0.254829592f;
+    float erfc = poly * t * sk_exp(-a * a);
+    return z < 0.0f ? erfc : 2.0f - erfc;
+}
+
+/* ------------------------------------------------------------- sums */
+
+/* Sums keep FI_SK_LANES lanes: lane l adds elements l, l + LANES, ... in
+ * order (a tail's elements go to lanes 0..), then lanes are added pairwise
+ * (l + LANES/2 into l, ...). The same on every level. */
+#define SK_LANE_SUM(acc, expr)                                                   \
+    do {                                                                         \
+        int64_t i_ = 0;                                                          \
+        for (; i_ + FI_SK_LANES <= n; i_ += FI_SK_LANES)                         \
+            for (int l = 0; l < FI_SK_LANES; l++) {                              \
+                const int64_t j = i_ + l;                                        \
+                acc[l] += (expr);                                                \
+            }                                                                    \
+        for (int l = 0; i_ + l < n; l++) {                                       \
+            const int64_t j = i_ + l;                                            \
+            acc[l] += (expr);                                                    \
+        }                                                                        \
+        for (int s = FI_SK_LANES / 2; s; s >>= 1)                                \
+            for (int l = 0; l < s; l++) acc[l] += acc[l + s];                    \
+    } while (0)
+
+static float SK(sum_sq)(const float *restrict x, int64_t n) {
+    float acc[FI_SK_LANES] = {0};
+    SK_LANE_SUM(acc, x[j] * x[j]);
+    return acc[0];
+}
+
+static float SK(sum)(const float *restrict x, int64_t n) {
+    float acc[FI_SK_LANES] = {0};
+    SK_LANE_SUM(acc, x[j]);
+    return acc[0];
+}
+
+static float SK(sum_sq_dev)(const float *restrict x, float m, int64_t n) {
+    float acc[FI_SK_LANES] = {0};
+    SK_LANE_SUM(acc, (x[j] - m) * (x[j] - m));
+    return acc[0];
+}
+
+/* The sum of the x[j] >= t. */
+static float SK(masked_sum)(const float *restrict x, float t, int64_t n) {
+    float acc[FI_SK_LANES] = {0};
+    SK_LANE_SUM(acc, x[j] >= t ? x[j] : 0.0f);
+    return acc[0];
+}
+
+/* y[j] = x[j] >= t ? e^((x[j] - m) s) : 0; returns their lane sum. */
+static float SK(exp_sum)(float *restrict y, const float *restrict x, float m, float s, float t,
+                         int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        float e = sk_exp((x[j] - m) * s);
+        y[j] = x[j] >= t ? e : 0.0f;
+    }
+    return SK(sum)(y, n);
+}
+
+/* ------------------------------------------------------- reductions */
+
+/* The largest x (NaN ignored; -inf for n == 0), and which kinds of value
+ * the row holds (FI_SV_NEGATIVE | FI_SV_NAN | FI_SV_POS_INF). */
+SK_INLINE uint32_t sk_kinds(float v) {
+    return (uint32_t)(v < 0.0f) * FI_SV_NEGATIVE | (uint32_t)(v != v) * FI_SV_NAN |
+           (uint32_t)(v == __builtin_inff()) * FI_SV_POS_INF;
+}
+
+static void SK(stats)(const float *restrict x, int64_t n, float *max, uint32_t *kinds) {
+    float m[FI_SK_LANES];
+    uint32_t b[FI_SK_LANES];
+    for (int l = 0; l < FI_SK_LANES; l++) m[l] = -__builtin_inff(), b[l] = 0;
+    int64_t i = 0;
+    for (; i + FI_SK_LANES <= n; i += FI_SK_LANES)
+        for (int l = 0; l < FI_SK_LANES; l++) {
+            m[l] = sk_max(m[l], x[i + l]);
+            b[l] |= sk_kinds(x[i + l]);
+        }
+    for (int l = 0; i + l < n; l++) {
+        m[l] = sk_max(m[l], x[i + l]);
+        b[l] |= sk_kinds(x[i + l]);
+    }
+    float mx = m[0];
+    uint32_t bb = b[0];
+    for (int l = 1; l < FI_SK_LANES; l++) mx = sk_max(mx, m[l]), bb |= b[l];
+    *max = mx;
+    *kinds = bb;
+}
+
+/* ---------------------------------------------------------- elementwise */
+
+static void SK(add)(float *restrict y, const float *restrict a, const float *restrict b,
+                    int64_t n) {
+    for (int64_t j = 0; j < n; j++) y[j] = a[j] + b[j];
+}
+
+/* y = x s where x >= t, else 0. y may be x. */
+static void SK(masked_scale)(float *y, const float *x, float t, float s, int64_t n) {
+    for (int64_t j = 0; j < n; j++) y[j] = x[j] >= t ? x[j] * s : 0.0f;
+}
+
+/* y = x r w (RMSNorm). y may be x. */
+static void SK(rms_apply)(float *y, const float *x, const float *restrict w, float r,
+                          int64_t n) {
+    for (int64_t j = 0; j < n; j++) y[j] = (x[j] * r) * w[j];
+}
+
+/* y = (x - m) r w + b (LayerNorm). y may be x. */
+static void SK(ln_apply)(float *y, const float *x, const float *restrict w,
+                         const float *restrict b, float m, float r, int64_t n) {
+    for (int64_t j = 0; j < n; j++) y[j] = ((x[j] - m) * r) * w[j] + b[j];
+}
+
+/* FP8 of x s, saturated to the format's largest finite value and rounded
+ * to nearest even (E4M3FN: 448, NaN 0x7f; E5M2: 57344, NaN 0x7f). */
+static void SK(to_fp8)(uint8_t *restrict y, const float *restrict x, float s, int e5m2,
+                       int64_t n) {
+    /* E4M3: 3 mantissa bits, bias 7, normals from 2^-6, subnormal step 2^-9.
+     * E5M2: 2 mantissa bits, bias 15, normals from 2^-14, step 2^-16. */
+    const float fmax = e5m2 ? 57344.0f : 448.0f;
+    const float min_normal = e5m2 ? 0x1p-14f : 0x1p-6f;
+    const float sub_scale = e5m2 ? 0x1p16f : 0x1p9f;
+    const uint32_t shift = e5m2 ? 21 : 20;
+    const uint32_t rebias = e5m2 ? (127u - 15u) << 2 : (127u - 7u) << 3;
+    for (int64_t j = 0; j < n; j++) {
+        float v = x[j] * s;
+        float c = sk_max(sk_min(v, fmax), -fmax);
+        uint32_t u = sk_bits(c);
+        uint32_t sign = (u >> 24) & 0x80u;
+        uint32_t a = u & 0x7fffffffu;
+        uint32_t rounded = a + ((1u << (shift - 1)) - 1u) + ((a >> shift) & 1u);
+        uint32_t normal = (rounded >> shift) - rebias;
+        float af = sk_float(a), small = sk_min(af, min_normal); /* <= 8 steps: fits */
+        uint32_t sub = (uint32_t)(int32_t)((small * sub_scale + 12582912.0f) - 12582912.0f);
+        uint32_t code = af < min_normal ? sub : normal;
+        code = v != v ? 0x7fu : (code | sign);
+        y[j] = (uint8_t)code;
+    }
+}
+
+/* y = act(a) b for one of fi_act_kind. */
+static void SK(act)(int kind, float *restrict y, const float *restrict a,
+                    const float *restrict b, int64_t n) {
+    switch (kind) {
+    case FI_ACT_SILU:
+        for (int64_t j = 0; j < n; j++) y[j] = a[j] / (1.0f + sk_exp(-a[j])) * b[j];
+        break;
+    case FI_ACT_GELU:
+        for (int64_t j = 0; j < n; j++)
+            y[j] = (0.5f * a[j]) * sk_one_plus_erf(a[j] * 0.707106781f) * b[j];
+        break;
+    default: {
+        const float c = 0.797884561f; /* sqrt(2 / pi) */
+        for (int64_t j = 0; j < n; j++) {
+            float v = a[j];
+            float inner = c * (v + 0.044715f * (v * v * v));
+            y[j] = (0.5f * v) * (1.0f + sk_tanh(inner)) * b[j];
+        }
+        break;
+    }
+    }
+}
+
+const fi_cpu_serving_kernels SK(fi_cpu_serving) = {
+    .name = FI_SK_LEVEL,
+    .sum_sq = SK(sum_sq),
+    .sum = SK(sum),
+    .sum_sq_dev = SK(sum_sq_dev),
+    .masked_sum = SK(masked_sum),
+    .exp_sum = SK(exp_sum),
+    .stats = SK(stats),
+    .add = SK(add),
+    .masked_scale = SK(masked_scale),
+    .rms_apply = SK(rms_apply),
+    .ln_apply = SK(ln_apply),
+    .to_fp8 = SK(to_fp8),
+    .act = SK(act),
+};
