@@ -7,6 +7,7 @@ an output of the same kind on the same device. torch is optional; it is
 only looked at when the caller has imported it.
 """
 
+import struct
 import sys
 
 import numpy as np
@@ -200,6 +201,60 @@ def view(x, name):
     return fill_view(S.Tensor(), x, name)
 
 
+# fi_tensor as bytes: data, dtype, ndim, shape[6], stride[6] (checked against
+# the ctypes layout at import). pack_view writes one in a single C call.
+_TENSOR = struct.Struct("@Pii6q6q")
+assert _TENSOR.size == S.ctypes_sizeof_tensor()
+_ZEROS = (0,) * S.MAX_DIMS
+
+
+def pack_view(buf, offset, x, name):
+    """Write the fi_tensor view of array x at byte `offset` of the ctypes
+    struct `buf` (the hot path of run(): one struct.pack_into, no ctypes
+    attribute writes). Returns the fi_dtype code."""
+    if type(x) is np.ndarray:
+        shape = x.shape
+        item = x.itemsize
+        strides = x.strides
+        if len(strides) == 3:  # the common case, without a generator
+            a, b, c = strides
+            if (a | b | c) % item:
+                return fill_view(S.Tensor.from_buffer(buf, offset), x, name).dtype
+            stride = (a // item, b // item, c // item)
+        else:
+            if any(st % item for st in strides):
+                return fill_view(S.Tensor.from_buffer(buf, offset), x, name).dtype
+            stride = tuple(st // item for st in strides)
+        data = x.ctypes.data
+    elif is_torch(x):
+        data = x.data_ptr()
+        shape = x.shape
+        stride = x.stride()
+    elif isinstance(x, np.ndarray):
+        data = x.ctypes.data
+        shape = x.shape
+        item = x.itemsize
+        stride = tuple(st // item for st in x.strides)
+        if any(st % item for st in x.strides):
+            return fill_view(S.Tensor.from_buffer(buf, offset), x, name).dtype
+    else:
+        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    ndim = len(shape)
+    if ndim > S.MAX_DIMS:
+        raise ValueError(f"{name} has {ndim} dimensions; at most {S.MAX_DIMS} are supported")
+    code = _codes_by_dtype.get(x.dtype)
+    if code is None:
+        code = _code_of(x.dtype)
+        if code is None:
+            raise DTypeError(
+                f"{name}.dtype is {dtype_name(x.dtype)}; use float16, bfloat16 or float32 "
+                "(float8_e4m3fn / float8_e5m2 for a KV cache, int32 for indices)"
+            )
+    pad = _ZEROS[ndim:]
+    _TENSOR.pack_into(buf, offset, data, code, ndim, *shape, *pad, *stride, *pad)
+    return code
+
+
 # -------------------------------------------------------------- allocation
 
 
@@ -230,16 +285,72 @@ def from_numpy(a, like):
     return a
 
 
+def check_writable(out, name):
+    """An output the library writes into must be writable memory: numpy's
+    writeable flag (a read-only mmap, np.broadcast_to, a frombuffer of bytes)
+    is honoured here, since the C library cannot see it and would write (or
+    crash on a read-only mapping)."""
+    if isinstance(out, np.ndarray):
+        if not out.flags.writeable:
+            raise ValueError(
+                f"{name} is a read-only numpy array (flags.writeable is False): pass a "
+                "writable array (e.g. np.empty_like(...)) for the library to write into"
+            )
+        strides = out.strides
+    elif is_torch(out):
+        if out.requires_grad and out.is_leaf and _torch().is_grad_enabled():
+            raise ValueError(f"{name} is a leaf tensor that requires grad: it cannot be written")
+        strides = out.stride()
+    else:
+        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(out).__name__}")
+    for size, stride in zip(out.shape, strides):
+        if size > 1 and stride == 0:
+            raise ValueError(
+                f"{name} has a zero stride (a broadcast or expanded view): its elements "
+                "overlap, so the library would write several results into one place; pass "
+                "an array of its own"
+            )
+
+
 def check_out(out, name, shape, dtype, device):
-    """Check a caller-supplied output array: shape, dtype name and device."""
+    """Check a caller-supplied output array: type, writability, shape, dtype
+    name and device."""
+    check_writable(out, name)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{name}.shape is {tuple(out.shape)}, expected {tuple(shape)}")
-    if name_of(out) != dtype:
-        raise DTypeError(f"{name}.dtype is {name_of(out)}, expected {dtype}")
+    code = _codes_by_dtype.get(out.dtype)
+    if code is None or code != FI_CODE.get(dtype):
+        if name_of(out) != dtype:
+            raise DTypeError(f"{name}.dtype is {name_of(out)}, expected {dtype}")
     if not is_on(out, device):
         raise ValueError(
             f"{name} is on {device_str(device_of(out))}, expected {device_str(device)}"
         )
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+class IntRangeError(OverflowError, ValueError):
+    """An integer argument outside the range of the C type that takes it."""
+
+
+def c_int32(value, name, minimum=INT32_MIN):
+    """An integer argument as the C library's int32_t takes it: an int (or numpy
+    integer, not a bool or a float) in [minimum, INT32_MAX]. ctypes would
+    silently keep the low 32 bits (2**32 + 4 heads would run as 4)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if hasattr(value, "__index__") and not isinstance(value, bool):
+            value = value.__index__()
+        else:
+            raise TypeError(f"{name}={value!r}: expected an int")
+    value = int(value)
+    if not minimum <= value <= INT32_MAX:
+        raise IntRangeError(
+            f"{name}={value} is out of range: the C library takes an int32 in "
+            f"[{minimum}, {INT32_MAX}]"
+        )
+    return value
 
 
 def int32_index(x, name):

@@ -5,6 +5,7 @@ the run-time scales.
 
 import ctypes
 import math
+import weakref
 
 import numpy as np
 
@@ -12,6 +13,7 @@ from . import _context
 from . import _structs as S
 from ._arrays import (
     DTypeError,
+    c_int32,
     check_out,
     device_of,
     device_str,
@@ -73,8 +75,11 @@ def make_spec(
     ):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name}={value!r}: expected a positive int")
+        c_int32(value, name, 1)
     if window_left is None:
         window_left = -1
+    window_left = c_int32(window_left, "window_left")
+    fixed_split_size = c_int32(fixed_split_size or 0, "fixed_split_size")
     mask = S.MASK_CUSTOM if custom_mask else (S.MASK_CAUSAL if causal else S.MASK_NONE)
     return Spec(
         num_qo_heads=int(num_qo_heads),
@@ -162,9 +167,84 @@ def apply_v_scale(out, v_scale):
 # ------------------------------------------------------------- KV caches
 
 
-def paged_kv_views(paged_kv_cache):
-    """(k view, v view, the arrays) of a (k_cache, v_cache) tuple or a 5-D
-    [max_num_pages, 2, ...] tensor (split with fi_tensor_split_kv, no copy)."""
+def _unit_axis(t, axis):
+    """Insert an axis of size 1 at `axis` of the fi_tensor view t (no copy):
+    FlashInfer reads a cache without its page axis as pages of one token."""
+    n = t.ndim
+    shape, stride = list(t.shape[:n]), list(t.stride[:n])
+    inner = stride[axis] * shape[axis] if axis < n else 1
+    shape.insert(axis, 1)
+    stride.insert(axis, inner)
+    t.ndim = n + 1
+    t.shape[: n + 1] = shape
+    t.stride[: n + 1] = stride
+    return t
+
+
+def _page_axis(kv_layout):
+    """Where a cache of single-token pages lacks its page_size axis (FlashInfer's
+    _expand_4d / _expand_5d): NHD [pages, H, D] -> [pages, 1, H, D]; HND
+    [pages, H, D] -> [pages, H, 1, D]."""
+    return 1 if kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD else 2
+
+
+_VIEW_CACHE = {}  # ids of the cache arrays, layout -> what paged_kv_views gave for them
+_VIEW_CACHE_MAX = 512
+
+
+def _data_ptr(x):
+    """A torch tensor's data pointer (set_() can move it); None for a numpy
+    array, whose data never moves while the object lives."""
+    return x.data_ptr() if is_torch(x) else None
+
+
+class _Arrays(list):
+    """[(name, array)] of a cache, remembering the devices it was checked on."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.verified_on = set()
+
+
+def paged_kv_views(paged_kv_cache, kv_layout="NHD"):
+    """paged_kv_views_uncached, remembered per cache object: an engine passes
+    the same per-layer cache tensors at every step, so their views are made
+    once, and reused while those arrays live with the same data pointer and
+    shape (checked at each call; weak references, so nothing is kept alive)."""
+    if isinstance(paged_kv_cache, (tuple, list)) and len(paged_kv_cache) == 2:
+        objs = tuple(paged_kv_cache)
+    else:
+        objs = (paged_kv_cache,)
+    key = (tuple(map(id, objs)), kv_layout)
+    hit = _VIEW_CACHE.get(key)
+    if hit is not None:
+        refs, ptrs, shapes, k, v, arrays = hit
+        if (
+            all(r() is o for r, o in zip(refs, objs))
+            and ptrs == tuple(map(_data_ptr, objs))
+            and shapes == tuple(tuple(o.shape) for o in objs)
+        ):
+            return k, v, arrays
+        del _VIEW_CACHE[key]
+    k, v, arrays = paged_kv_views_uncached(paged_kv_cache, kv_layout)
+    arrays = _Arrays(arrays)
+    try:
+        refs = tuple(weakref.ref(o) for o in objs)
+    except TypeError:  # an array type without weak references: not cached
+        return k, v, arrays
+    if len(_VIEW_CACHE) >= _VIEW_CACHE_MAX:
+        _VIEW_CACHE.clear()
+    shapes = tuple(tuple(o.shape) for o in objs)
+    _VIEW_CACHE[key] = (refs, tuple(map(_data_ptr, objs)), shapes, k, v, arrays)
+    return k, v, arrays
+
+
+def paged_kv_views_uncached(paged_kv_cache, kv_layout="NHD"):
+    """(k view, v view, the arrays) of a (k_cache, v_cache) tuple of 4-D
+    tensors or a 5-D [max_num_pages, 2, ...] tensor (split with
+    fi_tensor_split_kv, no copy). As in FlashInfer, 3-D caches in a tuple
+    and a 4-D [max_num_pages, 2, H, D] tensor are pages of one token (SGLang
+    passes its [tokens, H, D] pools so, with page_size 1)."""
     if isinstance(paged_kv_cache, (tuple, list)):
         if len(paged_kv_cache) != 2:
             raise ValueError(
@@ -172,17 +252,63 @@ def paged_kv_views(paged_kv_cache):
                 f"{len(paged_kv_cache)} items"
             )
         k, v = paged_kv_cache
-        return view(k, "k_cache"), view(v, "v_cache"), [("k_cache", k), ("v_cache", v)]
+        kt, vt = view(k, "k_cache"), view(v, "v_cache")
+        if kt.ndim == 3 and vt.ndim == 3:
+            axis = _page_axis(kv_layout)
+            _unit_axis(kt, axis)
+            _unit_axis(vt, axis)
+        return kt, vt, [("k_cache", k), ("v_cache", v)]
     x = paged_kv_cache
-    if len(x.shape) != 5 or x.shape[1] != 2:
+    ndim = len(x.shape)
+    if ndim not in (4, 5) or x.shape[1] != 2:
         raise ValueError(
             "paged_kv_cache must be a (k_cache, v_cache) tuple of 4-D tensors or one 5-D "
             f"tensor [max_num_pages, 2, ...]; got shape {tuple(x.shape)}"
         )
     kv = view(x, "paged_kv_cache")
+    if ndim == 4:
+        _unit_axis(kv, _page_axis(kv_layout) + 1)
     k, v = S.Tensor(), S.Tensor()
     check(fn.tensor_split_kv(ctypes.byref(kv), ctypes.byref(k), ctypes.byref(v)), "paged_kv_cache")
     return k, v, [("paged_kv_cache", x)]
+
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+def apply_sinks(out, lse, sinks, num_qo_heads, device):
+    """Attention sinks (gpt-oss; FlashInfer's `sinks=`, AttentionSink variant):
+    each query head h has a logit sinks[h] (natural units, like s * sm_scale)
+    that joins the softmax denominator and carries no value. That is exactly
+    a merge of the computed state (O, LSE) with the state (0, sinks[h] *
+    log2 e): O *= 1 / (1 + 2^(sinks[h] * log2 e - LSE)), LSE = log2(2^LSE +
+    2^(sinks[h] * log2 e)). Done in place on out [..., H, D] and lse [..., H]
+    (f32), in float32, with the array library of `out` (torch ops on CUDA:
+    capturable in a CUDA graph)."""
+    if tuple(sinks.shape) != (num_qo_heads,):
+        raise ValueError(
+            f"sinks has shape {tuple(sinks.shape)}, expected ({num_qo_heads},): one "
+            "logit per query head"
+        )
+    if is_torch(out):
+        import torch
+
+        if not is_torch(sinks):
+            sinks = torch.as_tensor(np.asarray(sinks))
+        s = sinks.to(device=out.device, dtype=torch.float32) * LOG2E
+        weight = torch.sigmoid((lse - s) * math.log(2.0))  # 1 / (1 + 2^(s - lse))
+        if out.dtype == torch.float32:
+            out.mul_(weight.unsqueeze(-1))
+        else:
+            out.copy_(out.float() * weight.unsqueeze(-1))
+        torch.logaddexp2(lse, s.expand_as(lse), out=lse)
+        return
+    _context.check_same_device(device, [("sinks", sinks)])
+    s = np.asarray(sinks, dtype=np.float32) * np.float32(LOG2E)
+    with np.errstate(over="ignore", invalid="ignore"):
+        weight = 1.0 / (1.0 + np.exp2(s - lse))
+    out[...] = (out.astype(np.float32) * weight[..., None]).astype(out.dtype)
+    np.logaddexp2(lse, s, out=lse)
 
 
 def kv_page_size(k_view, kv_layout):
@@ -200,7 +326,8 @@ def check_rank(x, name, ndim, layout_hint):
 
 
 def outputs(q, head_dim_vo, o_name, out, lse, return_lse, device):
-    """out [*q.shape[:-1], head_dim_vo] and, when wanted, lse [*q.shape[:-1]] f32."""
+    """out [*q.shape[:-1], head_dim_vo] and, when wanted, lse [*q.shape[:-1]] f32;
+    given ones are checked (shape, dtype, device, writable) before any call."""
     shape = tuple(q.shape[:-1]) + (head_dim_vo,)
     if out is None:
         out = empty(q, shape, o_name)

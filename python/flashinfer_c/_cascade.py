@@ -20,14 +20,19 @@ updates are ordered against every such stream (ordered_upload).
 import ctypes
 
 from . import _structs as S
+from ._arrays import c_int32
 from ._lib import check, fn
 from ._plan import (
     Bounds,
+    InfoTable,
     Plan,
     batch_of,
     check_fixed,
     grown,
+    _deferred,
+    flush_deferred,
     ordered_upload,
+    release,
     run_args,
     serves,
 )
@@ -62,7 +67,7 @@ def _info(handle):
     info = S.CascadeInfo()
     fn.cascade_info_init(ctypes.byref(info))
     check(fn.cascade_get_info(handle, ctypes.byref(info)), "cascade info")
-    return {name: getattr(info, name) for name, _ in S.CascadeInfo._fields_[1:]}
+    return InfoTable({name: getattr(info, name) for name, _ in S.CascadeInfo._fields_[1:]})
 
 
 def _workspace_bytes(cascade, num_levels, bounds):
@@ -74,6 +79,8 @@ def _workspace_bytes(cascade, num_levels, bounds):
 
 
 def _config(bounds, spec):
+    for value, name in zip(bounds, ("requests", "query tokens", "KV pages")):
+        c_int32(value, f"the cascade bound on {name}", 1)
     config = S.PlanConfig()
     fn.plan_config_init(ctypes.byref(config))
     config.max_batch_size, config.max_total_qo, config.max_total_kv = bounds
@@ -102,7 +109,7 @@ class Handle(UploadStreams):
 
     def _release(self):
         if self.handle:
-            self._destroy(self.handle)
+            release(self._destroy, self.handle, self.ctx.device)
             self.handle = None
 
     def __del__(self):
@@ -136,6 +143,9 @@ class AutoCascadePlan(UploadStreams, Plan):
     def _c_run(self, args):
         return fn.cascade_run(self.handle, ctypes.byref(args))
 
+    def _c_run_ref(self):
+        return fn.cascade_run(self.handle, self._args_ref)
+
     def _sibling(self):
         return AutoCascadePlan(self.ctx, self.detection, self.fixed, self.fixed_names)
 
@@ -168,6 +178,8 @@ class Cascade(Handle):
 
     def update(self, spec, levels):
         """levels: [(qo_indptr, kv_indptr, kv_indices, last_page_len)], host int32 arrays."""
+        if _deferred:
+            flush_deferred()
         total = max(int(qo[-1]) for qo, *_ in levels)
         need = [
             Bounds(max(qo.shape[0] - 1, 1), max(total, 1), max(int(kv[-1]), 1))

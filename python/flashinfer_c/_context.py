@@ -142,8 +142,10 @@ def parse_device(device):
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:n]'")
     if kind == "cuda" and not index:
-        import torch
-
+        try:
+            import torch
+        except ImportError:
+            return (kind, 0)
         return (kind, torch.cuda.current_device() if torch.cuda.is_available() else 0)
     return (kind, int(index) if index else 0)
 

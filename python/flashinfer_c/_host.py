@@ -45,12 +45,13 @@ def i32(x, name, length=None, convert=False):
     return np.ascontiguousarray(a)
 
 
-def indptr(x, name):
-    """An indptr: int32, at least one entry, starting at 0, non-decreasing."""
+def indptr(x, name, allow_offset=False):
+    """An indptr: int32, at least one entry, starting at 0 (allow_offset: at any
+    non-negative entry), non-decreasing."""
     a = i32(x, name)
     if a.shape[0] < 1:
         raise ValueError(f"{name} is empty; an indptr has batch_size + 1 entries")
-    if a[0] != 0:
+    if a[0] != 0 and not (allow_offset and a[0] > 0):
         raise ValueError(f"{name}[0]={a[0]}: an indptr must start at 0")
     d = np.diff(a)
     if d.size and d.min() < 0:
@@ -76,18 +77,32 @@ def copy_into(buf, a, name):
 
 def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
     """(indptr, indices, last_page_len) of a paged KV cache, checked against each other."""
-    ptr = indptr(kv_indptr, names[0])
+    # As FlashInfer's kernels, an indptr may start past 0: its requests' pages
+    # are kv_indices[indptr[0]:indptr[-1]] (vLLM plans its prefills so, with
+    # the slice of its decode-then-prefill indptr and the whole page table).
+    ptr = indptr(kv_indptr, names[0], allow_offset=True)
     n = ptr.shape[0] - 1
     if batch is not None and n != batch:
         raise ValueError(f"{names[0]} has {n + 1} entries, expected batch_size + 1 = {batch + 1}")
     last = i32(kv_last_page_len, names[2], n)
-    idx = i32(kv_indices, names[1])
-    if idx.shape[0] < ptr[-1]:
-        raise ValueError(f"{names[1]} has {idx.shape[0]} entries but {names[0]}[-1]={ptr[-1]}")
+    start, end = int(ptr[0]), int(ptr[-1])
+    if not (is_torch(kv_indices) or isinstance(kv_indices, np.ndarray)):
+        raise TypeError(
+            f"{names[1]} must be an int32 torch.Tensor or numpy.ndarray, got "
+            f"{type(kv_indices).__name__}"
+        )
+    if len(kv_indices.shape) != 1:
+        raise ValueError(f"{names[1]} must be 1-D, got shape {tuple(kv_indices.shape)}")
+    if kv_indices.shape[0] < end:
+        raise ValueError(f"{names[1]} has {kv_indices.shape[0]} entries but {names[0]}[-1]={end}")
+    # Only the entries the batch uses are read (and copied from a device).
+    idx = i32(kv_indices[start:end], names[1])
+    if start:
+        ptr = ptr - np.int32(start)
     # The C plan references the page table until the next plan (it does not
     # copy it); FlashInfer's plan copies it, so callers may reuse their arrays
     # at once. A copy of our own keeps that promise.
-    return ptr, idx[: ptr[-1]].copy(), last
+    return ptr, idx.copy(), last
 
 
 def kv_lengths(ptr, last, page_size):

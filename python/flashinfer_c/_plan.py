@@ -23,8 +23,25 @@ from typing import NamedTuple, Optional
 
 from . import _structs as S
 from . import _context
-from ._arrays import FI_NAME, DTypeError, fill_view
+from ._arrays import FI_NAME, DTypeError, c_int32, fill_view, pack_view
 from ._lib import check, fn
+
+# Byte offsets of fi_run_args' fields (for pack_view).
+_OFF = {name: getattr(S.RunArgs, name).offset for name, _ in S.RunArgs._fields_}
+_OFF_Q, _OFF_O = _OFF["q"], _OFF["o"]
+
+
+class InfoTable(dict):
+    """A plan's (or cascade's) decisions: a plain dict of the C info
+    struct's fields, shown as a two-column table (name, value)."""
+
+    def table(self):
+        width = max((len(k) for k in self), default=0)
+        cell = lambda v: f"{v:.6g}" if isinstance(v, float) else str(v)  # noqa: E731
+        return "\n".join(f"{k:<{width}}  {cell(v):>12}" for k, v in self.items())
+
+    def __repr__(self):
+        return "plan info\n" + "\n".join("  " + row for row in self.table().splitlines())
 
 
 @dataclass(frozen=True)
@@ -105,6 +122,35 @@ def grown(need, have):
         up(need.qo, _FLOOR.qo, have.qo if have else 0),
         up(need.kv, _FLOOR.kv, have.kv if have else 0),
     )
+
+
+# C objects whose last reference went away while a CUDA graph was being
+# captured on their device: destroying them then (device frees, event
+# destroys) would invalidate the capture, so they wait here until the next
+# plan or creation outside a capture. Cyclic garbage (an engine's
+# `w.begin_forward = partial(fast_decode_plan, w)`) is collected at any
+# time, captures included.
+_deferred = []
+
+
+def release(destroy, handle, device):
+    """destroy(handle) now, or after the capture running on `device`."""
+    if device[0] == "cuda":
+        try:
+            capturing = _context.capturing(device)
+        except Exception:  # interpreter shutdown: torch may be gone
+            capturing = False
+        if capturing:
+            _deferred.append((destroy, handle))
+            return
+    destroy(handle)
+
+
+def flush_deferred():
+    """Destroy what release() deferred (called where no capture can be running)."""
+    while _deferred:
+        destroy, handle = _deferred.pop()
+        destroy(handle)
 
 
 def _expect(view, code, name, option):
@@ -227,6 +273,13 @@ class Plan:
         self._siblings = {}
         self._synced = -1  # for a sibling: the parent's _version it was planned for
         self._destroy = fn.plan_destroy
+        # The argument block of fi_plan_run, made once and rewritten in place
+        # by each run() (pack_view): run() builds no ctypes objects.
+        self._args = S.RunArgs()
+        self._args_ref = ctypes.byref(self._args)
+        self._last_k = self._last_v = None  # the K/V views args holds now
+        self._lse_set = self._mask_set = False
+        self._stream_handle = None
 
     # ------------------------------------------------------------ planning
 
@@ -240,6 +293,8 @@ class Plan:
                 "plan() was called while the current CUDA stream is being captured into a "
                 "graph: plan outside the captured region; replays read the latest plan"
             )
+        if _deferred:
+            flush_deferred()
         n = qo_indptr.shape[0] - 1
         need = Bounds(max(n, 1), max(int(qo_indptr[-1]), 1), max(int(kv_indptr[-1]), 1))
         self._ensure(spec, need)
@@ -270,6 +325,8 @@ class Plan:
         self._release()
         config = S.PlanConfig()
         fn.plan_config_init(ctypes.byref(config))
+        for value, name in zip(bounds, ("requests", "query tokens", "KV pages/tokens")):
+            c_int32(value, f"the plan bound on {name}", 1)
         config.max_batch_size, config.max_total_qo, config.max_total_kv = bounds
         config.disable_split_kv = int(spec.disable_split_kv)
         config.fixed_split_size = spec.fixed_split_size
@@ -310,15 +367,65 @@ class Plan:
     def run(self, q, k, v, o, lse=None, custom_mask=None, stream=None, variant_values=()):
         """Attention for the planned batch. k, v: arrays, or fi_tensor views.
         stream: the torch stream to queue it on (CUDA); None on the CPU.
-        variant_values: the spec's variant's per-run values, in its order."""
+        variant_values: the spec's variant's per-run values, in its order.
+
+        The hot path: the plan's own fi_run_args is rewritten in place (one
+        struct.pack_into per array, a struct copy per prebuilt K/V view) and
+        handed to the C entry point, whose ctypes prototype is bound once."""
         spec = self.spec
-        args = run_args(spec, q, k, v, o, lse, custom_mask, stream)
+        args = self._args
+        if pack_view(args, _OFF_Q, q, "q") != spec.q_dtype:
+            _expect(args.q, spec.q_dtype, "q", "q_data_type")
+        if k is not self._last_k or v is not self._last_v:
+            # a new cache (another layer's, or arrays): its views and their dtypes
+            if isinstance(k, S.Tensor):
+                args.k = k
+                args.v = v
+            else:
+                pack_view(args, _OFF["k"], k, "k")
+                pack_view(args, _OFF["v"], v, "v")
+            if args.k.dtype != spec.kv_dtype or args.v.dtype != spec.kv_dtype:
+                self._last_k = self._last_v = None
+                _expect(args.k, spec.kv_dtype, "k", "kv_data_type")
+                _expect(args.v, spec.kv_dtype, "v", "kv_data_type")
+            if isinstance(k, S.Tensor):  # prebuilt views are immutable: remember them
+                self._last_k, self._last_v = k, v
+            else:
+                self._last_k = self._last_v = None
+        pack_view(args, _OFF_O, o, "out")
+        if lse is not None:
+            if isinstance(lse, S.Tensor):
+                args.lse = lse
+            else:
+                pack_view(args, _OFF["lse"], lse, "lse")
+            self._lse_set = True
+        elif self._lse_set:
+            args.lse.data = None
+            self._lse_set = False
+        if custom_mask is not None:
+            pack_view(args, _OFF["custom_mask"], custom_mask, "custom_mask")
+            self._mask_set = True
+        elif self._mask_set:
+            args.custom_mask.data = None
+            self._mask_set = False
+        handle = None if stream is None else stream.cuda_stream
+        if handle != self._stream_handle:
+            args.stream = handle
+            self._stream_handle = handle
+        keep = None
         if spec.variant is not None:
-            vargs, _keep = spec.variant.pack(variant_values, self.ctx.device)
+            vargs, keep = spec.variant.pack(variant_values, self.ctx.device)
             args.variant_args = ctypes.addressof(vargs)
-        check(self._c_run(args), "run")
+        status = self._c_run_ref()
+        del keep
+        if status:
+            check(status, "run")
         if stream is not None:
             self._ran_on(stream)
+
+    def _c_run_ref(self):
+        """fi_plan_run on the prebuilt argument block (subclasses: their C run)."""
+        return fn.plan_run(self.handle, self._args_ref)
 
     # ------------------------------------------- what a subclass replaces
 
@@ -358,12 +465,12 @@ class Plan:
         info = S.PlanInfo()
         info.struct_size = ctypes.sizeof(S.PlanInfo)
         check(fn.plan_get_info(self.handle, ctypes.byref(info)), "plan info")
-        return {name: getattr(info, name) for name, _ in S.PlanInfo._fields_[1:]}
+        return InfoTable({name: getattr(info, name) for name, _ in S.PlanInfo._fields_[1:]})
 
     def _release(self):
         self._siblings.clear()
         if self.handle:
-            self._destroy(self.handle)
+            release(self._destroy, self.handle, self.ctx.device)
             self.handle = None
 
     def __del__(self):

@@ -81,6 +81,12 @@ class Tensor(Structure):
     ]
 
 
+def ctypes_sizeof_tensor():
+    from ctypes import sizeof
+
+    return sizeof(Tensor)
+
+
 class ContextOptions(Structure):
     _fields_ = [
         ("struct_size", c_uint32),

@@ -1,11 +1,14 @@
 """The base of the batch wrappers: the workspace's device, the CUDA-graph
 buffers, the C plan, and the run step they share."""
 
+import math
 from dataclasses import replace
 
 from . import _context, _host
-from ._arrays import device_str
+from . import _structs as S
+from ._arrays import device_str, is_torch
 from ._attention import (
+    apply_sinks,
     apply_v_scale,
     check_rank,
     context,
@@ -16,6 +19,7 @@ from ._attention import (
 )
 from ._cascade import AutoCascadePlan, detection_code
 from ._plan import Bounds, Plan
+from .utils import pos_encoding_code
 
 
 def refuse_extras(what, args, **unsupported):
@@ -30,6 +34,74 @@ def refuse_extras(what, args, **unsupported):
             raise NotImplementedError(f"{what}: {name} is not supported by flashinfer_c yet")
 
 
+def refuse_unknown(what, options):
+    """Keywords of newer FlashInfer releases that this signature does not name:
+    accepted when they are None or False (the option off), else refused with
+    NotImplementedError (never a TypeError)."""
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        raise NotImplementedError(
+            f"{what}: {name}={value!r} is not supported by flashinfer_c "
+            "(docs/PYTHON_COMPAT.md lists what is)"
+        )
+
+
+def check_workspace_alignment(buffer, name):
+    """FlashInfer's check: a workspace buffer's address is 16-byte aligned."""
+    if buffer is None:
+        return
+    if is_torch(buffer):
+        address = buffer.data_ptr()
+    else:
+        address = getattr(getattr(buffer, "ctypes", None), "data", 0) or 0
+    if address % 16:
+        raise ValueError(
+            f"{name} must be 16-byte aligned (its address is {address:#x}); allocate it with "
+            "torch.empty / numpy.empty rather than slicing it at an odd offset"
+        )
+
+
+def split_size(fixed_split_size, unit=1):
+    """fixed_split_size (in pages or tokens): None, 0 or -1 = the automatic split."""
+    if fixed_split_size is None or int(fixed_split_size) <= 0:
+        return 0
+    return int(fixed_split_size) * unit
+
+
+class RunOption:
+    """One of the attributes FlashInfer's wrappers read at run() (_causal,
+    _sm_scale, ...), which plan(), forward() and engines' fast plans set:
+    setting one marks the wrapper's run parameters for re-derivation at the
+    next run(), so run() itself only checks a flag."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return obj.__dict__.get(self.name)
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.name] = value
+        obj.__dict__["_options_stale"] = True
+
+
+_raw_stream_fn = None
+
+
+def _raw_stream(index):
+    """The raw CUstream of torch's current stream on CUDA device `index`, through
+    torch's cheap private accessor when it has one (None otherwise)."""
+    global _raw_stream_fn
+    if _raw_stream_fn is None:
+        import torch
+
+        _raw_stream_fn = getattr(torch._C, "_cuda_getCurrentRawStream", False)
+    return _raw_stream_fn(index) if _raw_stream_fn else None
+
+
 def require_graph_buffers(*named):
     """The (name, buffer)s a use_cuda_graph=True constructor must be given."""
     for name, buf in named:
@@ -40,8 +112,19 @@ def require_graph_buffers(*named):
 class WrapperBase:
     _name = "wrapper"
 
+    # FlashInfer's run-time attributes (see RunOption).
+    _causal = RunOption()
+    _window_left = RunOption()
+    _logits_soft_cap = RunOption()
+    _sm_scale = RunOption()
+    _pos_encoding_mode = RunOption()
+    _rope_scale = RunOption()
+    _rope_theta = RunOption()
+
     def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args):
         from .variant import Variant
+
+        check_workspace_alignment(float_workspace_buffer, "float_workspace_buffer")
 
         if isinstance(jit_args, (list, tuple)) and len(jit_args) == 1:
             jit_args = jit_args[0]
@@ -54,8 +137,16 @@ class WrapperBase:
         self._variant = jit_args  # run() takes its values as extra positional arguments
         self._variant_values = ()
         self._float_workspace_buffer = float_workspace_buffer
+        # FlashInfer's int and pinned workspaces: the C plan has its own; engines
+        # that reach into the wrapper (fast plans) only pass these around.
         self._int_workspace_buffer = None
+        self._pin_memory_int_workspace_buffer = None
         self.device = workspace_device(float_workspace_buffer, self._name)
+        self._options_stale = False
+        self._option_changes = {}
+        self._spec_memo = None  # (plan() options, their Spec, the run-time attributes)
+        self._stream_memo = (None, None)  # (raw handle, torch stream) of the last run
+        self._cached_module = _CachedModule(self)
         self._kv_layout = kv_layout
         self._use_cuda_graph = bool(use_cuda_graph)
         self._backend = backend  # accepted for compatibility; there is one backend
@@ -88,6 +179,8 @@ class WrapperBase:
     def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
         """Kept for compatibility: the C plan owns its workspace, so only the
         buffers' device matters, and it must not change."""
+        check_workspace_alignment(float_workspace_buffer, "float_workspace_buffer")
+        check_workspace_alignment(int_workspace_buffer, "int_workspace_buffer")
         device = workspace_device(float_workspace_buffer, self._name)
         if device != self.device:
             raise ValueError(
@@ -164,6 +257,87 @@ class WrapperBase:
         self._plan.update(spec, *arrays)
         self._planned = True
 
+    def _set_options(
+        self,
+        spec,
+        causal=False,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        pos_encoding_mode="NONE",
+        rope_scale=None,
+        rope_theta=None,
+    ):
+        """After a plan(): the run-time attributes as FlashInfer's plan() sets them."""
+        self._causal = bool(causal)
+        self._window_left = -1 if window_left is None else int(window_left)
+        self._logits_soft_cap = float(logits_soft_cap or 0.0)
+        self._sm_scale = sm_scale
+        self._pos_encoding_mode = pos_encoding_mode
+        self._rope_scale = rope_scale
+        self._rope_theta = rope_theta
+        self._options_stale = False
+        self._option_changes = {}
+
+    _OPTION_NAMES = ("_causal", "_window_left", "_logits_soft_cap", "_sm_scale",
+                     "_pos_encoding_mode", "_rope_scale", "_rope_theta")
+
+    def _options_snapshot(self):
+        return tuple(self.__dict__.get(n) for n in self._OPTION_NAMES)
+
+    def _reset_options(self, snapshot):
+        """The run-time attributes as a plan() with these options sets them."""
+        d = self.__dict__
+        for name, value in zip(self._OPTION_NAMES, snapshot):
+            d[name] = value
+        d["_options_stale"] = False
+        d["_option_changes"] = {}
+
+    def _current_stream(self, ctx):
+        """ctx.current_stream(), with the torch Stream object reused while the
+        raw handle stays the same (torch makes a new object at each call)."""
+        if ctx.device[0] == "cpu":
+            return None
+        raw = _raw_stream(ctx.device[1])
+        last_raw, stream = self._stream_memo
+        if raw is None or raw != last_raw:
+            stream = ctx.current_stream()
+            self._stream_memo = (stream.cuda_stream, stream)
+        return stream
+
+    def _derive_options(self, spec):
+        """The Spec fields run() must change: the run-time attributes set since
+        plan() (forward(), an engine's fast plan) against the planned Spec."""
+        wanted = {
+            "window_left": -1 if self._window_left is None else int(self._window_left),
+            "logits_soft_cap": float(self._logits_soft_cap or 0.0),
+            "sm_scale": float(
+                self._sm_scale
+                if self._sm_scale is not None
+                else 1.0 / math.sqrt(spec.head_dim_qk)
+            ),
+            "pos_encoding": pos_encoding_code(self._pos_encoding_mode or "NONE"),
+            "rope_scale": float(1.0 if self._rope_scale is None else self._rope_scale),
+            "rope_theta": float(1e4 if self._rope_theta is None else self._rope_theta),
+        }
+        if spec.mask_mode != S.MASK_CUSTOM and self._causal is not None:
+            wanted["mask_mode"] = S.MASK_CAUSAL if self._causal else S.MASK_NONE
+        self._option_changes = {k: v for k, v in wanted.items() if getattr(spec, k) != v}
+        self._options_stale = False
+        return self._option_changes
+
+    def _forward_options(self, causal, pos_encoding_mode, window_left, logits_soft_cap,
+                         sm_scale, rope_scale, rope_theta):
+        """FlashInfer's deprecated forward(): set the run-time attributes, then run."""
+        if causal is not None:
+            self._causal = causal
+        self._pos_encoding_mode = pos_encoding_mode
+        self._window_left = window_left
+        self._logits_soft_cap = logits_soft_cap
+        self._sm_scale = sm_scale
+        self._rope_scale = rope_scale
+        self._rope_theta = rope_theta
+
     def _require_plan(self):
         if not self._planned:
             raise RuntimeError(
@@ -175,7 +349,8 @@ class WrapperBase:
     # ----------------------------------------------------------------- run
 
     def _check_window_left(self, window_left):
-        """run()'s window_left, if given, must be plan()'s."""
+        """run()'s window_left, if given, must be the wrapper's (plan()'s, or the
+        last forward()'s)."""
         if window_left is not None and window_left != self._window_left:
             raise ValueError(
                 f"window_left={window_left} differs from plan()'s {self._window_left}; "
@@ -195,36 +370,51 @@ class WrapperBase:
         lse,
         return_lse,
         custom_mask=None,
+        sinks=None,
         **spec_changes,
     ):
         """Check q/out/lse against the plan, then run: shared by every wrapper.
 
         The dtypes of q, k and v are checked against the plan by Plan.run.
+        sinks: attention-sink logits [num_qo_heads] (see apply_sinks).
         """
-        plan = self._require_plan()
-        check_rank(q, "q", 3, "[tokens, num_qo_heads, head_dim]")
-        _context.check_same_device(
-            self.device, [("q", q), ("out", out), ("lse", lse)] + list(arrays)
+        plan = self._plan if self._planned else self._require_plan()
+        if self._options_stale:
+            self._derive_options(plan.spec)
+        if self._option_changes:
+            spec_changes = {**self._option_changes, **spec_changes}
+        if not hasattr(q, "shape") or len(q.shape) != 3:
+            check_rank(q, "q", 3, "[tokens, num_qo_heads, head_dim]")
+        device = self.device
+        _context.check_same_device(device, (("q", q), ("out", out), ("lse", lse)))
+        if device not in getattr(arrays, "verified_on", ()):
+            _context.check_same_device(device, arrays)
+            if hasattr(arrays, "verified_on"):
+                arrays.verified_on.add(device)
+        capturing = device[0] == "cuda" and _context.check_capture(
+            device, self._use_cuda_graph, f"{self._name}.run()"
         )
-        capturing = _context.check_capture(
-            self.device, self._use_cuda_graph, f"{self._name}.run()"
-        )
+        want_lse = return_lse or sinks is not None
         out, lse = outputs(
-            q, plan.spec.head_dim_vo, self._o_name, out, lse, return_lse, self.device
+            q, plan.spec.head_dim_vo, self._o_name, out, lse if return_lse else None,
+            want_lse, self.device,
         )
         runner = plan
         if q_scale is not None or k_scale is not None or spec_changes:
-            scale = run_scale(plan.spec, q_scale, k_scale)
-            runner = plan.variant(replace(plan.spec, sm_scale=scale, **spec_changes))
+            spec = replace(plan.spec, **spec_changes) if spec_changes else plan.spec
+            scale = run_scale(spec, q_scale, k_scale)
+            runner = plan.variant(replace(spec, sm_scale=scale))
         if capturing:
             # From now on replays read this C plan's device workspace: it must
             # never be re-created (Plan._ensure refuses a parameter change).
             runner.captured = plan.captured = True
         if plan.total_qo or capturing:
             runner.run(
-                q, k, v, out, lse, custom_mask, plan.ctx.current_stream(),
-                getattr(self, "_variant_values", ()),
+                q, k, v, out, lse, custom_mask, self._current_stream(plan.ctx),
+                self._variant_values,
             )
+        if sinks is not None:
+            apply_sinks(out, lse, sinks, plan.spec.num_qo_heads, self.device)
         apply_v_scale(out, v_scale)
         return (out, lse) if return_lse else out
 
@@ -237,3 +427,29 @@ class WrapperBase:
     def plan_workspace_bytes(self):
         """Bytes the C plan holds (its own workspace, not the caller's buffer)."""
         return self._plan.workspace_size() if self._plan else 0
+
+    def _fast_replan(self, *args):
+        """What an engine's fast plan hands _cached_module.plan() (see _CachedModule)."""
+        raise NotImplementedError(
+            f"{self._name}._cached_module.plan(): FlashInfer's internal plan entry is "
+            "emulated for BatchDecodeWithPagedKVCacheWrapper only; call plan() instead"
+        )
+
+
+class _CachedModule:
+    """Stands for FlashInfer's compiled module (wrapper._cached_module), which
+    engines' fast decode plans call directly (vLLM's fast_plan_decode):
+    .plan(float_ws, int_ws, pinned_ws, ...) re-plans the wrapper's C plan
+    from the host arrays it is given. Nothing else of the module exists."""
+
+    def __init__(self, wrapper):
+        self._wrapper = wrapper
+
+    def plan(self, *args):
+        return self._wrapper._fast_replan(*args)
+
+    def __getattr__(self, name):
+        raise AttributeError(
+            f"flashinfer_c emulates only _cached_module.plan() of FlashInfer's module, "
+            f"not .{name}; use the wrapper's plan()/run()"
+        )

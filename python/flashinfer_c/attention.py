@@ -1,14 +1,18 @@
 """BatchAttention: one call for a batch mixing prefill and decode requests
 over a paged KV cache, whose lengths come as kv_len_arr."""
 
+import functools
+
 import numpy as np
 
-from . import _host
+from . import _context, _host
 from ._attention import paged_kv_views
 from ._context import parse_device
 from ._wrapper import refuse_extras
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 from .utils import kv_layout_code
+
+__all__ = ["BatchAttention", "BatchAttentionWithAttentionSinkWrapper"]
 
 
 class BatchAttention:
@@ -24,6 +28,9 @@ class BatchAttention:
         self._wrapper = BatchPrefillWithPagedKVCacheWrapper(None, kv_layout)
         self._wrapper._name = "BatchAttention"
         self._wrapper.device = parse_device(device)
+        # As FlashInfer allocates its workspaces here: a device that cannot run
+        # fails now, with the library's message (no driver / no GPU).
+        _context.get(self._wrapper.device)
         self._logits_soft_cap = 0.0
 
     def plan(
@@ -79,14 +86,106 @@ class BatchAttention:
             kv_data_type=kv_data_type,
         )
 
-    def run(self, q, kv_cache, out=None, lse=None, logits_soft_cap=None, profiler_buffer=None):
-        """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk]; returns (out, lse)."""
+    def run(
+        self,
+        q,
+        kv_cache,
+        out=None,
+        lse=None,
+        k_scale=None,
+        v_scale=None,
+        logits_soft_cap=None,
+        profiler_buffer=None,
+    ):
+        """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk]; returns (out, lse).
+        k_scale folds into the softmax scale, v_scale multiplies the output
+        (floats, as FlashInfer's run takes them)."""
         refuse_extras("BatchAttention.run()", (), profiler_buffer=profiler_buffer)
         changes = {}
         if logits_soft_cap is not None and float(logits_soft_cap) != self._logits_soft_cap:
             changes["logits_soft_cap"] = float(logits_soft_cap)
         self._wrapper._require_plan()
-        k, v, arrays = paged_kv_views(kv_cache)
+        k, v, arrays = paged_kv_views(kv_cache, self._kv_layout)
         return self._wrapper._run(
-            q, k, v, arrays, None, None, None, out, lse, True, self._wrapper._mask, **changes
+            q, k, v, arrays, None, k_scale, v_scale, out, lse, True, self._wrapper._mask,
+            **changes,
         )
+
+
+class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper):
+    """FlashInfer's paged prefill/decode wrapper with attention sinks (gpt-oss):
+    run(q, paged_kv_cache, sinks, sm_scale) takes the per-head sink logits
+    (float [num_qo_heads]) and the softmax scale as FlashInfer's extra run
+    arguments. The sinks join each row's softmax denominator (apply_sinks);
+    the LSE returned includes them. q/kv dtypes, head dims and window_left
+    given to the constructor are the defaults of plan()."""
+
+    _name = "BatchAttentionWithAttentionSinkWrapper"
+
+    def __init__(
+        self,
+        float_workspace_buffer,
+        kv_layout="NHD",
+        use_cuda_graph=False,
+        qo_indptr_buf=None,
+        paged_kv_indptr_buf=None,
+        paged_kv_indices_buf=None,
+        paged_kv_last_page_len_buf=None,
+        custom_mask_buf=None,
+        mask_indptr_buf=None,
+        backend="auto",
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        q_data_type="bfloat16",
+        kv_data_type="bfloat16",
+        head_dim_qk=128,
+        head_dim_vo=128,
+        window_left=-1,
+    ):
+        super().__init__(
+            float_workspace_buffer,
+            kv_layout,
+            use_cuda_graph,
+            qo_indptr_buf,
+            paged_kv_indptr_buf,
+            paged_kv_indices_buf,
+            paged_kv_last_page_len_buf,
+            custom_mask_buf,
+            mask_indptr_buf,
+            backend,
+        )
+        self._sink_defaults = dict(
+            q_data_type=q_data_type, kv_data_type=kv_data_type, window_left=window_left,
+            pos_encoding_mode=pos_encoding_mode,
+        )
+
+    def plan(self, *args, **kwargs):
+        for name, value in self._sink_defaults.items():
+            kwargs.setdefault(name, value)
+        return super().plan(*args, **kwargs)
+
+    begin_forward = plan
+
+    def run(self, q, paged_kv_cache, *args, sinks=None, **kwargs):
+        """run(q, paged_kv_cache, sinks, sm_scale, out=..., lse=..., return_lse=...)."""
+        if len(args) > 2:
+            raise ValueError(
+                f"{self._name}.run() takes (q, paged_kv_cache, sinks, sm_scale), got "
+                f"{2 + len(args)} positional arguments"
+            )
+        if args:
+            if sinks is not None:
+                raise TypeError("sinks given both positionally and by keyword")
+            sinks = args[0]
+        if len(args) == 2 and args[1] is not None and float(args[1]) != self._planned_sm_scale():
+            self._sm_scale = float(args[1])
+        if sinks is None:
+            raise ValueError(f"{self._name}.run() needs sinks (float [num_qo_heads])")
+        return super().run(q, paged_kv_cache, sinks=sinks, **kwargs)
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def _planned_sm_scale(self):
+        spec = self._require_plan().spec
+        return spec.sm_scale
+

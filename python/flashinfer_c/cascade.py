@@ -6,7 +6,7 @@ import ctypes
 
 from . import _context, _host
 from . import _structs as S
-from ._arrays import DTypeError, device_of, empty, name_of, view
+from ._arrays import DTypeError, check_writable, device_of, empty, name_of, view
 from ._attention import check_rank, context, outputs, paged_kv_views, plan_dtypes
 from ._cascade import Cascade
 from ._lib import check_op, fn
@@ -61,6 +61,8 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None):
     """(v, s) <- merge((v, s), (v_other, s_other)) in place; where mask [seq_len]
     (bool) is given, only the rows where it is True."""
     ctx = _ctx_and_check(v, [("s", s), ("v_other", v_other), ("s_other", s_other), ("mask", mask)])
+    check_writable(v, "v")
+    check_writable(s, "s")
     _lse_f32(s, "s")
     _lse_f32(s_other, "s_other")
     views = [view(v, "v"), view(s, "s"), view(v_other, "v_other"), view(s_other, "s_other")]
@@ -255,3 +257,167 @@ class MultiLevelCascadeAttentionWrapper(WrapperBase):
         return out
 
     forward = run
+
+
+class _SharedPrefixBase:
+    """FlashInfer's shared-prefix wrappers: a prefix of keys every query of the
+    batch sees (k_shared / v_shared, [shared_len, H_kv, D] NHD or
+    [H_kv, shared_len, D] HND, not causal), then each request's own paged
+    keys (unique_kv_cache), the two states merged exactly
+    (merge_state_in_place), as FlashInfer computes it."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
+        kv_layout_code(kv_layout)
+        self._kv_layout = kv_layout
+        self._batch_wrapper = self._inner(float_workspace_buffer, kv_layout)
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
+        self._batch_wrapper.reset_workspace_buffer(float_workspace_buffer, int_workspace_buffer)
+
+    def end_forward(self):
+        """Deprecated in FlashInfer; does nothing."""
+
+    def _merge(self, q, k_shared, v_shared, unique, sm_scale, rope_scale, rope_theta):
+        from .prefill import single_prefill_with_kv_cache
+
+        v_shared_out, s_shared = single_prefill_with_kv_cache(
+            q,
+            k_shared,
+            v_shared,
+            causal=False,
+            kv_layout=self._kv_layout,
+            sm_scale=sm_scale,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+            return_lse=True,
+        )
+        v_unique, s_unique = unique
+        merge_state_in_place(v_shared_out, s_shared, v_unique, s_unique)
+        return v_shared_out
+
+
+class BatchDecodeWithSharedPrefixPagedKVCacheWrapper(_SharedPrefixBase):
+    """Decode with a prefix shared by every request (FlashInfer's API)."""
+
+    @staticmethod
+    def _inner(buffer, kv_layout):
+        from .decode import BatchDecodeWithPagedKVCacheWrapper
+
+        return BatchDecodeWithPagedKVCacheWrapper(buffer, kv_layout)
+
+    def begin_forward(
+        self,
+        unique_kv_indptr,
+        unique_kv_indices,
+        unique_kv_last_page_len,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        page_size,
+        data_type="float16",
+        q_data_type=None,
+        kv_data_type=None,
+        **options,
+    ):
+        """Plan the unique part: each request's own pages."""
+        self._batch_wrapper.plan(
+            unique_kv_indptr,
+            unique_kv_indices,
+            unique_kv_last_page_len,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim,
+            page_size,
+            q_data_type=q_data_type or data_type,
+            kv_data_type=kv_data_type or data_type,
+            **options,
+        )
+
+    plan = begin_forward
+
+    def forward(
+        self,
+        q,
+        k_shared,
+        v_shared,
+        unique_kv_cache,
+        allow_fp16_qk_reduction=False,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+    ):
+        """q [batch_size, H_qo, D]: attention over k_shared/v_shared, then each
+        request's unique pages, merged."""
+        unique = self._batch_wrapper.forward_return_lse(
+            q, unique_kv_cache, sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta
+        )
+        return self._merge(q, k_shared, v_shared, unique, sm_scale, rope_scale, rope_theta)
+
+    run = forward
+
+
+class BatchPrefillWithSharedPrefixPagedKVCacheWrapper(_SharedPrefixBase):
+    """Prefill/append with a prefix shared by every request (FlashInfer's API)."""
+
+    @staticmethod
+    def _inner(buffer, kv_layout):
+        from .prefill import BatchPrefillWithPagedKVCacheWrapper
+
+        return BatchPrefillWithPagedKVCacheWrapper(buffer, kv_layout)
+
+    def begin_forward(
+        self,
+        qo_indptr,
+        paged_kv_indptr,
+        paged_kv_indices,
+        paged_kv_last_page_len,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        page_size,
+        q_data_type="float16",
+        kv_data_type=None,
+        **options,
+    ):
+        """Plan the unique part: each request's queries and own pages."""
+        self._batch_wrapper.plan(
+            qo_indptr,
+            paged_kv_indptr,
+            paged_kv_indices,
+            paged_kv_last_page_len,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim,
+            page_size,
+            q_data_type=q_data_type,
+            kv_data_type=kv_data_type,
+            **options,
+        )
+
+    plan = begin_forward
+
+    def forward(
+        self,
+        q,
+        k_shared,
+        v_shared,
+        unique_kv_cache,
+        causal=False,
+        allow_fp16_qk_reduction=False,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+    ):
+        """q [qo_indptr[-1], H_qo, D]: the shared prefix (every query sees all of
+        it), then each request's unique keys (causal when asked), merged."""
+        unique = self._batch_wrapper.forward_return_lse(
+            q,
+            unique_kv_cache,
+            causal=causal,
+            sm_scale=sm_scale,
+            rope_scale=rope_scale,
+            rope_theta=rope_theta,
+        )
+        return self._merge(q, k_shared, v_shared, unique, sm_scale, rope_scale, rope_theta)
+
+    run = forward

@@ -5,7 +5,16 @@ import ctypes
 import numpy as np
 
 from . import _context, _host
-from ._arrays import device_of, from_numpy, int32_index, is_torch, name_of, view
+from ._arrays import (
+    c_int32,
+    check_writable,
+    device_of,
+    from_numpy,
+    int32_index,
+    is_torch,
+    name_of,
+    view,
+)
 from ._attention import paged_kv_views
 from ._lib import check_op, fn
 from .utils import kv_layout_code
@@ -40,6 +49,8 @@ def append_paged_kv_cache(
         ("kv_last_page_len", kv_last_page_len),
     ] + cache_arrays
     _context.check_same_device(device, named)
+    for name, x in cache_arrays:
+        check_writable(x, name)
     ctx = _context.get(device)
     # The converted arrays must outlive the call: the views only hold pointers.
     converted = [
@@ -93,6 +104,7 @@ def get_batch_indices_positions(append_indptr, seq_lens, nnz, batch_indices=None
     of its seq_lens[i] tokens (seq_lens counts them already). Entries past
     append_indptr[-1] (up to nnz) get batch index -1 and position 0.
     """
+    nnz = c_int32(nnz, "nnz", 0)
     ptr = _host.to_numpy(append_indptr).astype(np.int64)
     lens = _host.to_numpy(seq_lens).astype(np.int64)
     counts = np.diff(ptr)

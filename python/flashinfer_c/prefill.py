@@ -5,18 +5,27 @@ import functools
 
 import numpy as np
 
-from . import _context, _host, _single
+from . import _context, _foreign, _host, _single
 from . import _structs as S
 from ._arrays import empty, name_of
 from ._attention import (
+    apply_v_scale,
     batch_mask,
     float_dtype,
     paged_kv_views,
     plan_dtypes,
+    run_scale,
     single_kv_shape,
     single_spec,
 )
-from ._wrapper import WrapperBase, refuse_extras, require_graph_buffers
+from ._wrapper import (
+    WrapperBase,
+    refuse_extras,
+    refuse_unknown,
+    require_graph_buffers,
+    split_size,
+)
+from .page import get_seq_lens  # noqa: F401  (flashinfer.prefill.get_seq_lens)
 from .utils import kv_layout_code
 
 
@@ -49,6 +58,11 @@ def single_prefill_with_kv_cache(
     rope_theta=None,
     backend="auto",
     return_lse=False,
+    *,
+    q_scale=None,
+    k_scale=None,
+    v_scale=None,
+    **newer,
 ):
     """Prefill/append attention of one request.
 
@@ -57,8 +71,11 @@ def single_prefill_with_kv_cache(
     (HND). custom_mask: bool [qo_len, kv_len] (False = masked out), or
     packed_custom_mask from packbits(mask.flatten(), bitorder="little").
     Returns out [qo_len, num_qo_heads, head_dim_vo] and, with return_lse,
-    lse [qo_len, num_qo_heads] in base 2.
+    lse [qo_len, num_qo_heads] in base 2. q_scale/k_scale/v_scale (floats)
+    as in the decode calls: q and k scales fold into sm_scale, v_scale
+    multiplies the output.
     """
+    refuse_unknown("single_prefill_with_kv_cache", newer)
     _refuse_tensor_scales(scale_q=scale_q, scale_k=scale_k, scale_v=scale_v)
     device, kv_len, num_kv_heads = single_kv_shape(
         q, k, v, kv_layout, 3, "[qo_len, num_qo_heads, head_dim]"
@@ -69,6 +86,9 @@ def single_prefill_with_kv_cache(
     mask = None
     if custom_mask is not None or packed_custom_mask is not None:
         mask, _ = batch_mask(custom_mask, packed_custom_mask, [qo_len], [kv_len], device)
+    if q_scale is not None or k_scale is not None:
+        base = (1.0 / head_dim**0.5) if sm_scale is None else sm_scale
+        sm_scale = run_scale(_Scale(base), q_scale, k_scale)
     spec = single_spec(
         k,
         v,
@@ -92,12 +112,21 @@ def single_prefill_with_kv_cache(
     ctx = _context.get(device)
     stream = ctx.current_stream()
     _single.run(device, spec, int(qo_len), int(kv_len), q, k, v, out, lse, mask, stream)
+    apply_v_scale(out, v_scale)
     return (out, lse) if return_lse else out
 
 
-single_prefill_with_kv_cache_return_lse = functools.partial(
-    single_prefill_with_kv_cache, return_lse=True
-)
+class _Scale:
+    """A stand-in Spec for run_scale: only sm_scale."""
+
+    def __init__(self, sm_scale):
+        self.sm_scale = sm_scale
+
+
+def single_prefill_with_kv_cache_return_lse(*args, **kwargs):
+    """single_prefill_with_kv_cache(..., return_lse=True)."""
+    kwargs["return_lse"] = True
+    return single_prefill_with_kv_cache(*args, **kwargs)
 
 
 def _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
@@ -240,8 +269,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         max_sequence_kv=None,
         fixed_split_size=None,
         disable_split_kv=False,
+        **newer,
     ):
         """Plan a batch: query indptr and the page table (host or device int32)."""
+        refuse_unknown(f"{self._name}.plan()", newer)
         self._refuse_capture()
         _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
         qo = _host.indptr(qo_indptr, "qo_indptr")
@@ -284,13 +315,28 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             rope_scale=rope_scale,
             rope_theta=rope_theta,
             disable_split_kv=disable_split_kv,
-            fixed_split_size=(fixed_split_size or 0) * page_size,
+            fixed_split_size=split_size(fixed_split_size, page_size),
         )
         self._update(spec, qo, kv_indptr, kv_indices, last, mask_indptr)
-        self._window_left = spec.window_left
-        self._causal = causal
+        self._set_options(
+            spec, causal, window_left, logits_soft_cap, sm_scale, pos_encoding_mode, rope_scale,
+            rope_theta,
+        )
+        self._page_size = int(page_size)
 
     begin_forward = plan
+
+    def workspace_size(self, qo_indptr, paged_kv_indptr, paged_kv_indices,
+                       paged_kv_last_page_len, num_qo_heads, num_kv_heads, head_dim_qk,
+                       page_size, *args, **kwargs):
+        """(float_workspace_bytes, int_workspace_bytes) of a plan() of this batch (plan()'s
+        arguments): the C plan's own workspace for it, and 0. Nothing of the
+        wrapper changes."""
+        probe = BatchPrefillWithPagedKVCacheWrapper(None, self._kv_layout)
+        probe.device = self.device
+        probe.plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+                   num_qo_heads, num_kv_heads, head_dim_qk, page_size, *args, **kwargs)
+        return int(probe.plan_workspace_bytes()), 0
 
     def run(
         self,
@@ -306,17 +352,69 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         enable_pdl=None,
         window_left=None,
         sinks=None,
+        **newer,
     ):
-        """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk] over the paged cache."""
-        refuse_extras(f"{self._name}.run()", self._variant_args(args), sinks=sinks)
-        self._require_plan()
-        self._check_window_left(window_left)
-        k, v, arrays = paged_kv_views(paged_kv_cache)
+        """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk] over the paged cache.
+        sinks: attention-sink logits, float [num_qo_heads] (gpt-oss)."""
+        if args or self._variant is not None:
+            refuse_extras(f"{self._name}.run()", self._variant_args(args))
+        if newer:
+            refuse_unknown(f"{self._name}.run()", newer)
+        if not self._planned:
+            self._require_plan()
+        if window_left is not None:
+            self._check_window_left(window_left)
+        k, v, arrays = paged_kv_views(paged_kv_cache, self._kv_layout)
         return self._run(
-            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask
+            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask,
+            sinks=sinks,
         )
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def forward(
+        self,
+        q,
+        paged_kv_cache,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        k_scale=None,
+        v_scale=None,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+    ):
+        """FlashInfer's deprecated forward(): sets the run-time options (these
+        defaults included, as FlashInfer does), then run()."""
+        self._forward_options(
+            causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
+            rope_theta,
+        )
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
+
+    def forward_return_lse(
+        self,
+        q,
+        paged_kv_cache,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        k_scale=None,
+        v_scale=None,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+    ):
+        self._forward_options(
+            causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
+            rope_theta,
+        )
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
@@ -381,8 +479,16 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         max_item_len_ptr=None,
         fixed_split_size=None,
         disable_split_kv=False,
+        seq_lens=None,
+        seq_lens_q=None,
+        max_token_per_sequence=None,
+        max_sequence_kv=None,
+        **newer,
     ):
-        """Plan a batch: query and key/value indptrs (host or device int32)."""
+        """Plan a batch: query and key/value indptrs (host or device int32).
+        seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv (cuDNN
+        inputs) are accepted and not used: the lengths are the indptrs'."""
+        refuse_unknown(f"{self._name}.plan()", newer)
         self._refuse_capture()
         _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
         qo = _host.indptr(qo_indptr, "qo_indptr")
@@ -416,10 +522,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             rope_scale=rope_scale,
             rope_theta=rope_theta,
             disable_split_kv=disable_split_kv,
-            fixed_split_size=fixed_split_size or 0,
+            fixed_split_size=split_size(fixed_split_size),
         )
         self._update(spec, qo, kv, None, None, mask_indptr)
-        self._causal = causal
+        self._set_options(
+            spec, causal, window_left, logits_soft_cap, sm_scale, pos_encoding_mode, rope_scale,
+            rope_theta,
+        )
 
     begin_forward = plan
 
@@ -437,14 +546,65 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         lse=None,
         return_lse=False,
         enable_pdl=None,
+        window_left=None,
+        sinks=None,
+        **newer,
     ):
         """Attention of q [qo_indptr[-1], H_qo, D_qk] over k, v [kv_indptr[-1], H_kv, D]
         (NHD) or [H_kv, kv_indptr[-1], D] (HND)."""
         refuse_extras(f"{self._name}.run()", self._variant_args(args), o_scale=o_scale)
+        if newer:
+            refuse_unknown(f"{self._name}.run()", newer)
         self._require_plan()
+        self._check_window_left(window_left)
         arrays = [("k", k), ("v", v)]
         return self._run(
-            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask
+            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask,
+            sinks=sinks,
         )
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def forward(
+        self,
+        q,
+        k,
+        v,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+    ):
+        """FlashInfer's deprecated forward(): sets the run-time options, then run()."""
+        self._forward_options(
+            causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
+            rope_theta,
+        )
+        return self.run(q, k, v)
+
+    def forward_return_lse(
+        self,
+        q,
+        k,
+        v,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+    ):
+        self._forward_options(
+            causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
+            rope_theta,
+        )
+        return self.run(q, k, v, return_lse=True)
+
+
+_foreign.add_to(__import__(__name__, fromlist=["_"]), "prefill")

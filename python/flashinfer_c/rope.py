@@ -9,7 +9,7 @@ k_rope); the _inplace forms overwrite q and k.
 import ctypes
 
 from . import _context
-from ._arrays import device_of, empty, int32_index, view
+from ._arrays import c_int32, check_writable, device_of, empty, int32_index, view
 from ._lib import check_op, fn
 from . import _structs as S
 
@@ -17,7 +17,7 @@ from . import _structs as S
 def _params(rotary_dim, interleave, rope_scale, rope_theta, llama31=None):
     p = S.RopeParams()
     fn.rope_params_init(ctypes.byref(p))
-    p.rotary_dim = 0 if rotary_dim is None else int(rotary_dim)
+    p.rotary_dim = 0 if rotary_dim is None else c_int32(rotary_dim, "rotary_dim", 0)
     p.interleave = int(bool(interleave))
     p.rope_scale = float(rope_scale)
     p.rope_theta = float(rope_theta)
@@ -37,6 +37,8 @@ def _rope(q, k, params, inplace, pos_ids=None, indptr=None, offsets=None):
     )
     ctx = _context.get(device)
     if inplace:
+        check_writable(q, "q")
+        check_writable(k, "k")
         q_out, k_out = q, k
     else:
         q_out, k_out = empty(q, tuple(q.shape)), empty(k, tuple(k.shape))

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _context, _host
 from . import _structs as S
-from ._arrays import check_out, device_of, empty, name_of, view
+from ._arrays import c_int32, check_out, device_of, empty, name_of, view
 from ._attention import batch_mask, check_rank, context, float_dtype, outputs
 from ._bsr import Bsr
 from ._wrapper import WrapperBase, refuse_extras
@@ -141,7 +141,7 @@ class BlockSparseAttentionWrapper(_SparseBase):
         for name, value in (("M", M), ("N", N), ("R", R), ("C", C)):
             if int(value) <= 0:
                 raise ValueError(f"{name}={value}: must be positive")
-        M, N, R, C = int(M), int(N), int(R), int(C)
+        M, N, R, C = (c_int32(x, n, 1) for x, n in ((M, "M"), (N, "N"), (R, "R"), (C, "C")))
         MB, NB = -(-M // R), -(-N // C)
         ptr = _host.indptr(indptr, "indptr")
         if ptr.shape[0] != MB + 1:

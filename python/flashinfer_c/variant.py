@@ -32,7 +32,7 @@ import ctypes
 import numpy as np
 
 from . import _structs as S
-from ._arrays import dtype_name, is_torch
+from ._arrays import c_int32, dtype_name, is_torch
 from ._lib import check, fn
 
 _TENSOR_DTYPES = {
@@ -154,7 +154,7 @@ class Variant:
             if kind == S.VARIANT_PARAM_F32:
                 arr[i].f32 = float(x)
             elif kind == S.VARIANT_PARAM_I32:
-                arr[i].i32 = int(x)
+                arr[i].i32 = c_int32(x, f"variant {self.name}: {pname}")
             else:
                 arr[i].ptr = self._tensor_ptr(pname, dt, x, device, keep)
         args = S.VariantArgs(len(values), arr)

@@ -37,9 +37,23 @@ def test_bad_indptr_values(fi):
         decode_wrapper(fi).plan(
             torch.tensor([0, 2, 1], dtype=torch.int32), indices, last, 2, 2, 64, 4
         )
+    # A page table's indptr may start past 0 (its pages are indices[indptr[0]:],
+    # as FlashInfer's kernels read it and vLLM plans its prefills); a query
+    # indptr may not.
     with pytest.raises(ValueError, match="start at 0"):
+        fi.BatchPrefillWithPagedKVCacheWrapper(torch.empty(1)).plan(
+            torch.tensor([1, 2, 4], dtype=torch.int32),
+            torch.tensor([0, 1, 2], dtype=torch.int32),
+            indices,
+            last,
+            2,
+            2,
+            64,
+            4,
+        )
+    with pytest.raises(ValueError, match=r"indptr\[0\]=-1"):
         decode_wrapper(fi).plan(
-            torch.tensor([1, 2, 4], dtype=torch.int32), indices, last, 2, 2, 64, 4
+            torch.tensor([-1, 2, 4], dtype=torch.int32), indices, last, 2, 2, 64, 4
         )
 
 
@@ -59,7 +73,7 @@ def test_heads_not_divisible(fi):
 def test_unsupported_head_dim(fi):
     with pytest.raises(ValueError, match="head_dim"):
         fi.single_decode_with_kv_cache(
-            torch.randn(4, 96), torch.randn(3, 4, 96), torch.randn(3, 4, 96)
+            torch.randn(4, 72), torch.randn(3, 4, 72), torch.randn(3, 4, 72)
         )
 
 
