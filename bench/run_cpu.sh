@@ -6,8 +6,9 @@
 # a shared machine only ever slows a round down); then bench_plan (the host
 # cost of fi_plan_update), bench_balance (split-KV on and off) and
 # bench_variant_cpu (a variant's JIT and hook kernel). Writes
-# bench/results/<platform>/latest.json (bench/results_json.py) and prints its
-# tables (docs/BENCHMARKS.md).
+# bench/results/<platform>/latest.json (bench/results_json.py), prints its
+# tables (docs/BENCHMARKS.md) and redraws the plots (bench/plot.py, into
+# docs/img/) where matplotlib is installed.
 #   bench/run_cpu.sh [--reps N] [--rounds N] [--quick] [--no-torch] [--no-variant]
 #                    [--platform NAME] [--out FILE]
 # --quick: 3 reps, 1 round, no variant benchmark (a check of the scripts, not a
@@ -60,13 +61,14 @@ out=${out:-bench/results/$platform/latest.json}
 
 make -s BUILD="$BUILD" "$BUILD/bench_cpu" "$BUILD/bench_plan" "$BUILD/bench_balance" \
   "$BUILD/bench_variant_cpu"
-if [[ $torch = 1 ]] && ! .venv-bench/bin/python -c "import torch" 2>/dev/null; then
-  python3 -m venv .venv-bench
-  # torch's CPU build (its own index; the package index's build brings CUDA)
-  .venv-bench/bin/pip install -q numpy
-  .venv-bench/bin/pip install -q --retries 0 --timeout 10 torch \
-    --index-url https://download.pytorch.org/whl/cpu ||
-    .venv-bench/bin/pip install -q torch
+if [[ $torch = 1 ]]; then
+  [[ -x .venv-bench/bin/python ]] || python3 -m venv .venv-bench
+  .venv-bench/bin/python -c "import numpy" 2>/dev/null || .venv-bench/bin/pip install -q numpy
+  # torch's CPU build, never the CUDA one (tests/python/install_torch_cpu.sh)
+  if ! tests/python/install_torch_cpu.sh .venv-bench; then
+    echo "run_cpu.sh: torch SDPA is left out of this run (as with --no-torch)"
+    torch=0
+  fi
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -93,3 +95,17 @@ if [[ $variant = 1 ]]; then
 fi
 python3 bench/results_json.py cpu "${args[@]}" --out "$out"
 python3 bench/results_json.py table "$out" --suite cpu-decode --suite cpu-prefill --suite host
+# The plots of docs/BENCHMARKS.md (docs/img/) from the records, where a
+# python with matplotlib is at hand; a run written elsewhere (--out) is no
+# record of bench/results/ and leaves them alone.
+if [[ $out = bench/results/*/latest.json ]]; then
+  plotter=""
+  for py in python3 .venv-bench/bin/python; do
+    if "$py" -c "import matplotlib" 2>/dev/null; then plotter=$py; break; fi
+  done
+  if [[ -n $plotter ]]; then
+    "$plotter" bench/plot.py
+  else
+    echo "plots not redrawn: no matplotlib (pip install matplotlib; python3 bench/plot.py)"
+  fi
+fi
