@@ -824,6 +824,20 @@ FI_API fi_status fi_top_k_ragged(fi_context *ctx, const fi_tensor *input,
                                  const fi_tensor *indptr, int32_t k, fi_tensor *values,
                                  fi_tensor *indices, void *stream);
 
+/* RoPE from a precomputed cos/sin cache, the form vLLM and SGLang call
+ * (FlashInfer's apply_rope_with_cos_sin_cache): token t turns by row
+ * positions[t] of the cache, cos_sin_cache[p] = (cos[0 .. R/2), sin[0 ..
+ * R/2)) for rotary_dim R (even, <= D). is_neox non-zero: pair i is (x[i],
+ * x[i + R/2]); 0: (x[2i], x[2i+1]) (GPT-J). Dimensions past R are copied.
+ * In place when q_out == q (k_out == k), as the same views.
+ *   positions [nnz] i32 in [0, max_pos); cos_sin_cache [max_pos, R] f32
+ *   q, q_out [nnz, H_qo, D]; k, k_out [nnz, H_kv, D]   f32/f16/bf16 */
+FI_API fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *positions,
+                                             const fi_tensor *q, const fi_tensor *k,
+                                             const fi_tensor *cos_sin_cache, int32_t is_neox,
+                                             fi_tensor *q_out, fi_tensor *k_out,
+                                             void *stream);
+
 /* ---------------------------------------------------- composable formats */
 /* docs/CASCADE.md: cascades (levels of shared KV merged exactly) and
  * block-sparse attention, both lowered onto plans and the state merge. */

@@ -20,6 +20,8 @@
  *   filter        top_k / top_p renorm, top_k_mask_logits (in place too)
  *   spec          chain speculative sampling
  *   topk          fi_top_k (lengths, offsets, ties, NaN) and fi_top_k_ragged
+ *   rope_cache    fi_rope_apply_cos_sin_cache: NeoX and GPT-J pairs,
+ *                 rotary_dim < head_dim, in place
  *   repro         bitwise the same outputs on 1, 2, 3 threads and every level
  *   rng           Philox4x32-10 known answers
  *   large         hidden 16384, vocab 262144 (split across the pool)
@@ -290,6 +292,98 @@ static void suite_act(const tu_cpu_backend *be) {
                              strided ? "strided" : "contiguous");
                     run_case("act", name, case_act, &c, be->ctx);
                 }
+}
+
+/* =========================================================== rope cache */
+
+typedef struct rope_cache_cfg {
+    int64_t nnz, hq, hk, dim, rot;
+    fi_dtype dtype;
+    int neox, strided, in_place;
+} rope_cache_cfg;
+
+/* x [nnz][h][d] rotated by rows pos[t] of cache [.][rot] (cos, then sin). */
+static void rope_cache_ref(const rope_cache_cfg *c, int64_t h, const double *x, const int32_t *pos,
+                           const float *cache, double *out) {
+    const int64_t half = c->rot / 2, d = c->dim;
+    for (int64_t t = 0; t < c->nnz; t++)
+        for (int64_t hh = 0; hh < h; hh++) {
+            const double *v = x + (t * h + hh) * d;
+            double *y = out + (t * h + hh) * d;
+            const float *cs = cache + pos[t] * c->rot;
+            for (int64_t i = 0; i < d; i++) y[i] = v[i];
+            for (int64_t i = 0; i < half; i++) {
+                int64_t a = c->neox ? i : 2 * i, b = c->neox ? i + half : 2 * i + 1;
+                y[a] = v[a] * cs[i] - v[b] * cs[half + i];
+                y[b] = v[b] * cs[i] + v[a] * cs[half + i];
+            }
+        }
+}
+
+static int case_rope_cache(fi_context *ctx, tu_rng *rng, const void *p) {
+    const rope_cache_cfg *c = p;
+    const int64_t qs[3] = {c->nnz, c->hq, c->dim}, ks[3] = {c->nnz, c->hk, c->dim};
+    const int64_t max_pos = 4096;
+    tu_buf q, k, qo, ko;
+    memset(&qo, 0, sizeof qo), memset(&ko, 0, sizeof ko);
+    int ok = !ops_view_alloc(&q, c->dtype, 3, qs, c->strided, rng) &&
+             !ops_view_alloc(&k, c->dtype, 3, ks, c->strided, rng);
+    if (ok && !c->in_place)
+        ok = !ops_view_alloc(&qo, c->dtype, 3, qs, c->strided, rng) &&
+             !ops_view_alloc(&ko, c->dtype, 3, ks, c->strided, rng);
+    float *cache = malloc((size_t)(max_pos * c->rot) * sizeof *cache);
+    int32_t *pos = malloc((size_t)(c->nnz + 1) * sizeof *pos);
+    if (!ok || !cache || !pos) {
+        tu_note("allocation failed");
+        return 0;
+    }
+    for (int64_t pp = 0; pp < max_pos; pp++) /* vLLM's cache: theta 1e4 */
+        for (int64_t i = 0; i < c->rot / 2; i++) {
+            double ang = (double)pp * pow(1e4, -2.0 * (double)i / (double)c->rot);
+            cache[pp * c->rot + i] = (float)cos(ang);
+            cache[pp * c->rot + c->rot / 2 + i] = (float)sin(ang);
+        }
+    for (int64_t t = 0; t < c->nnz; t++) pos[t] = tu_rng_int(rng, 0, (int32_t)max_pos - 1);
+    double *qv = fill_read(rng, &q, -2, 2), *kv = fill_read(rng, &k, -2, 2);
+    double *qr = malloc((size_t)(c->nnz * c->hq * c->dim + 1) * sizeof *qr);
+    double *kr = malloc((size_t)(c->nnz * c->hk * c->dim + 1) * sizeof *kr);
+    rope_cache_ref(c, c->hq, qv, pos, cache, qr);
+    rope_cache_ref(c, c->hk, kv, pos, cache, kr);
+    const int64_t cshape[2] = {max_pos, c->rot};
+    fi_tensor tc = fi_tensor_contiguous(cache, FI_DTYPE_F32, 2, cshape);
+    fi_tensor tp = vec_i32(pos, c->nnz);
+    const tu_buf *dq = c->in_place ? &q : &qo, *dk = c->in_place ? &k : &ko;
+    ok = ops_check_ok(fi_rope_apply_cos_sin_cache(ctx, &tp, &q.t, &k.t, &tc, c->neox,
+                                                  (fi_tensor *)&dq->t, (fi_tensor *)&dk->t, NULL),
+                      "fi_rope_apply_cos_sin_cache");
+    if (ok) {
+        ok &= ops_check_view("q_out", &dq->t, qr, tu_dtype_tol(c->dtype) * 2);
+        ok &= ops_check_view("k_out", &dk->t, kr, tu_dtype_tol(c->dtype) * 2);
+        ok &= ops_check_outside("q_out", dq) & ops_check_outside("k_out", dk);
+    }
+    free(cache), free(pos), free(qv), free(kv), free(qr), free(kr);
+    tu_buf_free(&q), tu_buf_free(&k), tu_buf_free(&qo), tu_buf_free(&ko);
+    return ok;
+}
+
+static void suite_rope_cache(const tu_cpu_backend *be) {
+    static const int64_t shapes[][5] = {
+        {1, 1, 1, 2, 2}, {7, 4, 2, 64, 64}, {5, 3, 1, 128, 64}, {9, 8, 8, 130, 96}};
+    char name[160];
+    for (int si = 0; si < 4; si++)
+        for (int di = 0; di < 3; di++)
+            for (int mode = 0; mode < 4; mode++) {
+                rope_cache_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2],
+                                    shapes[si][3], shapes[si][4], float_dtypes[di],
+                                    mode & 1,      mode >= 2,     mode == 3};
+                snprintf(name, sizeof name, "rope_cache/%s/%s/h%lld_%lld_d%lld_r%lld/%s%s",
+                         be->name, tu_dtype_name(c.dtype), (long long)c.hq, (long long)c.hk,
+                         (long long)c.dim, (long long)c.rot, c.neox ? "neox" : "gptj",
+                         c.in_place  ? "_in_place"
+                         : c.strided ? "_strided"
+                                     : "");
+                run_case("rope_cache", name, case_rope_cache, &c, be->ctx);
+            }
 }
 
 /* ============================================================== softmax */
@@ -1254,6 +1348,10 @@ static const bad_case bad_cases[] = {
     {"ragged/indptr_start", FI_STATUS_INVALID_ARGUMENT, "indptr[0]=1"},
     {"ragged/indptr_decreasing", FI_STATUS_INVALID_ARGUMENT, "indptr[2]=2 < indptr[1]=3"},
     {"ragged/indptr_past_input", FI_STATUS_INVALID_ARGUMENT, "indptr[4]=40 is past"},
+    {"rope_cache/position_past_cache", FI_STATUS_INVALID_ARGUMENT, "positions[1]=4 is not a row"},
+    {"rope_cache/rotary_odd", FI_STATUS_INVALID_ARGUMENT, "must be even"},
+    {"rope_cache/cache_f16", FI_STATUS_INVALID_ARGUMENT, "cos_sin_cache.dtype is f16"},
+    {"rope_cache/k_out_is_q", FI_STATUS_INVALID_ARGUMENT, "k_out"},
 };
 #define NUM_BAD ((int)(sizeof bad_cases / sizeof bad_cases[0]))
 
@@ -1372,6 +1470,24 @@ static fi_status bad_call(int i, bad_env *e) {
         tu_view_set(&e->tk.t, 2, 3);
         return st;
     }
+    if (!strncmp(n, "rope_cache/", 11)) {
+        /* q [4, 2, 4] and k [4, 1, 4] views of x and res; a [4, 4] cache (probs) */
+        fi_tensor q3 = x, k3 = res, cache = pr, pos = ix;
+        q3.ndim = k3.ndim = 3;
+        q3.shape[1] = 2, q3.shape[2] = 4, q3.stride[0] = 8, q3.stride[1] = 4, q3.stride[2] = 1;
+        k3.shape[1] = 1, k3.shape[2] = 4, k3.stride[0] = 8, k3.stride[1] = 4, k3.stride[2] = 1;
+        fi_tensor qo3 = q3, ko3 = k3;
+        cache.shape[1] = 4, cache.stride[0] = 8;
+        if (!strcmp(n, "rope_cache/position_past_cache"))
+            cache.shape[0] = 4, tu_view_set(&e->idx.t, 1, 4);
+        if (!strcmp(n, "rope_cache/rotary_odd")) cache.shape[1] = 3;
+        if (!strcmp(n, "rope_cache/cache_f16")) cache.dtype = FI_DTYPE_F16;
+        if (!strcmp(n, "rope_cache/k_out_is_q")) ko3 = q3, ko3.shape[1] = 1;
+        fi_status st =
+            fi_rope_apply_cos_sin_cache(ctx, &pos, &q3, &k3, &cache, 1, &qo3, &ko3, NULL);
+        for (int r = 0; r < 4; r++) tu_view_set(&e->idx.t, r, 3 - r);
+        return st;
+    }
     if (!strncmp(n, "ragged/", 7)) {
         int which = !strcmp(n, "ragged/indptr_start")        ? 0
                     : !strcmp(n, "ragged/indptr_decreasing") ? 2
@@ -1424,6 +1540,61 @@ static void suite_bad_input(const tu_cpu_backend *be) {
     }
 }
 
+/* ================================================================= cuda */
+
+/* Until the CUDA kernels exist, every serving op on a CUDA context refuses
+ * with FI_STATUS_UNSUPPORTED saying "on CUDA: not yet" (runs where a CUDA
+ * context can be made: a GPU, or the stand-in driver of tests/gpu/stub on
+ * LD_LIBRARY_PATH; the tensors are never read). */
+static void suite_cuda_unsupported(void) {
+    fi_context_options o;
+    fi_context_options_init(&o);
+    o.device = FI_DEVICE_CUDA;
+    fi_context *ctx = NULL;
+    if (!tu_begin_case("cuda/serving_ops_unsupported")) return;
+    if (!tu_backend_selected("cuda") || fi_context_create(&o, &ctx) != FI_OK) {
+        tu_note("backend cuda: no CUDA context here");
+        tu_record("cuda", "cuda/serving_ops_unsupported", TU_SKIP);
+        return;
+    }
+    static float x[64], w[8];
+    static int32_t ids[8], out_ids[16];
+    static uint8_t q8[64];
+    int64_t m[2] = {8, 8}, h[1] = {8}, a2[2] = {8, 4}, d3[3] = {8, 1, 8};
+    int64_t t3[3] = {8, 2, 8}, i2[2] = {8, 1}, o2[2] = {8, 2}, p2[2] = {8, 4};
+    fi_tensor tx = fi_tensor_contiguous(x, FI_DTYPE_F32, 2, m),
+              tw = fi_tensor_contiguous(w, FI_DTYPE_F32, 1, h);
+    static float act[32];
+    fi_tensor ty = fi_tensor_contiguous(act, FI_DTYPE_F32, 2, a2);
+    fi_tensor tq = fi_tensor_contiguous(q8, FI_DTYPE_E4M3, 2, m), ts = vec_i32(ids, 8);
+    fi_tensor dp = fi_tensor_contiguous(x, FI_DTYPE_F32, 3, d3),
+              tp = fi_tensor_contiguous(x, FI_DTYPE_F32, 3, t3);
+    fi_tensor di = fi_tensor_contiguous(ids, FI_DTYPE_I32, 2, i2),
+              oi = fi_tensor_contiguous(out_ids, FI_DTYPE_I32, 2, o2);
+    fi_tensor ki = fi_tensor_contiguous(ids, FI_DTYPE_I32, 2, p2),
+              cache = fi_tensor_contiguous(w, FI_DTYPE_F32, 2, (int64_t[]){2, 4});
+    static float kx[64], y[64];
+    fi_tensor q3 = fi_tensor_contiguous(x, FI_DTYPE_F32, 3, d3);
+    fi_tensor k3 = fi_tensor_contiguous(kx, FI_DTYPE_F32, 3, d3);
+    fi_tensor y8 = fi_tensor_contiguous(y, FI_DTYPE_F32, 2, m);
+    int ok = 1;
+    /* each checked at once: its message is the last error then */
+#define EXPECT_NOT_YET(call)                                                                       \
+    ok &= !tu_expect_status((call), FI_STATUS_UNSUPPORTED, "on CUDA: not yet", #call)
+    EXPECT_NOT_YET(fi_rmsnorm(ctx, &tx, &tw, 1e-6f, &y8, NULL));
+    EXPECT_NOT_YET(fi_rmsnorm_quant(ctx, &tx, &tw, 1.0f, 1e-6f, &tq, NULL));
+    EXPECT_NOT_YET(fi_silu_and_mul(ctx, &tx, &ty, NULL));
+    EXPECT_NOT_YET(fi_softmax(ctx, &tx, NULL, 1.0f, &y8, NULL));
+    EXPECT_NOT_YET(fi_top_p_sampling_from_probs(ctx, &tx, NULL, NULL, 0.5f, 1, 2, &ts, NULL, NULL));
+    EXPECT_NOT_YET(fi_top_k_renorm_probs(ctx, &tx, NULL, 2, &y8, NULL));
+    EXPECT_NOT_YET(fi_chain_speculative_sampling(ctx, &dp, &di, &tp, 1, 2, &oi, NULL, NULL, NULL));
+    EXPECT_NOT_YET(fi_top_k(ctx, &tx, 4, NULL, NULL, NULL, &ki, NULL));
+    EXPECT_NOT_YET(fi_rope_apply_cos_sin_cache(ctx, &ts, &q3, &k3, &cache, 1, &q3, &k3, NULL));
+#undef EXPECT_NOT_YET
+    fi_context_destroy(ctx);
+    tu_record("cuda", "cuda/serving_ops_unsupported", ok ? TU_PASS : TU_FAIL);
+}
+
 /* ================================================================= main */
 
 static void suite_once(const tu_cpu_backend *be) {
@@ -1459,11 +1630,13 @@ int main(int argc, char **argv) {
         suite_filter(&be);
         suite_spec(&be);
         suite_topk(&be);
+        suite_rope_cache(&be);
         char name[96];
         snprintf(name, sizeof name, "large/%s/v262144_h16384", be.name);
         if (!tu_opt.quick || i == 0) run_case("large", name, case_large, NULL, be.ctx);
         suite_bad_input(&be);
         fi_context_destroy(be.ctx);
     }
+    suite_cuda_unsupported();
     return tu_summary("test_serving_ops");
 }

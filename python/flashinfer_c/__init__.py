@@ -77,6 +77,8 @@ from .rope import (
     apply_rope_inplace,
     apply_rope_pos_ids,
     apply_rope_pos_ids_inplace,
+    apply_rope_with_cos_sin_cache,
+    apply_rope_with_cos_sin_cache_inplace,
 )
 from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWrapper
 from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
@@ -142,6 +144,8 @@ __all__ = [
     "apply_rope_inplace",
     "apply_rope_pos_ids",
     "apply_rope_pos_ids_inplace",
+    "apply_rope_with_cos_sin_cache",
+    "apply_rope_with_cos_sin_cache_inplace",
     "get_batch_indices_positions",
     "get_seq_lens",
     "merge_state",

@@ -1,5 +1,6 @@
 """The C library's serving ops (norms, gated activations, softmax, sampling,
-top-k) as the public modules (norm, activation, sampling, topk) call them:
+top-k, RoPE from a cos/sin cache) as the public modules (norm, activation,
+sampling, topk, rope) call them:
 their C signatures, per-row parameters given as a number or a tensor, the
 (seed, offset) of a call's draws, and outputs allocated like the inputs.
 
@@ -50,6 +51,7 @@ _SIGNATURES = {
     "fi_chain_speculative_sampling": [_TP, _TP, _TP, c_uint64, c_uint64, _TP, _TP, _TP],
     "fi_top_k": [_TP, c_int32, _TP, _TP, _TP, _TP],
     "fi_top_k_ragged": [_TP, _TP, c_int32, _TP, _TP],
+    "fi_rope_apply_cos_sin_cache": [_TP, _TP, _TP, _TP, c_int32, _TP, _TP],
 }
 
 _fns = {}

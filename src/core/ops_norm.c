@@ -1,5 +1,6 @@
 /*
- * ops_norm.c — the public norm and gated-activation ops: every argument
+ * ops_norm.c — the public norm and gated-activation ops (and RoPE from a
+ * cos/sin cache, the other row-wise op of a layer): every argument
  * checked (context, dtypes, ranks, shapes against the input, eps and the
  * FP8 scale, outputs apart from the inputs and from themselves) before the
  * backend's `norm` / `gated_act` entry is called with one fi_norm_args /
@@ -8,6 +9,7 @@
 #include "core/ops_check.h"
 
 #include <math.h>
+#include <stdio.h>
 
 /* What differs between the norm entry points. */
 typedef struct norm_form {
@@ -177,4 +179,59 @@ fi_status fi_gelu_and_mul(fi_context *ctx, const fi_tensor *input, fi_tensor *ou
 fi_status fi_gelu_tanh_and_mul(fi_context *ctx, const fi_tensor *input, fi_tensor *out,
                                void *stream) {
     return act_run(ctx, FI_ACT_GELU_TANH, "fi_gelu_tanh_and_mul", input, out, stream);
+}
+
+/* ----------------------------------------------------- RoPE from a cache */
+
+fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *positions,
+                                      const fi_tensor *q, const fi_tensor *k,
+                                      const fi_tensor *cos_sin_cache, int32_t is_neox,
+                                      fi_tensor *q_out, fi_tensor *k_out, void *stream) {
+    const char *fn = "fi_rope_apply_cos_sin_cache";
+    FI_OP_CONTEXT(ctx, fn, rope_cos_sin);
+    FI_OP_TRY(fi_op_float(q, fn, "q", 3, NULL, false));
+    const int64_t nnz = q->shape[0], dim = q->shape[2];
+    const int64_t k_shape[3] = {nnz, -1, dim};
+    FI_OP_TRY(fi_op_float(k, fn, "k", 3, k_shape, false));
+    FI_OP_TRY(fi_op_index(positions, fn, "positions", nnz));
+    char full[96];
+    snprintf(full, sizeof full, "%s: cos_sin_cache", fn);
+    FI_OP_TRY(fi_check_tensor(cos_sin_cache, full, FI_DTYPE_F32, 2, NULL));
+    const int64_t max_pos = cos_sin_cache->shape[0], rot = cos_sin_cache->shape[1];
+    if (rot < 2 || rot % 2 || rot > dim)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                        "%s: cos_sin_cache.shape[1]=%lld (rotary_dim) must be even and in "
+                        "[2, head_dim %lld]",
+                        fn, (long long)rot, (long long)dim);
+    snprintf(full, sizeof full, "%s: q_out", fn);
+    FI_OP_TRY(fi_check_tensor(q_out, full, q->dtype, 3, q->shape));
+    snprintf(full, sizeof full, "%s: k_out", fn);
+    FI_OP_TRY(fi_check_tensor(k_out, full, k->dtype, 3, k->shape));
+    {
+        const fi_tensor *others[] = {q, k, positions, cos_sin_cache, k_out};
+        static const char *const names[] = {"q", "k", "positions", "cos_sin_cache", "k_out"};
+        const bool same_q[] = {true, false, false, false, false};
+        const bool same_k[] = {false, true, false, false};
+        const fi_tensor *k_others[] = {q, k, positions, cos_sin_cache};
+        FI_OP_TRY(fi_op_apart(q_out, fn, "q_out", others, names, same_q, 5));
+        FI_OP_TRY(fi_op_apart(k_out, fn, "k_out", k_others, names, same_k, 4));
+    }
+    if (ctx->backend->host_memory)
+        for (int64_t t = 0; t < nnz; t++) {
+            int32_t p = fi_op_i32_at(positions, t);
+            if (p < 0 || p >= max_pos)
+                return fi_error(FI_STATUS_INVALID_ARGUMENT,
+                                "%s: positions[%lld]=%d is not a row of cos_sin_cache (it has "
+                                "%lld)",
+                                fn, (long long)t, (int)p, (long long)max_pos);
+        }
+    if (nnz == 0) return FI_OK;
+    fi_rope_cache_args a = {.positions = positions,
+                            .q = q,
+                            .k = k,
+                            .cache = cos_sin_cache,
+                            .neox = is_neox != 0,
+                            .q_out = q_out,
+                            .k_out = k_out};
+    return ctx->backend->rope_cos_sin(ctx, &a, stream);
 }

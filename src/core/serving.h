@@ -122,6 +122,15 @@ typedef struct fi_topk_args {
     int64_t rows;
 } fi_topk_args;
 
+/* RoPE from a cos/sin cache (fi_rope_apply_cos_sin_cache). */
+typedef struct fi_rope_cache_args {
+    const fi_tensor *positions; /* [nnz] i32 */
+    const fi_tensor *q, *k;     /* [nnz, H, D] */
+    const fi_tensor *cache;     /* [max_pos, R] f32 */
+    bool neox;
+    fi_tensor *q_out, *k_out;   /* may be q, k (in place) */
+} fi_rope_cache_args;
+
 /* ------------------------------------------------------------ helpers */
 
 /* Element offset of row r of a tensor whose rows are its leading ndim - 1

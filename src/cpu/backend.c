@@ -123,6 +123,7 @@ const fi_backend fi_cpu_backend = {
     .filter = fi_cpu_filter,
     .chain_speculative = fi_cpu_chain_speculative,
     .top_k = fi_cpu_top_k,
+    .rope_cos_sin = fi_cpu_rope_cos_sin,
     .warmup_missing = fi_cpu_warmup_missing,
     .head_dims_supported = cpu_head_dims_supported,
     .warmup_list = fi_cpu_warmup_list,

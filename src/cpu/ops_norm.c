@@ -1,6 +1,6 @@
 /*
  * ops_norm.c — RMSNorm, LayerNorm (fused residual add, Gemma weights, FP8
- * output) and the gated activations on the CPU.
+ * output), the gated activations and RoPE from a cos/sin cache on the CPU.
  *
  * Rows are split across the thread pool. A row is read into f32 (in place
  * when it already is contiguous f32), reduced with the level's lane sums
@@ -21,7 +21,7 @@ typedef struct norm_job {
     const fi_norm_args *a;
     const fi_cpu_serving_kernels *k;
     fi_ops_isa isa;
-    const float *w, *b;  /* [H] f32 */
+    const float *w, *b; /* [H] f32 */
     int64_t h;
 } norm_job;
 
@@ -57,8 +57,10 @@ static void norm_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
             rstd = 1.0f / sqrtf(k->sum_sq(x, h) / (float)h + a->eps);
         }
         float *y = fp8 ? sum : fi_sv_dest(out, oo, out_st, sum);
-        if (a->kind == FI_NORM_LAYER) k->ln_apply(y, x, j->w, j->b, mean, rstd, h);
-        else k->rms_apply(y, x, j->w, rstd, h);
+        if (a->kind == FI_NORM_LAYER)
+            k->ln_apply(y, x, j->w, j->b, mean, rstd, h);
+        else
+            k->rms_apply(y, x, j->w, rstd, h);
         if (!fp8) {
             fi_sv_store(j->isa, out, oo, out_st, y, h);
             continue;
@@ -127,4 +129,62 @@ fi_status fi_cpu_gated_act(fi_context *ctx, const fi_act_args *a, void *stream) 
     int64_t bytes = a->rows * a->dim * 12;
     return fi_sv_parallel_rows(ctx, a->rows, bytes, 0, NULL, 3 * ACT_CHUNK * sizeof(float),
                                act_rows, &j);
+}
+
+/* ---------------------------------------------------- RoPE from a cache */
+
+typedef struct rope_cache_job {
+    const fi_rope_cache_args *a;
+    fi_ops_isa isa;
+    int64_t dim, rot;
+} rope_cache_job;
+
+/* Rotate head h of token t of `in` into `out` by cos c, sin s [rot / 2]. */
+static void rope_cache_head(const rope_cache_job *j, const fi_tensor *in, const fi_tensor *out,
+                            int64_t t, int64_t h, const float *c, const float *s, float *x,
+                            float *y) {
+    const int64_t io = t * in->stride[0] + h * in->stride[1];
+    const int64_t oo = t * out->stride[0] + h * out->stride[1];
+    const float *v = fi_sv_load(j->isa, in, io, in->stride[2], j->dim, x);
+    const int64_t half = j->rot / 2;
+    if (j->a->neox) {
+        for (int64_t i = 0; i < half; i++) {
+            y[i] = v[i] * c[i] - v[i + half] * s[i];
+            y[i + half] = v[i + half] * c[i] + v[i] * s[i];
+        }
+    } else {
+        for (int64_t i = 0; i < half; i++) {
+            y[2 * i] = v[2 * i] * c[i] - v[2 * i + 1] * s[i];
+            y[2 * i + 1] = v[2 * i + 1] * c[i] + v[2 * i] * s[i];
+        }
+    }
+    for (int64_t i = j->rot; i < j->dim; i++) y[i] = v[i];
+    fi_sv_store(j->isa, out, oo, out->stride[2], y, j->dim);
+}
+
+static void rope_cache_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
+    const rope_cache_job *j = arg;
+    const fi_rope_cache_args *a = j->a;
+    float *x = scratch, *y = (float *)((char *)scratch + fi_sv_floats(j->dim));
+    float *cs = (float *)((char *)scratch + 2 * fi_sv_floats(j->dim));
+    const fi_tensor *cache = a->cache;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t p = ((const int32_t *)a->positions->data)[t * a->positions->stride[0]];
+        const float *row =
+            fi_sv_load(j->isa, cache, p * cache->stride[0], cache->stride[1], j->rot, cs);
+        const float *c = row, *s = row + j->rot / 2;
+        for (int64_t h = 0; h < a->q->shape[1]; h++)
+            rope_cache_head(j, a->q, a->q_out, t, h, c, s, x, y);
+        for (int64_t h = 0; h < a->k->shape[1]; h++)
+            rope_cache_head(j, a->k, a->k_out, t, h, c, s, x, y);
+    }
+}
+
+fi_status fi_cpu_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream) {
+    (void)stream;
+    rope_cache_job j = {a, fi_ops_isa_for(ctx), a->q->shape[2], a->cache->shape[1]};
+    const int64_t nnz = a->q->shape[0];
+    const int64_t bytes = 4 * nnz * j.dim * (a->q->shape[1] + a->k->shape[1]);
+    return fi_sv_parallel_rows(ctx, nnz, bytes, 0, NULL,
+                               2 * fi_sv_floats(j.dim) + fi_sv_floats(j.rot), rope_cache_rows, &j);
 }

@@ -42,7 +42,7 @@ extern const fi_cpu_serving_kernels fi_cpu_serving_avx2;
 extern const fi_cpu_serving_kernels fi_cpu_serving_avx512;
 #endif
 
-/* The backend's entries (fi_backend: norm ... top_k). */
+/* The backend's entries (fi_backend: norm ... rope_cos_sin). */
 fi_status fi_cpu_norm(fi_context *ctx, const fi_norm_args *a, void *stream);
 fi_status fi_cpu_gated_act(fi_context *ctx, const fi_act_args *a, void *stream);
 fi_status fi_cpu_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream);
@@ -50,6 +50,7 @@ fi_status fi_cpu_sample(fi_context *ctx, const fi_sample_args *a, void *stream);
 fi_status fi_cpu_filter(fi_context *ctx, const fi_filter_args *a, void *stream);
 fi_status fi_cpu_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream);
 fi_status fi_cpu_top_k(fi_context *ctx, const fi_topk_args *a, void *stream);
+fi_status fi_cpu_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream);
 
 /* The table of the context's SIMD level. */
 const fi_cpu_serving_kernels *fi_cpu_serving_for(const fi_context *ctx);

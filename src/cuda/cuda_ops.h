@@ -34,6 +34,7 @@ fi_status fi_cuda_sample(fi_context *ctx, const fi_sample_args *a, void *stream)
 fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream);
 fi_status fi_cuda_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream);
 fi_status fi_cuda_top_k(fi_context *ctx, const fi_topk_args *a, void *stream);
+fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream);
 
 /* Kernel configurations of kernels/ops.cuh (dtype codes as fi_dtype). */
 void fi_cuda_ops_merge_spec(int va, int vb, int vo, int mask, int vec, fi_kernel_spec *s);

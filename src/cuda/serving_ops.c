@@ -49,3 +49,8 @@ fi_status fi_cuda_top_k(fi_context *ctx, const fi_topk_args *a, void *stream) {
     (void)ctx, (void)a, (void)stream;
     return not_yet("top_k");
 }
+
+fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream) {
+    (void)ctx, (void)a, (void)stream;
+    return not_yet("apply_rope_with_cos_sin_cache");
+}

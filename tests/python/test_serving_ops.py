@@ -337,3 +337,51 @@ def test_top_k_page_table_transform(fi):
     top = torch.topk(x[0], 8).indices
     assert sorted(out[0].tolist()) == sorted(table[0, top].tolist())
     assert (out[1, 5:] == -1).all() and (out[2] == -1).all()
+
+
+# ------------------------------------------------------- RoPE from a cache
+
+
+def cos_sin_cache(max_pos, rot, theta=1e4):
+    inv = 1.0 / theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot)
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None]
+    return torch.cat([ang.cos(), ang.sin()], -1).float()
+
+
+def rope_cache_ref(x, pos, cache, neox):
+    x = x.double()
+    rot = cache.shape[1]
+    c, s = cache[pos.long(), : rot // 2].double(), cache[pos.long(), rot // 2 :].double()
+    c, s = c[:, None, :], s[:, None, :]
+    y = x.clone()
+    if neox:
+        a, b = x[..., : rot // 2], x[..., rot // 2 : rot]
+        y[..., : rot // 2], y[..., rot // 2 : rot] = a * c - b * s, b * c + a * s
+    else:
+        a, b = x[..., 0:rot:2], x[..., 1:rot:2]
+        y[..., 0:rot:2], y[..., 1:rot:2] = a * c - b * s, b * c + a * s
+    return y
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("rot", [64, 128])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_rope_with_cos_sin_cache(fi, backend, dtype, is_neox, rot, inplace):
+    nnz, hq, hk, d = 9, 4, 2, 128
+    q = torch.randn(nnz, hq * d).to(dtype)
+    k = torch.randn(nnz, hk * d).to(dtype)
+    pos = torch.randint(0, 2048, (nnz,), dtype=torch.int64)
+    cache = cos_sin_cache(2048, rot)
+    qr = rope_cache_ref(q.view(nnz, hq, d), pos, cache, is_neox).view(nnz, -1)
+    kr = rope_cache_ref(k.view(nnz, hk, d), pos, cache, is_neox).view(nnz, -1)
+    qb, kb = backend(q.clone()), backend(k.clone())
+    args = (backend(pos), qb, kb, d, backend(cache))
+    if inplace:
+        fi.apply_rope_with_cos_sin_cache_inplace(*args, is_neox=is_neox)
+        qo, ko = qb, kb
+    else:
+        qo, ko = fi.apply_rope_with_cos_sin_cache(*args, is_neox=is_neox)
+    assert tuple(qo.shape) == (nnz, hq * d)
+    assert_close(qo, qr, dtype, "query")
+    assert_close(ko, kr, dtype, "key")
