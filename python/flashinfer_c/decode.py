@@ -445,6 +445,8 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         sm_scale=None,
         rope_scale=None,
         rope_theta=None,
+        *,
+        _return_lse=False,
     ):
         """FlashInfer's deprecated forward(): sets the run-time options (these
         defaults included, as FlashInfer does), then run()."""
@@ -452,30 +454,10 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
             None, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
             rope_theta,
         )
-        return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
+        return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
+                        return_lse=_return_lse)
 
-    def forward_return_lse(
-        self,
-        q,
-        paged_kv_cache,
-        pos_encoding_mode="NONE",
-        q_scale=None,
-        k_scale=None,
-        v_scale=None,
-        window_left=-1,
-        logits_soft_cap=None,
-        sm_scale=None,
-        rope_scale=None,
-        rope_theta=None,
-    ):
-        self._forward_options(
-            None, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
-            rope_theta,
-        )
-        return self.run(
-            q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
-            return_lse=True,
-        )
+    forward_return_lse = functools.partialmethod(forward, _return_lse=True)
 
 
 _QO_RANGES = {}

@@ -386,6 +386,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         sm_scale=None,
         rope_scale=None,
         rope_theta=None,
+        *,
+        _return_lse=False,
     ):
         """FlashInfer's deprecated forward(): sets the run-time options (these
         defaults included, as FlashInfer does), then run()."""
@@ -393,28 +395,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
             rope_theta,
         )
-        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale,
+                        return_lse=_return_lse)
 
-    def forward_return_lse(
-        self,
-        q,
-        paged_kv_cache,
-        causal=False,
-        pos_encoding_mode="NONE",
-        use_fp16_qk_reduction=False,
-        k_scale=None,
-        v_scale=None,
-        window_left=-1,
-        logits_soft_cap=None,
-        sm_scale=None,
-        rope_scale=None,
-        rope_theta=None,
-    ):
-        self._forward_options(
-            causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
-            rope_theta,
-        )
-        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
+    forward_return_lse = functools.partialmethod(forward, _return_lse=True)
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
@@ -578,33 +562,17 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         sm_scale=None,
         rope_scale=None,
         rope_theta=None,
+        *,
+        _return_lse=False,
     ):
         """FlashInfer's deprecated forward(): sets the run-time options, then run()."""
         self._forward_options(
             causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
             rope_theta,
         )
-        return self.run(q, k, v)
+        return self.run(q, k, v, return_lse=_return_lse)
 
-    def forward_return_lse(
-        self,
-        q,
-        k,
-        v,
-        causal=False,
-        pos_encoding_mode="NONE",
-        use_fp16_qk_reduction=False,
-        window_left=-1,
-        logits_soft_cap=None,
-        sm_scale=None,
-        rope_scale=None,
-        rope_theta=None,
-    ):
-        self._forward_options(
-            causal, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale,
-            rope_theta,
-        )
-        return self.run(q, k, v, return_lse=True)
+    forward_return_lse = functools.partialmethod(forward, _return_lse=True)
 
 
 _foreign.add_to(__import__(__name__, fromlist=["_"]), "prefill")
