@@ -4,7 +4,8 @@
  * the common serving ones. Everything else is compiled by NVRTC on first
  * use. Shape of the set: {bf16, f16} (Q = KV = O) x head dim {128, 64} x
  * GQA group {1, 4, 8} x {paged, ragged} x {no mask, causal}, each as the
- * CUDA-core kernel and the tensor-core kernel, plus the merge kernel of each
+ * CUDA-core kernel and the separate tensor-core kernel (on sm_90a the
+ * Hopper kernel, attention_wg.cuh), plus the merge kernel of each
  * dtype and head dim, and the persistent kernel (kernels/persistent.cuh:
  * what a plan runs by default; the separate kernels serve
  * prefill-only runs and user variants), its decode form (what
@@ -43,13 +44,13 @@ static void attn_config_at(int i, fi_attn_config *c) {
     c->mask = (fi_mask_mode)mask;
 }
 
-/* The i-th configuration's persistent form f, as a plan with at most
- * max_rows packed rows selects it under the default settings (the AOT set
- * does not follow the environment: a plan whose settings select other
- * kernels finds no match in the table and JIT-compiles them). */
-static void persist_form(const fi_attn_config *c, int64_t max_rows, fi_cuda_form f,
+/* The i-th configuration's form f, as a plan with at most max_rows packed
+ * rows selects it on sm_90a under the default settings (the AOT set does not
+ * follow the environment: a plan whose settings select other kernels finds
+ * no match in the table and JIT-compiles them). */
+static void selected_form(const fi_attn_config *c, int64_t max_rows, fi_cuda_form f,
                          fi_kernel_spec *s) {
-    const fi_cuda_tuning defaults = {.use_aot = true, .pdl = true};
+    const fi_cuda_tuning defaults = {.use_aot = true, .pdl = true, .wgmma = true};
     fi_cuda_selection sel;
     fi_cuda_select(c, max_rows, &defaults, &sel);
     *s = sel.spec[f];
@@ -62,21 +63,21 @@ void fi_cuda_aot_set_spec(int i, fi_kernel_spec *s) {
         fi_cuda_attn_spec(&c, s);
     } else if (i < 2 * N_ATTN) {
         attn_config_at(i - N_ATTN, &c);
-        fi_cuda_attn_tc_spec(&c, s);
+        selected_form(&c, INT32_MAX, FI_CUDA_FORM_ATTN_TC, s);
     } else if (i < 3 * N_ATTN) {
         attn_config_at(i - 2 * N_ATTN, &c);
-        persist_form(&c, INT32_MAX, FI_CUDA_FORM_PERSIST, s);
+        selected_form(&c, INT32_MAX, FI_CUDA_FORM_PERSIST, s);
     } else if (i < 4 * N_ATTN) { /* every configuration here has a decode form */
         attn_config_at(i - 3 * N_ATTN, &c);
-        persist_form(&c, INT32_MAX, FI_CUDA_FORM_PERSIST_DECODE, s);
+        selected_form(&c, INT32_MAX, FI_CUDA_FORM_PERSIST_DECODE, s);
     } else if (i < 5 * N_ATTN) { /* and a tensor-core path: 64-row blocks */
         attn_config_at(i - 4 * N_ATTN, &c);
-        persist_form(&c, 64, FI_CUDA_FORM_PERSIST, s);
+        selected_form(&c, 64, FI_CUDA_FORM_PERSIST, s);
     } else if (i < 5 * N_ATTN + 2 * N_DTABLE) { /* device page tables */
         int k = i - 5 * N_ATTN, j = k % N_DTABLE;
         attn_config_at(j % N_MASK + j / N_MASK * N_MASK * N_FMT, &c); /* fmt 0: paged */
         c.paged = FI_CUDA_KV_DEVICE_TABLE;
-        persist_form(&c, INT32_MAX,
+        selected_form(&c, INT32_MAX,
                      k < N_DTABLE ? FI_CUDA_FORM_PERSIST : FI_CUDA_FORM_PERSIST_DECODE, s);
     } else {
         int k = i - 5 * N_ATTN - 2 * N_DTABLE;

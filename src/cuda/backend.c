@@ -64,6 +64,7 @@ static fi_status device_facts(fi_cuda_ctx *cc) {
     FI_CU(cu, DeviceGetName, cc->name, (int)sizeof cc->name, cc->dev);
     fi_cuda_tuning_read(&cc->tuning);
     fi_cuda_arch_name(cc->cc_major, cc->cc_minor, &cc->tuning, cc->arch, sizeof cc->arch);
+    cc->tuning.wgmma = fi_cuda_arch_wgmma(cc->arch);
     cc->pdl = cc->cc_major >= 9 && cu->LaunchKernelEx && cc->tuning.pdl;
     return FI_OK;
 }

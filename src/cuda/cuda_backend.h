@@ -81,6 +81,8 @@ void fi_cuda_attn_set_variant(fi_attn_config *c, const fi_variant *v, const char
 void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *spec);
 /* The tensor-core attention kernel (kernels/attention_tc.cuh). */
 void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *spec);
+/* The Hopper prefill kernel (kernels/attention_wg.cuh), same options. */
+void fi_cuda_attn_wg_spec(const fi_attn_config *c, fi_kernel_spec *spec);
 /* The persistent kernel (kernels/persistent.cuh) with its tensor-core path
  * (tc) and decode version 3 for its small items (dtc); c->tc_block 64 gives
  * the 64-row-block form where tc. */
@@ -109,6 +111,7 @@ typedef struct fi_cuda_selection {
     unsigned forms;                        /* bit f: form f is in the table */
     fi_kernel_spec spec[FI_CUDA_FORM_COUNT];
     int smem[FI_CUDA_FORM_COUNT];          /* bytes */
+    int threads[FI_CUDA_FORM_COUNT];       /* per CTA */
     bool tc_path;          /* items of >= FI_CUDA_TC_MIN_ROWS packed rows run on
                               tensor cores (16-byte K/V rows at run time) */
     bool decode_tc;        /* the persistent kernel's small items on decode
@@ -117,6 +120,9 @@ typedef struct fi_cuda_selection {
                               is not a power of two takes the separate kernels */
     bool prefill_separate; /* batches of tensor-core items only take the
                               separate tensor-core kernel */
+    bool persist_tc;       /* the persistent kernel has a tensor-core path
+                              (else its batches with tensor-core items take
+                              the separate kernels) */
     int tc_block;          /* rows of the persistent kernel's tensor-core block */
 } fi_cuda_selection;
 
@@ -128,15 +134,16 @@ void fi_cuda_select(const fi_attn_config *c, int64_t max_rows, const fi_cuda_tun
 static inline bool fi_cuda_has_form(const fi_cuda_selection *sel, fi_cuda_form f) {
     return (sel->forms >> f) & 1u;
 }
-/* The kernels a plan with params `p` loads, in form order, into specs;
- * returns how many (at most FI_CUDA_FORM_COUNT). device_table: a plan with
+/* The kernels a plan with params `p` loads on NVRTC target `arch`, in form
+ * order, into specs; returns how many (at most FI_CUDA_FORM_COUNT). device_table: a plan with
  * fi_plan_config.device_page_table; max_rows as fi_cuda_select's; vsrc:
  * p->variant's CUDA hook text (kept by reference), or NULL without a
  * variant; *vhooks (may be NULL) gets its FI_VH_* bits. The settings are
  * read from the environment now. What fi warmup and `jit_compile --warm`
  * compile ahead. */
-int fi_cuda_plan_specs(const fi_attention_params *p, int device_table, int64_t max_rows,
-                       const char *vsrc, fi_kernel_spec specs[FI_CUDA_FORM_COUNT], int *vhooks);
+int fi_cuda_plan_specs(const fi_attention_params *p, const char *arch, int device_table,
+                       int64_t max_rows, const char *vsrc,
+                       fi_kernel_spec specs[FI_CUDA_FORM_COUNT], int *vhooks);
 /* Items with at least this many packed rows (tokens x group) go to the
  * tensor-core kernel when the plan has one. */
 #define FI_CUDA_TC_MIN_ROWS 16
@@ -175,6 +182,8 @@ fi_status fi_cuda_cache_path(const fi_kernel_spec *spec, const char *arch, char 
  * (Hopper's arch-specific target: wgmma, setmaxnreg), else "sm_<major><minor>";
  * t->arch (FLASHINFER_CUDA_ARCH) overrides (e.g. "sm_90" to test). */
 void fi_cuda_arch_name(int major, int minor, const fi_cuda_tuning *t, char *buf, size_t n);
+/* Whether NVRTC target `arch` has sm_90a's warpgroup MMA (sm_90a, compute_90a). */
+bool fi_cuda_arch_wgmma(const char *arch);
 /* The target of CUDA device `device` through the driver alone (no context):
  * FI_STATUS_NO_DEVICE without a driver or that device (fi warmup). */
 fi_status fi_cuda_device_arch(int32_t device, char *buf, size_t n);
@@ -278,7 +287,8 @@ typedef struct fi_cuda_plan {
      * point (NULL: not in the table) and dynamic shared memory. */
     CUfunction fn[FI_CUDA_FORM_COUNT];
     int smem[FI_CUDA_FORM_COUNT];
-    bool tc_path, decode_tc, prefill_separate; /* fi_cuda_selection's */
+    int threads[FI_CUDA_FORM_COUNT];
+    bool tc_path, decode_tc, prefill_separate, persist_tc; /* fi_cuda_selection's */
     int tc_block;
     CUdeviceptr merge_count; /* int32 [max_total_qo, H_kv], zero between runs */
     /* Facts of the last schedule, for run.c's choice of form (pack). */

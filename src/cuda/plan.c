@@ -75,6 +75,7 @@ static fi_status load_table(fi_cuda_plan *ps, const fi_cuda_selection *sel) {
         if (!fi_cuda_has_form(sel, (fi_cuda_form)f)) continue;
         if ((st = fi_cuda_jit_function(ps->cc, &sel->spec[f], &ps->fn[f]))) break;
         ps->smem[f] = sel->smem[f];
+        ps->threads[f] = sel->threads[f];
         if (sel->smem[f] > 0)
             FI_CU(ps->cc->cu, FuncSetAttribute, ps->fn[f], FI_CU_FUNC_MAX_DYN_SMEM, sel->smem[f]);
     }
@@ -139,6 +140,7 @@ static fi_status resolve_kernels(fi_plan *plan, fi_cuda_plan *ps) {
     ps->tc_path = sel->tc_path;
     ps->decode_tc = sel->decode_tc;
     ps->prefill_separate = sel->prefill_separate;
+    ps->persist_tc = sel->persist_tc;
     ps->tc_block = sel->tc_block;
     fi_status st = load_table(ps, sel);
     free(sel);

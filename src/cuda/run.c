@@ -135,23 +135,24 @@ static fi_status order_after_upload(fi_cuda_plan *ps, CUstream stream, int captu
     return FI_OK;
 }
 
-/* One kernel of a run: grid gx x gy of 128 threads. Where the context
+/* One kernel of a run: grid gx x gy of `threads`. Where the context
  * allows it (cc->pdl), with programmatic dependent launch: its CTAs may
  * start while the kernel before it in the stream ends, and wait for it in
  * the kernel (kernels/prelude.cuh, fi_pdl_wait) before touching any tensor;
  * the launch and the first loads leave the critical path. */
 static fi_status launch_one(const fi_cuda_ctx *cc, CUfunction fn, unsigned gx, unsigned gy,
-                            unsigned smem, CUstream stream, void **params, bool pdl) {
+                            unsigned threads, unsigned smem, CUstream stream, void **params,
+                            bool pdl) {
     const fi_cu_api *cu = cc->cu;
     if (!cc->pdl || !pdl) {
-        FI_CU(cu, LaunchKernel, fn, gx, gy, 1, 128, 1, 1, smem, stream, params, NULL);
+        FI_CU(cu, LaunchKernel, fn, gx, gy, 1, threads, 1, 1, smem, stream, params, NULL);
         return FI_OK;
     }
     fi_cu_launch_attr attr;
     memset(&attr, 0, sizeof attr);
     attr.id = FI_CU_LAUNCH_PDL;
     attr.v.value = 1;
-    fi_cu_launch_config cfg = {gx, gy, 1, 128, 1, 1, smem, stream, &attr, 1};
+    fi_cu_launch_config cfg = {gx, gy, 1, threads, 1, 1, smem, stream, &attr, 1};
     FI_CU(cu, LaunchKernelEx, &cfg, fn, params, NULL);
     return FI_OK;
 }
@@ -176,6 +177,8 @@ static fi_cuda_form choose_form(const fi_plan *plan, const fi_cuda_plan *ps,
     const bool all_tc = ps->has_tc_items && !ps->has_cc_items &&
                         !(ps->decode_tc && !ps->has_wide_items); /* 16-row items: decode v3 */
     if (ps->prefill_separate && all_tc && a->tc_min_rows > 0) return FI_CUDA_FORM_COUNT;
+    /* tensor-core items the persistent kernel has no path for */
+    if (!ps->persist_tc && ps->has_tc_items && a->tc_min_rows > 0) return FI_CUDA_FORM_COUNT;
     /* (FP8 K/V: the full form runs on CUDA cores, and takes the runs decode
      * version 3 cannot) */
     if (ps->fn[FI_CUDA_FORM_PERSIST_DECODE] && !ps->has_wide_items && dtc_ok)
@@ -197,8 +200,9 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
     const fi_cuda_form form = choose_form(plan, ps, &a);
     if (form != FI_CUDA_FORM_COUNT) { /* every item and the merge, one launch */
         a.heads_x = 1;                /* grid x = KV heads, y = workers */
-        st = launch_one(ps->cc, ps->fn[form], ps->grid_y, ps->grid_x, (unsigned)ps->smem[form],
-                        stream, params, true);
+        st = launch_one(ps->cc, ps->fn[form], ps->grid_y, ps->grid_x,
+                        (unsigned)ps->threads[form], (unsigned)ps->smem[form], stream, params,
+                        true);
         if (st) return st;
         ps->last_stream = stream;
         ps->last_form = ps->fn[form];
@@ -213,17 +217,18 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
      * either. */
     bool cap = capturing != FI_CU_CAPTURE_NONE, tc = a.tc_min_rows > 0;
     if (cap || !tc || ps->has_cc_items)
-        st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_ATTN], ps->grid_x, ps->grid_y, 0, stream,
-                        params, true);
+        st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_ATTN], ps->grid_x, ps->grid_y, 128, 0,
+                        stream, params, true);
     if (!st && tc && (cap || ps->has_tc_items))
         st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_ATTN_TC], ps->grid_x, ps->grid_y,
+                        (unsigned)ps->threads[FI_CUDA_FORM_ATTN_TC],
                         (unsigned)ps->smem[FI_CUDA_FORM_ATTN_TC], stream, params, true);
     /* A captured run always holds the merge: a later plan may split. Not
      * launched early: its small CTAs, placed while the attention kernel
      * ends, crowded onto the SMs that freed first (measured slower). */
     if (!st && (plan->schedule.num_merge_rows > 0 || cap))
-        st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_MERGE], ps->merge_grid, 1, 0, stream, params,
-                        false);
+        st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_MERGE], ps->merge_grid, 1, 128, 0, stream,
+                        params, false);
     if (st) return st;
     ps->last_stream = stream;
     ps->last_form = NULL;

@@ -8,6 +8,7 @@
  * predicate here and a row of the table.
  */
 #include "cuda/cuda_backend.h"
+#include "../../kernels/fi_args.h" /* FI_VH_* */
 
 #include <string.h>
 
@@ -19,6 +20,19 @@ static bool tc_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
     const bool dt = (c->qt == FI_DTYPE_F16 || c->qt == FI_DTYPE_BF16) && c->kvt == c->qt;
     const bool dims = (c->dqk == 64 || c->dqk == 128) && (c->dvo == 64 || c->dvo == 128);
     return dt && dims && c->pos != FI_POS_ROPE_LLAMA;
+}
+
+/* The Hopper prefill kernel (attention_wg.cuh), on sm_90a in place of the
+ * standalone tensor-core kernel: 16-bit Q and KV of one dtype, head dims 64,
+ * 128 or 256, every mask and logits hook; not built-in RoPE, nor a user's
+ * row or output hooks (attention_tc.cuh runs those). */
+static bool wg_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
+    if (!t->wgmma || t->kernels == FI_CUDA_KERNELS_CUDA_CORES) return false;
+    const bool dt = (c->qt == FI_DTYPE_F16 || c->qt == FI_DTYPE_BF16) && c->kvt == c->qt;
+    const bool dims = (c->dqk == 64 || c->dqk == 128 || c->dqk == 256) &&
+                      (c->dvo == 64 || c->dvo == 128 || c->dvo == 256);
+    const int rows = FI_VH_QUERY | FI_VH_KEY | FI_VH_VALUE | FI_VH_OUTPUT;
+    return dt && dims && c->pos != FI_POS_ROPE_LLAMA && !(c->vhooks & rows);
 }
 
 /* Decode version 3 (decode_tc.cuh): 16-bit Q with K/V of its dtype or FP8
@@ -68,6 +82,14 @@ static int persist_smem(const fi_attn_config *c, bool tc) {
     return bytes > 48 * 1024 ? bytes : 48 * 1024;
 }
 
+/* attention_wg.cuh's SMEM_BYTES: 1024 bytes of alignment room, a 128-row Q
+ * block, 2 stages of BN keys of K and V (BN = 64 where a head dim is 256,
+ * else 128), their offset tables (16 bytes a key) and 4 mbarriers. */
+static int attn_wg_smem(const fi_attn_config *c) {
+    const int bn = c->dqk > 192 || c->dvo > 128 ? 64 : 128;
+    return 1024 + 128 * c->dqk * 2 + 2 * bn * (c->dqk + c->dvo) * 2 + 2 * bn * 16 + 32;
+}
+
 /* A 16-row Q tile + 3 stages of 64 keys of K and V, 16-bit (decode_tc.cuh
  * uses two; the room for a third still leaves two CTAs per SM; FP8 K/V: one
  * 16-bit tile and four FP8 stages, the same bytes). */
@@ -78,14 +100,15 @@ static int decode_smem(const fi_attn_config *c) {
 static fi_kernel_spec *row(fi_cuda_selection *sel, fi_cuda_form f, int smem) {
     sel->forms |= 1u << f;
     sel->smem[f] = smem;
+    sel->threads[f] = 128;
     return &sel->spec[f];
 }
 
 void fi_cuda_select(const fi_attn_config *c, int64_t max_rows, const fi_cuda_tuning *t,
                     fi_cuda_selection *sel) {
     memset(sel, 0, sizeof *sel);
-    const bool tc = tc_supported(c, t);
-    sel->tc_path = tc;
+    const bool tc = tc_supported(c, t), wg = wg_supported(c, t);
+    sel->tc_path = tc || wg;
     sel->tc_block = 128;
     if (persistent_supported(c, t)) {
         fi_attn_config full = *c;
@@ -113,14 +136,20 @@ void fi_cuda_select(const fi_attn_config *c, int64_t max_rows, const fi_cuda_tun
          * kernel, measured faster than inside the persistent kernel, whose
          * full form spills; not with 64-row blocks, where its 128-row
          * blocks would be half idle */
-        sel->prefill_separate = tc && sel->tc_block == 128;
+        sel->prefill_separate = (tc || wg) && sel->tc_block == 128;
+        /* where the persistent kernel has no tensor-core path (head dim
+         * 256), any batch with tensor-core items takes the separate kernels */
+        sel->persist_tc = tc;
         /* the separate kernels also take the runs decode version 3 cannot
          * (K/V rows not 16-byte copyable, pages not a power of two); a plan
          * that needs neither stops here */
         if (!sel->decode_tc && !sel->prefill_separate) return;
     }
     fi_cuda_attn_spec(c, row(sel, FI_CUDA_FORM_ATTN, 0));
-    if (tc) {
+    if (wg) {
+        fi_cuda_attn_wg_spec(c, row(sel, FI_CUDA_FORM_ATTN_TC, attn_wg_smem(c)));
+        sel->threads[FI_CUDA_FORM_ATTN_TC] = 384;
+    } else if (tc) {
         fi_attn_config sep = *c;
         sep.tc_block = 0;
         fi_cuda_attn_tc_spec(c, row(sel, FI_CUDA_FORM_ATTN_TC, attn_tc_smem(&sep)));
@@ -128,14 +157,15 @@ void fi_cuda_select(const fi_attn_config *c, int64_t max_rows, const fi_cuda_tun
     fi_cuda_merge_spec_of(c, row(sel, FI_CUDA_FORM_MERGE, 0));
 }
 
-int fi_cuda_plan_specs(const fi_attention_params *p, int device_table, int64_t max_rows,
-                       const char *vsrc, fi_kernel_spec specs[FI_CUDA_FORM_COUNT], int *vhooks) {
+int fi_cuda_plan_specs(const fi_attention_params *p, const char *arch, int device_table,
+                       int64_t max_rows, const char *vsrc, fi_kernel_spec specs[FI_CUDA_FORM_COUNT], int *vhooks) {
     fi_attn_config cfg;
     fi_cuda_attn_config(p, p->num_qo_heads / p->num_kv_heads, device_table, &cfg);
     if (p->variant) fi_cuda_attn_set_variant(&cfg, p->variant, vsrc);
     if (vhooks) *vhooks = cfg.vhooks;
     fi_cuda_tuning t;
     fi_cuda_tuning_read(&t);
+    t.wgmma = fi_cuda_arch_wgmma(arch);
     fi_cuda_selection sel;
     fi_cuda_select(&cfg, max_rows, &t, &sel);
     int n = 0;

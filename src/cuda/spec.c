@@ -120,10 +120,13 @@ void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *s) {
 }
 
 /* fi_attn_tc_d128x128_q2o2_g4_paged_m1w0c0p0 */
-void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+/* The tensor-core kernels' options: attention_tc.cuh's (prefix "fi_attn_tc",
+ * entry FI_ATTN_TC_NAME) and attention_wg.cuh's ("fi_attn_wg", FI_ATTN_WG_NAME). */
+static void tc_options(const fi_attn_config *c, const char *file, const char *prefix,
+                       const char *entry, fi_kernel_spec *s) {
     memset(s, 0, sizeof *s);
-    s->entry_file = "attention_tc.cuh";
-    snprintf(s->name, sizeof s->name, "fi_attn_tc_d%dx%d_q%do%d_g%d_%s_m%dw%dc%dp%d", c->dqk,
+    s->entry_file = file;
+    snprintf(s->name, sizeof s->name, "%s_d%dx%d_q%do%d_g%d_%s_m%dw%dc%dp%d", prefix, c->dqk,
              c->dvo, c->qt, c->ot, c->group, kv_source_name(c->paged), (int)c->mask, c->window,
              c->softcap, (int)c->pos);
     add_variant(c, s);
@@ -137,7 +140,19 @@ void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
     add_define(s, "-DFI_WINDOW=%d", c->window);
     add_define(s, "-DFI_SOFTCAP=%d", c->softcap);
     add_define(s, "-DFI_POS=%d", (int)c->pos);
-    add_define(s, "-DFI_ATTN_TC_NAME=%s", s->name);
+    add_define(s, "-D%s=%s", entry, s->name);
+}
+
+void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+    tc_options(c, "attention_tc.cuh", "fi_attn_tc", "FI_ATTN_TC_NAME", s);
+}
+
+void fi_cuda_attn_wg_spec(const fi_attn_config *c, fi_kernel_spec *s) {
+    tc_options(c, "attention_wg.cuh", "fi_attn_wg", "FI_ATTN_WG_NAME", s);
+}
+
+bool fi_cuda_arch_wgmma(const char *arch) {
+    return !strcmp(arch, "sm_90a") || !strcmp(arch, "compute_90a");
 }
 
 /* fi_pers_d128x128_q2k2o2_g4r4_paged_m0w0c0p0_t1d1 (and _b64): attention.cuh's

@@ -35,6 +35,10 @@ typedef struct fi_cuda_tuning {
     bool pdl;                    /* FLASHINFER_CUDA_PDL is not "0" */
     fi_cuda_kernel_mode kernels; /* FLASHINFER_CUDA_KERNELS */
     bool jit_log;                /* FLASHINFER_JIT_LOG set, not "0" */
+    /* Not from the environment: the target has sm_90a's warpgroup MMA
+     * (fi_cuda_arch_wgmma of the context's or the caller's target; the
+     * AOT table, sm_90a, selects with it set) */
+    bool wgmma;
 } fi_cuda_tuning;
 
 /* The settings as the environment has them now (unknown values: the

@@ -56,7 +56,7 @@ static fi_status plan_kernels_get(const fi_attention_params *p, const fi_plan_co
         return st;
     }
     int64_t max_rows = (int64_t)c->max_total_qo * (p->num_qo_heads / p->num_kv_heads);
-    k->count = fi_cuda_plan_specs(p, c->device_page_table != 0, max_rows, k->vsrc, k->specs,
+    k->count = fi_cuda_plan_specs(p, k->arch, c->device_page_table != 0, max_rows, k->vsrc, k->specs,
                                   NULL);
     *out = k;
     return FI_OK;

@@ -108,7 +108,9 @@ static const fi_attn_config tc_configs[] = {
 enum { NA = sizeof attn_configs / sizeof attn_configs[0], MAXS = 4096 };
 static fi_kernel_spec all[MAXS];
 static int nall = -1;
-static const fi_cuda_tuning defaults = {.use_aot = true, .pdl = true};
+static const fi_cuda_tuning defaults = {.use_aot = true, .pdl = true, .wgmma = true};
+/* the selection of a GPU without sm_90a's wgmma (the mma.sync kernel) */
+static const fi_cuda_tuning pre_hopper = {.use_aot = true, .pdl = true};
 
 static void add(const fi_kernel_spec *s) {
     for (int j = 0; j < nall; j++)
@@ -132,8 +134,10 @@ static void attention_specs(void) {
         fi_cuda_merge_spec(merge_dims[i / 3], merge_dtypes[i % 3], &s);
         add(&s);
     }
-    for (int i = 0; i < NA; i++) {
+    for (int i = 0; i < NA; i++) { /* the Hopper kernel, and the mma.sync one elsewhere */
         fi_cuda_select(&attn_configs[i], INT32_MAX, &defaults, &sel);
+        if (fi_cuda_has_form(&sel, FI_CUDA_FORM_ATTN_TC)) add(&sel.spec[FI_CUDA_FORM_ATTN_TC]);
+        fi_cuda_select(&attn_configs[i], INT32_MAX, &pre_hopper, &sel);
         if (fi_cuda_has_form(&sel, FI_CUDA_FORM_ATTN_TC)) add(&sel.spec[FI_CUDA_FORM_ATTN_TC]);
     }
     for (int i = 0; i < (int)(sizeof tc_configs / sizeof tc_configs[0]); i++) {
@@ -186,6 +190,8 @@ static void variant_specs(void) {
             add(&sel.spec[FI_CUDA_FORM_ATTN]);
             if (fi_cuda_has_form(&sel, FI_CUDA_FORM_ATTN_TC)) add(&sel.spec[FI_CUDA_FORM_ATTN_TC]);
             add(&sel.spec[FI_CUDA_FORM_MERGE]);
+            fi_cuda_select(&c, INT32_MAX, &pre_hopper, &sel);
+            if (fi_cuda_has_form(&sel, FI_CUDA_FORM_ATTN_TC)) add(&sel.spec[FI_CUDA_FORM_ATTN_TC]);
         }
     }
 }
@@ -258,7 +264,7 @@ static int warm(const char *arch, int jobs) {
         p.q_dtype = (fi_dtype)v[5], p.kv_dtype = (fi_dtype)v[6], p.o_dtype = (fi_dtype)v[7];
         p.head_dim_qk = v[8], p.head_dim_vo = v[9];
         p.num_qo_heads = v[10], p.num_kv_heads = v[11] > 0 ? v[11] : 1;
-        n += fi_cuda_plan_specs(&p, v[0] == 2, INT32_MAX, NULL, &specs[n], NULL); /* 2: device table */
+        n += fi_cuda_plan_specs(&p, arch, v[0] == 2, INT32_MAX, NULL, &specs[n], NULL); /* 2: device table */
     }
     /* drop duplicates */
     int m = 0;

@@ -99,6 +99,7 @@ static void warm(const char *arch, int jobs) {
         /* a variant's plan: the separate kernels (select.c) */
         fi_cuda_tuning t;
         fi_cuda_tuning_read(&t);
+        t.wgmma = fi_cuda_arch_wgmma(arch);
         fi_cuda_selection sel;
         fi_cuda_select(&cfg, INT32_MAX, &t, &sel);
         fi_kernel_spec s[3];
