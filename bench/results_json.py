@@ -37,6 +37,7 @@ Commands (the run scripts call the first two):
 is kept (it carries its own commit); --fresh drops them.
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -151,7 +152,8 @@ def gpu_records(d):
     ceiling = run_ceiling(d)
     ceil = ceiling or COPY_CEILING
     fi = json_lines(os.path.join(d, "bench_flashinfer.json")) + \
-        json_lines(os.path.join(d, "bench_flashinfer_fp8.json"))
+        json_lines(os.path.join(d, "bench_flashinfer_fp8.json")) + \
+        json_lines(os.path.join(d, "bench_flashinfer_d256.json"))
     torch = json_lines(os.path.join(d, "bench_torch.json"))
 
     def decode_peers(pages, b, l, kv):
@@ -192,19 +194,24 @@ def gpu_records(d):
                                     "causal": bool(r.get("causal", 1)), **extra},
                                    r["us"], peer,
                                    {"tb_s": rnd(r["tb_s"], 3), "tflops": rnd(r["tflops"], 1)}))
-    for r in json_lines(os.path.join(d, "bench_prefill.json")):
+    prefill_rows = [r for f in sorted(glob.glob(os.path.join(d, "bench_prefill*.json")))
+                    for r in json_lines(f)]
+    for r in prefill_rows:
         paged = r["kv"].startswith("paged")
         page = int(r["kv"][5:]) if paged else 0
         b, l = r["batch"], r["len"]
         kvf = "paged" if paged else "ragged"
         peers = {}
         for x in fi:
-            if x.get("workload") == "prefill" and (x.get("batch"), x.get("len")) == (b, l):
+            heads = (x.get("h_qo", 32), x.get("h_kv", 8), x.get("d", 128))
+            if (x.get("workload") == "prefill" and (x.get("batch"), x.get("len")) == (b, l) and
+                    heads == (r["h_qo"], r["h_kv"], r["d"])):
                 m = re.fullmatch(r"flashinfer-(fa[23])-" + kvf, x["peer"])
                 if m:
                     peers["flashinfer-" + m.group(1)] = x["ms"] * 1e3
         for x in torch:  # dense K/V
-            if x.get("workload", "prefill") == "prefill" and (x.get("batch"), x.get("len")) == (b, l):
+            if (x.get("workload", "prefill") == "prefill" and (x.get("batch"), x.get("len")) == (b, l)
+                    and (r["h_qo"], r["h_kv"], r["d"]) == (32, 8, 128)):
                 peers[x["peer"].replace("torch-sdpa-", "torch-")] = x["ms"] * 1e3
         recs.append(record("prefill", cell_name(f"{b}x{l}", r["h_qo"], r["h_kv"], r["d"], page,
                                                 r["dtype"], "causal" if r.get("causal") else ""),

@@ -85,8 +85,10 @@ constexpr int BAR_BYTES = 2 * STAGES * 8;
 /* = select.c's attn_wg_smem(): 1024 bytes of room to align the base */
 constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * STAGE_BYTES + OFF_BYTES + BAR_BYTES;
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
-/* registers per thread after the hand-over: 128 x 56 + 256 x 224 <= 64 K */
+/* registers after the hand-over: setmaxnreg moves them within the CTA's
+ * allocation at launch (384 x 168): 128 x 56 + 256 x 224 must not exceed it */
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= NT * 168, "register hand-over");
 constexpr float LOG2E = 1.4426950408889634f;
 
 /* Byte offset of 16-byte chunk ch of row r in a tile of R rows. */

@@ -16,7 +16,8 @@ inputs and timing:
            (16,8k) (1,16k) (1,32k); BatchPrefillWithPagedKVCacheWrapper (page
            16, a random permutation of the pages) and
            BatchPrefillWithRaggedKVCacheWrapper, backend fa2 (and fa3 with
-           --fa3).
+           --fa3); --heads HQ/HKV and --head-dim D as bench_prefill's (the
+           rows name h_qo, h_kv, d).
   mixed    bench/cuda/bench_mixed.c's four mixes through flashinfer.BatchAttention
            (causal, random pages).
 
@@ -27,6 +28,7 @@ measurement to --json.
 
   bench_flashinfer.py [--json FILE] [--decode [--kv-dtype e4m3|e5m2]] [--contiguous] [--prefill]
                       [--mixed [--mix NAME]] [--fa3] [--cells 1x1024,...]
+                      [--heads HQ/HKV] [--head-dim D]
   bench_flashinfer.py --warm decode|prefill|attention|fa3
       build (JIT) one FlashInfer module on a tiny problem, then exit: run
       several at once before timing anything (tests/gpu/run_device.sh).
@@ -175,7 +177,7 @@ def bench_decode(cells, contiguous, kv, kv_dtype="bf16"):
 # ----------------------------------------------------------------- prefill
 
 
-def bench_prefill(backends, cells):
+def bench_prefill(backends, cells, HQ=HQ, HKV=HKV, D=D):
     gen = torch.Generator().manual_seed(11)
     for B, L in PREFILL:
         if cells and f"{B}x{L}" not in cells:
@@ -217,6 +219,7 @@ def bench_prefill(backends, cells):
                     continue
                 tf = flops / (us * 1e-6) / 1e12
                 emit({"peer": name, "workload": "prefill", "kv": kvf, "batch": B, "len": L,
+                      "h_qo": HQ, "h_kv": HKV, "d": D,
                       "ms": round(us / 1e3, 4), "tflops": round(tf, 2), "timing": mode})
         del q, o, k, v, kp, vp
         torch.cuda.empty_cache()
@@ -325,7 +328,9 @@ def main():
     if "--decode" in a:
         bench_decode(cells, False, kv, a[a.index("--kv-dtype") + 1] if "--kv-dtype" in a else "bf16")
     if "--prefill" in a:
-        bench_prefill(["fa2"] + (["fa3"] if "--fa3" in a else []), cells)
+        hq, hkv = map(int, a[a.index("--heads") + 1].split("/")) if "--heads" in a else (HQ, HKV)
+        d = int(a[a.index("--head-dim") + 1]) if "--head-dim" in a else D
+        bench_prefill(["fa2"] + (["fa3"] if "--fa3" in a else []), cells, hq, hkv, d)
     if "--decode" in a and "--contiguous" in a:
         bench_decode(cells, True, kv)
 

@@ -12,11 +12,13 @@
  *
  *   build/bench_prefill [--json FILE] [--reps N] [--cells 128x1024,1x32768]
  *                       [--ragged-only | --paged-only] [--contiguous] [--workers N]
+ *                       [--heads HQ/HKV] [--head-dim D]
  * --contiguous: the paged cells' pages in order (page i holds tokens
  * 16 i ..) instead of a random permutation: the paged kernel on the ragged
  * cells' addresses, which tells its own cost from the scattered pages'.
  * --workers N: the plan's workers (fi_plan_config.num_workers; default the
- * backend's, one per SM).
+ * backend's, one per SM). --heads, --head-dim: other head configurations
+ * than 32/8 d 128 (e.g. 16/8 d 256), on the same cells.
  * FLASHINFER_CUDA_KERNELS=cuda-cores in the environment times the CUDA-core
  * kernel instead of the tensor-core one.
  */
@@ -29,7 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { HQ = 32, HKV = 8, D = 128, PS = 16 };
+enum { PS = 16 };
+static int HQ = 32, HKV = 8, D = 128;
 static const double GEMM = 785e12;
 
 int main(int argc, char **argv) {
@@ -43,10 +46,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--paged-only")) want_ragged = 0;
         else if (!strcmp(argv[i], "--contiguous")) contiguous = 1;
         else if (!strcmp(argv[i], "--workers") && i + 1 < argc) workers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--heads") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &HQ, &HKV) != 2 || HQ < 1 || HKV < 1 || HQ % HKV) {
+                fprintf(stderr, "--heads HQ/HKV: HQ a multiple of HKV\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) {
+            D = atoi(argv[++i]);
+            if (D != 64 && D != 128 && D != 256) {
+                fprintf(stderr, "--head-dim: 64, 128 or 256\n");
+                return 2;
+            }
+        }
     }
     if (reps < 30) reps = 30;
     const char *kernels = getenv("FLASHINFER_CUDA_KERNELS");
-    const int64_t MAXTOK = 131072; /* the largest cell: 128 x 1024 = 4 x 32768 tokens */
+    const int64_t MAXTOK = 131072 * 4096 / ((int64_t)HQ * D); /* 128 x 1024 tokens at 32 x 128 */
     gu_bench bench;
     int st = gu_bench_init(&bench, (size_t)MAXTOK * HQ * D * 2, (size_t)MAXTOK * HKV * D * 2, 7,
                            kernels && !strcmp(kernels, "cuda-cores")

@@ -209,6 +209,10 @@ if [ "$BENCH" = 1 ]; then
     stamp "prefill benchmark (the prefill cells, tensor-core kernel)"
     ./build/bench_prefill --json "$OUT/bench_prefill.json" 2>&1 | tee "$OUT/bench_prefill.log" \
         | grep -v "^|" || status=1
+    stamp "prefill benchmark, head dim 256 (16/8 heads)"
+    ./build/bench_prefill --heads 16/8 --head-dim 256 --cells 32x4096,1x16384 \
+        --json "$OUT/bench_prefill_d256.json" 2>&1 | tee "$OUT/bench_prefill_d256.log" \
+        | grep -v "^|" || status=1
     stamp "mixed-batch benchmark (the four mixes)"
     ./build/bench_mixed --json "$OUT/bench_mixed.json" 2>&1 | tee "$OUT/bench_mixed.log" \
         | grep -v "^|" || status=1
@@ -265,6 +269,10 @@ if [ "$BENCH" = 1 ]; then
             $([ "$DECODE" = 1 ] && echo --decode --contiguous) \
             --json "$OUT/bench_flashinfer.json" > "$OUT/bench_flashinfer.log" 2>&1
         grep -v "^{" "$OUT/bench_flashinfer.log" | head -30
+        python3 bench/cuda/bench_flashinfer.py --prefill $fa3 --heads 16/8 --head-dim 256 \
+            --cells 32x4096,1x16384 --json "$OUT/bench_flashinfer_d256.json" \
+            > "$OUT/bench_flashinfer_d256.log" 2>&1
+        grep -v "^{" "$OUT/bench_flashinfer_d256.log" | head -8
         if [ "$DECODE" = 1 ]; then
             stamp "FlashInfer on the decode cells, FP8 K/V"
             for t in e4m3 e5m2; do
