@@ -95,7 +95,8 @@ def plots(platform, recs, out):
                  f"batch {b}", "kv_len") for b in sorted({r["params"]["batch"] for r in dec})],
                f"{platform}: decode, random pages, 32/8 heads, d 128, page 16, {kv} K/V",
                os.path.join(out, f"{platform}-decode{'' if kv == 'bf16' else '-' + kv}.png"))
-    pre = [r for r in sel("prefill", causal=True) if "pos_encoding" not in r["params"]]
+    pre = [r for r in sel("prefill", causal=True) if "pos_encoding" not in r["params"]
+           and (r["params"]["heads_qo"], r["params"]["head_dim"]) == (32, 128)]
     figure([([r for r in pre if bool(r["params"]["page_size"]) == paged], lambda r: r["params"]["q_len"],
              "paged KV (page 16)" if paged else "ragged KV",
              "request length (128k tokens to 8k, then 1 request)", True) for paged in (True, False)],

@@ -496,14 +496,17 @@ def tables(recs, suite):
                                 rows, g))
     elif suite == "prefill":
         g = group(lambda r: "density" not in r["params"] and "pos_encoding" not in r["params"],
-                  key=lambda r: (r["params"]["page_size"] == 0, -r["params"]["batch"]))
+                  key=lambda r: (r["params"]["page_size"] == 0, r["params"]["head_dim"],
+                                 -r["params"]["batch"]))
         if g:
             ph, pc = peer_columns(g)
             rows = [[f"paged {r['params']['page_size']}" if r["params"]["page_size"] else "ragged",
+                     f"{r['params']['heads_qo']}/{r['params']['heads_kv']} d "
+                     f"{r['params']['head_dim']}",
                      f"{r['params']['batch']} x {r['params']['q_len']}", f(r["ours_us"]),
                      f(r["metric"].get("tflops"))] + pc(r) for r in g]
-            out.append(md_table("Prefill, causal", ["KV", "batch x len", "ours us", "TFLOP/s"] + ph,
-                                rows, g))
+            out.append(md_table("Prefill, causal", ["KV", "heads", "batch x len", "ours us",
+                                                    "TFLOP/s"] + ph, rows, g))
         g = group(lambda r: "density" in r["params"], key=lambda r: r["params"]["density"])
         if g:
             rows = [[f"{r['params']['q_len']} x {r['params']['kv_len']}",
