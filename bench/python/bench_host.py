@@ -1,20 +1,47 @@
-"""Host cost of the Python layer: run() and plan() of a decode plan reused across
-layers, for flashinfer_c and, where it is installed, FlashInfer, in one run.
+"""Host cost of the Python layer: run() and plan() of the batch wrappers, next
+to the bare C calls they make (fi_plan_run / fi_plan_update through ctypes,
+on the same arguments), for flashinfer_c and, where it is installed,
+FlashInfer, in one run.
 
-    python bench/python/bench_host.py [--device cpu|cuda] [--batch 256] [--layers 32]
+    python bench/python/bench_host.py [--device cpu|cpu-numpy|cuda] [--case all]
+        [--batch 256] [--run-batch N] [--layers 32] [--reps 200] [--python DIR]
 
-What is timed is host time per call (time.perf_counter around the call; on
-CUDA the calls only queue work, and the GPU is synchronised once per
-repetition, outside the timed calls): `run` is one wrapper.run() with out=
-given (the engines' form), the median over layers x repetitions;
-`plan` is one plan() of a decode batch of --batch requests (host page
-table, as vLLM and SGLang pass it), the median over repetitions. The
-kernels are tiny (one KV page per request, 8/1 heads, head dim 128) so that
-on the CPU backend the C work is small next to the host overhead. Prints one
-JSON object per library.
+Cases (--case, default all):
+  decode     BatchDecodeWithPagedKVCacheWrapper: run(q, kv_cache[layer], out=out)
+             for each layer of a plan reused across --layers layers (the
+             engines' form), and plan() of --batch decodes (host page table,
+             as vLLM and SGLang pass it)
+  prefill    BatchPrefillWithPagedKVCacheWrapper, causal: the same, with
+             4 query tokens a request
+  attention  BatchAttention: run(q, kv_cache[layer], out=out, lse=lse), and
+             plan() (kv_len_arr instead of last_page_len)
+  decode-alloc  decode's run() without out= (the output allocated per call)
+
+What is timed is host time per call (time.perf_counter_ns around the call;
+on CUDA the calls only queue work, and the GPU is synchronised once per
+repetition, outside the timed calls). Right after each wrapper call, the
+C call it made is timed again on its own: fi_plan_run on the wrapper's C
+plan and argument block (`c_run`), fi_plan_update on the batch plan() handed
+it (`c_plan`), through ctypes prototypes taking two addresses. `*_overhead` is the
+median of (wrapper call - the C call timed right after it): what the
+Python layer adds.
+All numbers are medians over layers x reps calls (plan: 4 x reps calls; on
+CUDA with one run() between two plans, as in a serving step; on the CPU
+backend without, since a run there is a kernel on the host, which would
+evict the host caches the next plan() is timed in).
+
+Shapes are tiny (one KV page of 16 tokens per request, 8/1 heads, head dim
+128, float16) so the kernels are small next to the host cost; run() is
+timed on a plan of --run-batch requests (default: 1 on the CPU backend,
+where the kernel runs on the host, else --batch). Prints one JSON object
+per library and case.
+
+--python DIR imports flashinfer_c from DIR instead of this tree's python/
+(to time another version of the package against the same library).
 """
 
 import argparse
+import ctypes
 import json
 import statistics
 import sys
@@ -23,10 +50,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+HERE = Path(__file__).resolve().parents[2] / "python"
+
+PAGE, HQ, HK, D, QLEN = 16, 8, 1, 128, 4
 
 
-def arrays(device):
+def _torch(device):
     if device == "cpu-numpy":
         return None
     import torch
@@ -34,78 +63,203 @@ def arrays(device):
     return torch
 
 
-def bench(lib, name, device, batch, layers, reps, page_size=16, hq=8, hk=1, d=128):
-    torch = arrays(device)
-    rng = np.random.default_rng(0)
-    pages_per_req = 1
-    num_pages = batch * pages_per_req
-    indptr = np.arange(batch + 1, dtype=np.int32) * pages_per_req
-    indices = rng.permutation(num_pages).astype(np.int32)
+def _page_table(batch, seed=0):
+    rng = np.random.default_rng(seed)
+    indptr = np.arange(batch + 1, dtype=np.int32)
+    indices = rng.permutation(batch).astype(np.int32)
     last = np.full(batch, 5, dtype=np.int32)
-    dev = "cuda" if device == "cuda" else "cpu"
-    if torch is None:
-        ws = np.empty(1 << 20, np.uint8)
-        caches = [np.zeros((num_pages, 2, page_size, hk, d), np.float16) for _ in range(layers)]
-        q = np.zeros((batch, hq, d), np.float16)
-        out = np.empty_like(q)
-        host = (indptr, indices, last)
-    else:
-        ws = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
-        caches = [
-            torch.zeros(num_pages, 2, page_size, hk, d, dtype=torch.float16, device=dev)
-            for _ in range(layers)
-        ]
-        q = torch.zeros(batch, hq, d, dtype=torch.float16, device=dev)
-        out = torch.empty_like(q)
-        host = tuple(torch.from_numpy(a) for a in (indptr, indices, last))
-    w = lib.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+    return indptr, indices, last
 
-    def plan():
-        w.plan(*host, hq, hk, d, page_size, q_data_type="float16", kv_data_type="float16")
 
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
+class Case:
+    """One wrapper's plan() and run() as an engine calls them."""
 
-    plan()
-    for c in caches:  # warm-up
-        w.run(q, c, out=out)
-    sync()
-    plan_t, run_t = [], []
+    def __init__(self, lib, case, device, batch, layers):
+        self.torch = torch = _torch(device)
+        self.lib, self.case, self.device = lib, case, device
+        self.dev = "cuda" if device == "cuda" else "cpu"
+        qlen = QLEN if case in ("prefill", "attention") else 1
+        self.qlen = qlen
+        indptr, indices, last = _page_table(batch)
+        qo = np.arange(batch + 1, dtype=np.int32) * qlen
+        kv_len = np.full(batch, 5, dtype=np.int32)
+        if torch is None:
+            zeros, empty = np.zeros, np.empty
+            f16, f32 = np.float16, np.float32
+            ws = np.empty(1 << 20, np.uint8)
+            host = lambda a: a  # noqa: E731
+        else:
+            zeros = lambda *s, dtype: torch.zeros(*s, dtype=dtype, device=self.dev)  # noqa: E731
+            empty = lambda *s, dtype: torch.empty(*s, dtype=dtype, device=self.dev)  # noqa: E731
+            f16, f32 = torch.float16, torch.float32
+            ws = torch.empty(128 << 20, dtype=torch.uint8, device=self.dev)
+            host = torch.from_numpy
+        self.caches = [zeros((batch, 2, PAGE, HK, D), dtype=f16) for _ in range(layers)]
+        self.q = zeros((batch * qlen, HQ, D), dtype=f16)
+        self.out = empty((batch * qlen, HQ, D), dtype=f16)
+        self.lse = empty((batch * qlen, HQ), dtype=f32)
+        opts = dict(q_data_type="float16", kv_data_type="float16")
+        if case in ("decode", "decode-alloc"):
+            w = lib.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+            args = tuple(host(a) for a in (indptr, indices, last))
+            self._plan = lambda: w.plan(*args, HQ, HK, D, PAGE, **opts)
+            if case == "decode":
+                self._run = lambda c: w.run(self.q, c, out=self.out)
+            else:
+                # the result kept until the next call: the C call timed after it writes there
+                self._run = lambda c: setattr(self, "out", w.run(self.q, c))
+        elif case == "prefill":
+            w = lib.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+            args = tuple(host(a) for a in (qo, indptr, indices, last))
+            self._plan = lambda: w.plan(*args, HQ, HK, D, PAGE, causal=True, **opts)
+            self._run = lambda c: w.run(self.q, c, out=self.out)
+        elif case == "attention":
+            w = lib.BatchAttention("NHD", device=self.dev)
+            args = tuple(host(a) for a in (qo, indptr, indices, kv_len))
+            self._plan = lambda: w.plan(*args, HQ, HK, D, D, PAGE, causal=True, **opts)
+            self._run = lambda c: w.run(self.q, c, out=self.out, lse=self.lse)
+        else:
+            raise ValueError(case)
+        self.wrapper = w
+
+    def c_plan(self):
+        """The C plan a wrapper of flashinfer_c holds (None for FlashInfer)."""
+        w = getattr(self.wrapper, "_wrapper", self.wrapper)  # BatchAttention wraps one
+        plan = getattr(w, "_plan", None)
+        return plan if hasattr(plan, "_args") else None
+
+    def sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+
+def _c_calls(plan, lib):
+    """The bare C calls of a flashinfer_c plan: fi_plan_run on its argument
+    block as the last run() left it, fi_plan_update on its last batch, each
+    through a prototype of this script's taking two addresses (the cheapest
+    ctypes call; the same for every version of the package timed)."""
+    from flashinfer_c._plan import batch_of
+
+    def proto(name):
+        f = lib[name]  # a function object of its own
+        f.restype, f.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]
+        return f
+
+    plan_run, plan_update = proto("fi_plan_run"), proto("fi_plan_update")
+    run_addr = ctypes.addressof(plan._args)
+    arrays = plan._batch  # kept alive here: the C plan reads them (on the CPU) until re-planned
+    batch = batch_of(*arrays)
+    batch_addr = ctypes.addressof(batch)
+
+    def c_run():
+        t0 = time.perf_counter_ns()
+        plan_run(plan.handle, run_addr)
+        return time.perf_counter_ns() - t0
+
+    def c_update():
+        t0 = time.perf_counter_ns()
+        plan_update(plan.handle, batch_addr)
+        return time.perf_counter_ns() - t0
+
+    c_update.keep = (batch, arrays)
+    return c_run, c_update
+
+
+def _us(ns):
+    return round(statistics.median(ns) / 1e3, 2)
+
+
+def time_run(lib, name, case, device, batch, layers, reps):
+    c = Case(lib, case, device, batch, layers)
+    c._plan()
+    for cache in c.caches:  # warm-up
+        c._run(cache)
+    c.sync()
+    plan = c.c_plan()
+    c_run = None
+    if plan is not None:
+        from flashinfer_c._lib import lib as clib
+
+        c_run, _ = _c_calls(plan, clib)
+    run_t, c_run_t = [], []
+    pc = time.perf_counter_ns
     for _ in range(reps):
-        t0 = time.perf_counter()
-        plan()
-        plan_t.append(time.perf_counter() - t0)
-        for c in caches:
-            t0 = time.perf_counter()
-            w.run(q, c, out=out)
-            run_t.append(time.perf_counter() - t0)
-        sync()
-    return {
-        "library": name,
-        "device": device,
-        "batch": batch,
-        "layers": layers,
-        "run_us_median": round(statistics.median(run_t) * 1e6, 2),
-        "run_us_p10": round(np.percentile(run_t, 10) * 1e6, 2),
-        "plan_us_median": round(statistics.median(plan_t) * 1e6, 2),
-    }
+        for cache in c.caches:
+            t0 = pc()
+            c._run(cache)
+            run_t.append(pc() - t0)
+            if c_run is not None:
+                c_run_t.append(c_run())
+        c.sync()
+    r = {"run_us": _us(run_t), "run_us_p10": round(np.percentile(run_t, 10) / 1e3, 2)}
+    if c_run_t:
+        r["c_run_us"] = _us(c_run_t)
+        r["run_overhead_us"] = _us([a - b for a, b in zip(run_t, c_run_t)])
+    return r
+
+
+def time_plan(lib, name, case, device, batch, reps):
+    c = Case(lib, case, device, batch, 1)
+    c._plan()
+    c._run(c.caches[0])
+    c.sync()
+    plan = c.c_plan()
+    c_update = None
+    if plan is not None:
+        from flashinfer_c._lib import lib as clib
+
+        _, c_update = _c_calls(plan, clib)
+    plan_t, c_plan_t = [], []
+    pc = time.perf_counter_ns
+    for _ in range(reps):
+        t0 = pc()
+        c._plan()
+        plan_t.append(pc() - t0)
+        if c_update is not None:
+            c_plan_t.append(c_update())
+        if device == "cuda":  # a step's runs between plans (on the CPU they would
+            c._run(c.caches[0])  # time the kernel's eviction of the host caches too)
+            c.sync()
+    r = {"plan_us": _us(plan_t)}
+    if c_plan_t:
+        r["c_plan_us"] = _us(c_plan_t)
+        r["plan_overhead_us"] = _us([a - b for a, b in zip(plan_t, c_plan_t)])
+    return r
+
+
+def bench(lib, name, a, case):
+    run_batch = a.run_batch or (a.batch if a.device == "cuda" else 1)
+    out = {"library": name, "case": case, "device": a.device, "layers": a.layers}
+    out["run_batch"] = run_batch
+    out.update(time_run(lib, name, case, a.device, run_batch, a.layers, a.reps))
+    if case != "decode-alloc":
+        out["plan_batch"] = a.batch
+        out.update(time_plan(lib, name, case, a.device, a.batch, a.reps * 4))
+    return out
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cpu-numpy", "cuda"])
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--case", default="all",
+                    choices=["all", "decode", "prefill", "attention", "decode-alloc"])
+    ap.add_argument("--batch", type=int, default=256, help="requests of the timed plan()")
+    ap.add_argument("--run-batch", type=int, default=0,
+                    help="requests of the plan run() is timed on (0: see above)")
     ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--python", default=str(HERE), help="where flashinfer_c is imported from")
     a = ap.parse_args()
+    sys.path.insert(0, a.python)
     import flashinfer_c
 
-    print(json.dumps(bench(flashinfer_c, "flashinfer_c", a.device, a.batch, a.layers, a.reps)))
+    cases = ["decode", "prefill", "attention", "decode-alloc"] if a.case == "all" else [a.case]
+    for case in cases:
+        print(json.dumps(bench(flashinfer_c, "flashinfer_c", a, case)), flush=True)
     # FlashInfer itself, not the shim of this tree (python/flashinfer): look
-    # for it without this tree's python/ on the path.
-    here = str(Path(__file__).resolve().parents[2] / "python")
-    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
+    # for it without this tree's python/ (nor --python) on the path.
+    skip = {str(Path(p).resolve()) for p in (HERE, a.python)}
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) not in skip]
     try:
         import flashinfer
     except ImportError:
@@ -114,7 +268,8 @@ def main():
     if getattr(flashinfer, "__name__", "") == "flashinfer_c" or a.device != "cuda":
         print(json.dumps({"library": "flashinfer", "skipped": "needs CUDA and the real package"}))
         return
-    print(json.dumps(bench(flashinfer, "flashinfer", a.device, a.batch, a.layers, a.reps)))
+    for case in cases:
+        print(json.dumps(bench(flashinfer, "flashinfer", a, case)), flush=True)
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ def _page_axis(kv_layout):
     return 1 if kv_layout_code(kv_layout) == S.KV_LAYOUT_NHD else 2
 
 
-_VIEW_CACHE = {}  # ids of the cache arrays, layout -> what paged_kv_views gave for them
+_VIEW_CACHE = {}  # id of the cache array (a pair: both ids) -> its KVViews
 _VIEW_CACHE_MAX = 512
 
 
@@ -206,37 +206,96 @@ class _Arrays(list):
         self.verified_on = set()
 
 
-def paged_kv_views(paged_kv_cache, kv_layout="NHD"):
-    """paged_kv_views_uncached, remembered per cache object: an engine passes
-    the same per-layer cache tensors at every step, so their views are made
-    once, and reused while those arrays live with the same data pointer and
-    shape (checked at each call; weak references, so nothing is kept alive)."""
-    if isinstance(paged_kv_cache, (tuple, list)) and len(paged_kv_cache) == 2:
-        objs = tuple(paged_kv_cache)
+class KVViews:
+    """The fi_tensor views of one KV cache object (or (k_cache, v_cache) pair),
+    made once and reused while the arrays live with the same shape and data
+    pointer (weak references: nothing is kept alive).
+
+    kv_bytes: the K and V views as the bytes of fi_run_args' adjacent k and v
+    fields; kv_code: their fi_dtype when both have one (else -1)."""
+
+    __slots__ = ("refs", "ptrs", "shapes", "layout", "k", "v", "arrays", "kv_bytes", "kv_code")
+
+    def __init__(self, objs, layout, k, v, arrays):
+        self.refs = tuple(weakref.ref(o) for o in objs)  # TypeError: not cacheable
+        self.ptrs = tuple(map(_data_ptr, objs))
+        self.shapes = tuple(tuple(o.shape) for o in objs)
+        self.layout = layout
+        self.k, self.v, self.arrays = k, v, arrays
+        self.kv_bytes = bytes(k) + bytes(v)
+        self.kv_code = k.dtype if k.dtype == v.dtype else -1
+
+    def holds(self, x):
+        """Whether these are still the views of cache array x (one object)."""
+        return (
+            self.refs[0]() is x
+            and x.shape == self.shapes[0]
+            and (self.ptrs[0] is None or x.data_ptr() == self.ptrs[0])
+        )
+
+    def holds_pair(self, k, v):
+        """Whether these are still the views of the arrays (k, v)."""
+        refs, ptrs, shapes = self.refs, self.ptrs, self.shapes
+        return (
+            refs[0]() is k
+            and refs[1]() is v
+            and k.shape == shapes[0]
+            and v.shape == shapes[1]
+            and (ptrs[0] is None or k.data_ptr() == ptrs[0])
+            and (ptrs[1] is None or v.data_ptr() == ptrs[1])
+        )
+
+
+def kv_views(paged_kv_cache, kv_layout="NHD"):
+    """The KVViews of a paged KV cache (see paged_kv_views), made at the first
+    call with an object and remembered; None for an object that cannot be
+    remembered (an array type without weak references)."""
+    x = paged_kv_cache
+    if isinstance(x, (tuple, list)):
+        if len(x) != 2:
+            return None
+        k, v = x
+        hit = _VIEW_CACHE.get((id(k), id(v)))
+        if hit is not None and hit.layout == kv_layout and hit.holds_pair(k, v):
+            return hit
+        key, objs = (id(k), id(v)), (k, v)
     else:
-        objs = (paged_kv_cache,)
-    key = (tuple(map(id, objs)), kv_layout)
-    hit = _VIEW_CACHE.get(key)
-    if hit is not None:
-        refs, ptrs, shapes, k, v, arrays = hit
-        if (
-            all(r() is o for r, o in zip(refs, objs))
-            and ptrs == tuple(map(_data_ptr, objs))
-            and shapes == tuple(tuple(o.shape) for o in objs)
-        ):
-            return k, v, arrays
-        del _VIEW_CACHE[key]
-    k, v, arrays = paged_kv_views_uncached(paged_kv_cache, kv_layout)
-    arrays = _Arrays(arrays)
+        hit = _VIEW_CACHE.get(id(x))
+        if hit is not None and hit.layout == kv_layout and hit.holds(x):
+            return hit
+        key, objs = id(x), (x,)
+    k, v, arrays = paged_kv_views_uncached(x, kv_layout)
     try:
-        refs = tuple(weakref.ref(o) for o in objs)
-    except TypeError:  # an array type without weak references: not cached
-        return k, v, arrays
+        entry = KVViews(objs, kv_layout, k, v, _Arrays(arrays))
+    except TypeError:  # an array type without weak references
+        return None
     if len(_VIEW_CACHE) >= _VIEW_CACHE_MAX:
         _VIEW_CACHE.clear()
-    shapes = tuple(tuple(o.shape) for o in objs)
-    _VIEW_CACHE[key] = (refs, tuple(map(_data_ptr, objs)), shapes, k, v, arrays)
-    return k, v, arrays
+    _VIEW_CACHE[key] = entry
+    return entry
+
+
+def paged_kv_entry(paged_kv_cache, kv_layout="NHD"):
+    """(k view, v view, the arrays, the KVViews or None): paged_kv_views and
+    the entry it came from."""
+    entry = kv_views(paged_kv_cache, kv_layout)
+    if entry is None:
+        k, v, arrays = paged_kv_views_uncached(paged_kv_cache, kv_layout)
+        return k, v, _Arrays(arrays), None
+    return entry.k, entry.v, entry.arrays, entry
+
+
+def paged_kv_views(paged_kv_cache, kv_layout="NHD"):
+    """(k view, v view, the arrays) of a paged KV cache (paged_kv_views_uncached),
+    remembered per cache object: an engine passes the same per-layer cache
+    tensors at every step, so their views are made once, and reused while
+    those arrays live with the same data pointer and shape (checked at each
+    call; weak references, so nothing is kept alive)."""
+    entry = kv_views(paged_kv_cache, kv_layout)
+    if entry is None:
+        k, v, arrays = paged_kv_views_uncached(paged_kv_cache, kv_layout)
+        return k, v, _Arrays(arrays)
+    return entry.k, entry.v, entry.arrays
 
 
 def paged_kv_views_uncached(paged_kv_cache, kv_layout="NHD"):

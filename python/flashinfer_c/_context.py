@@ -109,13 +109,50 @@ def check_same_device(device, arrays):
         )
 
 
+_is_capturing = None  # torch's check, looked up once
+
+
 def capturing(device):
     """Whether the caller's current stream is being captured into a CUDA graph."""
     if device[0] != "cuda":
         return False
-    import torch
+    global _is_capturing
+    if _is_capturing is None:
+        import torch
 
-    return torch.cuda.is_current_stream_capturing()
+        # torch.cuda.is_current_stream_capturing() is a Python wrapper of this
+        _is_capturing = getattr(
+            torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing
+        )
+    return _is_capturing()
+
+
+_raw_current = None  # torch's accessor of the current stream's raw handle
+_default_raw = {}  # device index -> the raw handle of its default stream
+
+
+def raw_current_stream(index):
+    """The raw CUstream of torch's current stream on CUDA device `index`, through
+    torch's cheap private accessor (None where torch has none)."""
+    global _raw_current
+    if _raw_current is None:
+        import torch
+
+        _raw_current = getattr(torch._C, "_cuda_getCurrentRawStream", False)
+    return _raw_current(index) if _raw_current else None
+
+
+def raw_stream(stream, index):
+    """The raw handle of a torch stream; None stands for device `index`'s
+    default stream (where a C plan that has not run uploads)."""
+    if stream is not None:
+        return stream.cuda_stream
+    raw = _default_raw.get(index)
+    if raw is None:
+        import torch
+
+        raw = _default_raw[index] = torch.cuda.default_stream(index).cuda_stream
+    return raw
 
 
 def check_capture(device, graph_ready, what):

@@ -9,14 +9,17 @@ import numpy as np
 
 from ._arrays import DTypeError, is_torch
 
+_INT32 = np.dtype(np.int32)
+_count_nonzero = np.count_nonzero
+
 
 def to_numpy(x):
     """Any torch tensor (CPU, or a device copied to the host) or numpy array as numpy."""
     if is_torch(x):
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             # plan() may read device indices: one copy, as FlashInfer's plan does.
             x = x.detach().cpu()
-        return x.detach().numpy()
+        return x.detach().numpy() if x.requires_grad else x.numpy()
     if isinstance(x, np.ndarray):
         return x
     raise TypeError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
@@ -28,6 +31,11 @@ def i32(x, name, length=None, convert=False):
     convert=True narrows other integer dtypes (for calls where FlashInfer
     converts them itself); otherwise only int32 is accepted.
     """
+    if type(x) is np.ndarray and x.dtype is _INT32 and x.ndim == 1 and x.flags.c_contiguous:
+        # already what the C library reads (the common case: no conversion)
+        if length is not None and x.shape[0] != length:
+            raise ValueError(f"{name} has {x.shape[0]} entries, expected {length}")
+        return x
     if not (is_torch(x) or isinstance(x, np.ndarray)):
         raise TypeError(
             f"{name} must be an int32 torch.Tensor or numpy.ndarray, got {type(x).__name__}"
@@ -51,11 +59,11 @@ def indptr(x, name, allow_offset=False):
     a = i32(x, name)
     if a.shape[0] < 1:
         raise ValueError(f"{name} is empty; an indptr has batch_size + 1 entries")
-    if a[0] != 0 and not (allow_offset and a[0] > 0):
-        raise ValueError(f"{name}[0]={a[0]}: an indptr must start at 0")
-    d = np.diff(a)
-    if d.size and d.min() < 0:
-        i = int(np.argmax(d < 0))
+    first = a.item(0)
+    if first != 0 and not (allow_offset and first > 0):
+        raise ValueError(f"{name}[0]={first}: an indptr must start at 0")
+    if _count_nonzero(a[1:] < a[:-1]):
+        i = int(np.argmax(np.diff(a) < 0))
         raise ValueError(
             f"{name}[{i}]={a[i]} > {name}[{i + 1}]={a[i + 1]}: an indptr must not decrease"
         )
@@ -85,8 +93,9 @@ def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
     if batch is not None and n != batch:
         raise ValueError(f"{names[0]} has {n + 1} entries, expected batch_size + 1 = {batch + 1}")
     last = i32(kv_last_page_len, names[2], n)
-    start, end = int(ptr[0]), int(ptr[-1])
-    if not (is_torch(kv_indices) or isinstance(kv_indices, np.ndarray)):
+    start, end = ptr.item(0), ptr.item(-1)
+    torch_indices = type(kv_indices) is not np.ndarray and is_torch(kv_indices)
+    if not (torch_indices or isinstance(kv_indices, np.ndarray)):
         raise TypeError(
             f"{names[1]} must be an int32 torch.Tensor or numpy.ndarray, got "
             f"{type(kv_indices).__name__}"
@@ -95,7 +104,12 @@ def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
         raise ValueError(f"{names[1]} must be 1-D, got shape {tuple(kv_indices.shape)}")
     if kv_indices.shape[0] < end:
         raise ValueError(f"{names[1]} has {kv_indices.shape[0]} entries but {names[0]}[-1]={end}")
-    # Only the entries the batch uses are read (and copied from a device).
+    # Only the entries the batch uses are read (and copied from a device);
+    # a host tensor is sliced as numpy (a view), cheaper than torch's slice.
+    if torch_indices and kv_indices.is_cpu:
+        a = to_numpy(kv_indices)
+        if a.dtype is _INT32:
+            kv_indices = a
     idx = i32(kv_indices[start:end], names[1])
     if start:
         ptr = ptr - np.int32(start)

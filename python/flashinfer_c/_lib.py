@@ -168,6 +168,14 @@ for _name, (_res, _args) in _SIGNATURES.items():
     _f.argtypes = _args
     setattr(fn, _name[3:], _f)  # fn.plan_run, fn.merge_state ...
 
+# The hot path's prototype of fi_plan_run: both arguments plain addresses
+# (ints), which ctypes converts faster than a byref() of a structure. A
+# function object of its own (lib[name] makes a new one), so fn.plan_run
+# keeps its typed prototype.
+plan_run_addr = lib["fi_plan_run"]
+plan_run_addr.restype = _status
+plan_run_addr.argtypes = [c_void_p, c_void_p]
+
 
 # ------------------------------------------------------------------ errors
 

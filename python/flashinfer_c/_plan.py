@@ -18,17 +18,22 @@ Both are event waits queued on the GPU; the host does not block on them.
 """
 
 import ctypes
+import struct
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 from . import _structs as S
 from . import _context
-from ._arrays import FI_NAME, DTypeError, c_int32, fill_view, pack_view
-from ._lib import check, fn
+from ._arrays import FI_NAME, DTypeError, c_int32, fill_view, numpy_data, pack_view
+from ._arrays import numpy_data_or_0 as _ptr0
+from ._lib import check, fn, plan_run_addr
 
 # Byte offsets of fi_run_args' fields (for pack_view).
 _OFF = {name: getattr(S.RunArgs, name).offset for name, _ in S.RunArgs._fields_}
 _OFF_Q, _OFF_O = _OFF["q"], _OFF["o"]
+# k and v are adjacent: one byte range holds both views (Plan.set_kv_bytes).
+KV_BYTES = slice(_OFF["k"], _OFF["v"] + ctypes.sizeof(S.Tensor))
+assert KV_BYTES.stop == _OFF["o"]
 
 
 class InfoTable(dict):
@@ -164,7 +169,14 @@ def _expect(view, code, name, option):
 
 
 def _ptr(a):
-    return None if a is None else a.ctypes.data
+    return None if a is None else numpy_data(a)
+
+
+
+# fi_batch as bytes: batch_size, then five pointers (Plan.update packs one in
+# a single call into the plan's own struct).
+_BATCH = struct.Struct("@i5P")
+assert _BATCH.size == ctypes.sizeof(S.Batch) and S.Batch.qo_indptr.offset == _BATCH.size - 40
 
 
 def batch_of(qo_indptr, kv_indptr, kv_indices=None, last_page_len=None, mask_indptr=None):
@@ -215,6 +227,11 @@ def ordered_upload(device, upload_streams, call):
     the current stream made to wait for the upload. Returns call()'s status."""
     if device[0] != "cuda":
         return call()
+    current_raw = _context.raw_current_stream(device[1])
+    if current_raw is not None and all(
+        _context.raw_stream(s, device[1]) == current_raw for s in upload_streams
+    ):
+        return call()  # uploads on the current stream: ordered already (the common case)
     import torch
 
     current = torch.cuda.current_stream(device[1])
@@ -273,6 +290,8 @@ class Plan:
         self._siblings = {}
         self._synced = -1  # for a sibling: the parent's _version it was planned for
         self._destroy = fn.plan_destroy
+        self._batch_struct = S.Batch()  # fi_plan_update's argument, rewritten per plan()
+        self._batch_ref = ctypes.byref(self._batch_struct)
         # The argument block of fi_plan_run, made once and rewritten in place
         # by each run() (pack_view): run() builds no ctypes objects.
         self._args = S.RunArgs()
@@ -280,15 +299,27 @@ class Plan:
         self._last_k = self._last_v = None  # the K/V views args holds now
         self._lse_set = self._mask_set = False
         self._stream_handle = None
+        # For the wrappers' fast run (WrapperBase._fast_run): the argument
+        # block's address and bytes, its data pointers as ctypes objects that
+        # alias the fields, and what the last full run() left in it.
+        self._args_addr = ctypes.addressof(self._args)
+        self._args_bytes = memoryview(self._args).cast("B")
+        self._q_data = ctypes.c_void_p.from_buffer(self._args, _OFF_Q)
+        self._o_data = ctypes.c_void_p.from_buffer(self._args, _OFF_O)
+        self._lse_data = ctypes.c_void_p.from_buffer(self._args, _OFF["lse"])
+        self.memo = None  # the wrapper's record of the last full run (None: none valid)
+        self.kv_in_args = None  # the fast run's K/V entry whose views args holds
 
     # ------------------------------------------------------------ planning
 
     def update(
-        self, spec, qo_indptr, kv_indptr, kv_indices=None, last_page_len=None, mask_indptr=None
+        self, spec, qo_indptr, kv_indptr, kv_indices=None, last_page_len=None, mask_indptr=None,
+        capture_checked=False,
     ):
-        """Schedule a batch (host int32 numpy arrays) under `spec`."""
+        """Schedule a batch (host int32 numpy arrays) under `spec`.
+        capture_checked: the caller has just refused a capture in progress."""
         device = self.ctx.device
-        if _context.capturing(device):
+        if not capture_checked and _context.capturing(device):
             raise RuntimeError(
                 "plan() was called while the current CUDA stream is being captured into a "
                 "graph: plan outside the captured region; replays read the latest plan"
@@ -296,15 +327,32 @@ class Plan:
         if _deferred:
             flush_deferred()
         n = qo_indptr.shape[0] - 1
-        need = Bounds(max(n, 1), max(int(qo_indptr[-1]), 1), max(int(kv_indptr[-1]), 1))
-        self._ensure(spec, need)
-        batch = batch_of(qo_indptr, kv_indptr, kv_indices, last_page_len, mask_indptr)
+        total_qo, total_kv = qo_indptr.item(-1), kv_indptr.item(-1)
+        have = self.bounds
+        if not (  # the C plan as it is serves the batch (the common case, checked cheaply)
+            self.handle is not None
+            and self.fixed is None
+            and (spec is self.spec or spec == self.spec)
+            and n <= have.batch
+            and total_qo <= have.qo
+            and total_kv <= have.kv
+        ):
+            self._ensure(spec, Bounds(max(n, 1), max(total_qo, 1), max(total_kv, 1)))
+        batch = self._batch_struct
+        _BATCH.pack_into(
+            batch, 0, n, _ptr0(qo_indptr), _ptr0(kv_indptr), _ptr0(kv_indices),
+            _ptr0(last_page_len), _ptr0(mask_indptr),
+        )
         self._batch = (qo_indptr, kv_indptr, kv_indices, last_page_len, mask_indptr)
         self._version += 1
         self.total_qo = 0
-        status = ordered_upload(device, self._upload_streams(), lambda: self._c_update(batch))
-        check(status, self._what)
-        self.total_qo = int(qo_indptr[-1])
+        if device[0] == "cpu":
+            status = self._c_update(batch)
+        else:
+            status = ordered_upload(device, self._upload_streams(), lambda: self._c_update(batch))
+        if status:
+            check(status, self._what)
+        self.total_qo = total_qo
         self.batch_size = n
         if self.fixed is not None:
             # A graph may have captured a sibling's run: it must see this batch too.
@@ -374,6 +422,7 @@ class Plan:
         handed to the C entry point, whose ctypes prototype is bound once."""
         spec = self.spec
         args = self._args
+        self.memo = self.kv_in_args = None  # args is rewritten below
         if pack_view(args, _OFF_Q, q, "q") != spec.q_dtype:
             _expect(args.q, spec.q_dtype, "q", "q_data_type")
         if k is not self._last_k or v is not self._last_v:
@@ -425,7 +474,7 @@ class Plan:
 
     def _c_run_ref(self):
         """fi_plan_run on the prebuilt argument block (subclasses: their C run)."""
-        return fn.plan_run(self.handle, self._args_ref)
+        return plan_run_addr(self.handle, self._args_addr)
 
     # ------------------------------------------- what a subclass replaces
 
@@ -437,7 +486,8 @@ class Plan:
         )
 
     def _c_update(self, batch):
-        return fn.plan_update(self.handle, ctypes.byref(batch))
+        ref = self._batch_ref if batch is self._batch_struct else ctypes.byref(batch)
+        return fn.plan_update(self.handle, ref)
 
     def _c_run(self, args):
         return fn.plan_run(self.handle, ctypes.byref(args))

@@ -1,13 +1,18 @@
 """The base of the batch wrappers: the workspace's device, the CUDA-graph
 buffers, the C plan, and the run step they share."""
 
+import ctypes
 import math
 from dataclasses import replace
 
+import numpy as np
+
 from . import _context, _host
 from . import _structs as S
-from ._arrays import device_str, is_torch
+from . import _arrays
+from ._arrays import device_str, is_torch, numpy_data
 from ._attention import (
+    _VIEW_CACHE,
     apply_sinks,
     apply_v_scale,
     check_rank,
@@ -18,7 +23,8 @@ from ._attention import (
     workspace_device,
 )
 from ._cascade import AutoCascadePlan, detection_code
-from ._plan import Bounds, Plan
+from ._lib import check
+from ._plan import KV_BYTES, Bounds, Plan
 from .utils import pos_encoding_code
 
 
@@ -84,22 +90,117 @@ class RunOption:
         return obj.__dict__.get(self.name)
 
     def __set__(self, obj, value):
-        obj.__dict__[self.name] = value
-        obj.__dict__["_options_stale"] = True
+        d = obj.__dict__
+        old = d.get(self.name, _UNSET)
+        d[self.name] = value
+        # Setting the value it has (forward() at every layer) changes nothing.
+        if old is not value and (type(old) is not type(value) or old != value):
+            d["_options_stale"] = True
+            d["_options_touched"] = True  # since the last plan() (_reset_options)
 
 
-_raw_stream_fn = None
+_UNSET = object()
 
 
-def _raw_stream(index):
-    """The raw CUstream of torch's current stream on CUDA device `index`, through
-    torch's cheap private accessor when it has one (None otherwise)."""
-    global _raw_stream_fn
-    if _raw_stream_fn is None:
-        import torch
+def unit_scale(x):
+    """Whether a run-time scale (q_scale, k_scale, v_scale) changes nothing:
+    None, or the float 1.0 (vLLM passes k_scale=v_scale=1.0 to every run)."""
+    return x is None or (type(x) is float and x == 1.0)
 
-        _raw_stream_fn = getattr(torch._C, "_cuda_getCurrentRawStream", False)
-    return _raw_stream_fn(index) if _raw_stream_fn else None
+
+def unit_scales(*scales):
+    """Whether none of the scales changes anything (unit_scale)."""
+    for x in scales:
+        if not (x is None or (type(x) is float and x == 1.0)):
+            return False
+    return True
+
+
+class RunMemo:
+    """What a run() through the full path checked and left in its C plan's
+    argument block: the types, dtypes, shapes and strides of q, out and lse
+    (the K/V views are remembered per cache object, KVViews). A later run()
+    whose arrays match all of them passes the same checks, so
+    WrapperBase._fast_run only patches the data pointers and calls C.
+    The memo lives on the Plan, which drops it whenever its full run()
+    rewrites the block."""
+
+    __slots__ = (
+        "spec", "torch", "cuda", "index", "want_lse",
+        "q_type", "q_dtype", "q_shape", "q_strides",
+        "o_type", "o_dtype", "o_shape", "o_strides", "o_fresh",
+        "l_type", "l_dtype", "l_shape", "l_strides", "l_fresh",
+    )
+
+
+def _strides(x):
+    return x.stride() if is_torch(x) else x.strides
+
+
+def _plain_array(x):
+    """An exact numpy.ndarray or torch.Tensor (not a subclass, whose
+    attributes the fast run could not trust)."""
+    t = type(x)
+    return t is np.ndarray or (t is _arrays._torch_tensor and t is not None)
+
+
+def _remember_run(plan, device, q, out, lse, fresh_out, fresh_lse):
+    """plan.memo after a successful full run() of plain arrays, else nothing.
+    fresh_*: whether the run allocated out / lse itself (a later run without
+    them allocates the same shapes, dtypes and strides)."""
+    if not (_plain_array(q) and _plain_array(out) and (lse is None or _plain_array(lse))):
+        return
+    m = RunMemo()
+    m.spec = plan.spec
+    m.torch = type(q) is not np.ndarray
+    m.cuda = device[0] == "cuda"
+    m.index = device[1]
+    m.want_lse = lse is not None
+    m.q_type, m.q_dtype, m.q_shape, m.q_strides = type(q), q.dtype, q.shape, _strides(q)
+    m.o_type, m.o_dtype, m.o_shape, m.o_strides = type(out), out.dtype, out.shape, _strides(out)
+    m.o_fresh = fresh_out
+    if lse is not None:
+        m.l_type, m.l_dtype, m.l_shape = type(lse), lse.dtype, lse.shape
+        m.l_strides = _strides(lse)
+        m.l_fresh = fresh_lse
+    plan.memo = m
+
+
+def _empty(m, shape, dtype):
+    """An output as the full run() allocates it: like q, on the wrapper's device."""
+    if not m.torch:
+        return np.empty(shape, dtype)
+    device = f"cuda:{m.index}" if m.cuda else "cpu"
+    return _arrays._torch().empty(shape, dtype=dtype, device=device)
+
+
+if _arrays._DATA_OFFSET is not None:
+    _read_pointer = ctypes.c_void_p.from_address
+    _DATA_OFFSET = _arrays._DATA_OFFSET
+
+    def _numpy_ptr(x):
+        return _read_pointer(id(x) + _DATA_OFFSET).value or 0
+
+else:
+    _numpy_ptr = numpy_data
+
+
+def _torch_ok(x, strides, want_strides, m, device=None, plan=None):
+    """A torch array of the fast run: the remembered strides, on the wrapper's
+    device; for q on CUDA (plan given) also no capture running and the same
+    current stream as the remembered run's."""
+    if strides != want_strides:
+        return False
+    if not m.cuda:
+        return x.is_cpu
+    if not x.is_cuda or x.get_device() != m.index:
+        return False
+    if plan is None:
+        return True
+    return not _context.capturing(device) and _raw_stream(m.index) == plan._stream_handle
+
+
+_raw_stream = _context.raw_current_stream
 
 
 def require_graph_buffers(*named):
@@ -143,6 +244,7 @@ class WrapperBase:
         self._pin_memory_int_workspace_buffer = None
         self.device = workspace_device(float_workspace_buffer, self._name)
         self._options_stale = False
+        self._options_touched = True
         self._option_changes = {}
         self._spec_memo = None  # (plan() options, their Spec, the run-time attributes)
         self._stream_memo = (None, None)  # (raw handle, torch stream) of the last run
@@ -243,8 +345,9 @@ class WrapperBase:
         self._fixed = Bounds(batch, qo, kv)
         self._fixed_names = names
 
-    def _update(self, spec, *arrays):
-        """Re-plan the C plan for a batch (host int32 arrays)."""
+    def _update(self, spec, *arrays, capture_checked=False):
+        """Re-plan the C plan for a batch (host int32 arrays). capture_checked:
+        this plan() has refused a capture (_refuse_capture) before its work."""
         if self._plan is None:
             ctx = context(self.device)
             if self._prefix_detection is None:
@@ -254,7 +357,7 @@ class WrapperBase:
                     ctx, self._prefix_detection, self._fixed, self._fixed_names
                 )
         self._planned = False
-        self._plan.update(spec, *arrays)
+        self._plan.update(spec, *arrays, capture_checked=capture_checked)
         self._planned = True
 
     def _set_options(
@@ -276,7 +379,7 @@ class WrapperBase:
         self._pos_encoding_mode = pos_encoding_mode
         self._rope_scale = rope_scale
         self._rope_theta = rope_theta
-        self._options_stale = False
+        self._options_stale = self._options_touched = False
         self._option_changes = {}
 
     _OPTION_NAMES = ("_causal", "_window_left", "_logits_soft_cap", "_sm_scale",
@@ -286,11 +389,14 @@ class WrapperBase:
         return tuple(self.__dict__.get(n) for n in self._OPTION_NAMES)
 
     def _reset_options(self, snapshot):
-        """The run-time attributes as a plan() with these options sets them."""
+        """The run-time attributes as a plan() with these options sets them
+        (nothing to do when none was set since the plan() that left them so)."""
         d = self.__dict__
+        if not d.get("_options_touched", True) and not d["_options_stale"]:
+            return
         for name, value in zip(self._OPTION_NAMES, snapshot):
             d[name] = value
-        d["_options_stale"] = False
+        d["_options_stale"] = d["_options_touched"] = False
         d["_option_changes"] = {}
 
     def _current_stream(self, ctx):
@@ -371,12 +477,16 @@ class WrapperBase:
         return_lse,
         custom_mask=None,
         sinks=None,
+        kv_entry=None,
         **spec_changes,
     ):
-        """Check q/out/lse against the plan, then run: shared by every wrapper.
+        """Check q/out/lse against the plan, then run: shared by every wrapper
+        (the full path; _fast_run takes the calls it has seen before).
 
         The dtypes of q, k and v are checked against the plan by Plan.run.
         sinks: attention-sink logits [num_qo_heads] (see apply_sinks).
+        kv_entry: the KVViews k and v come from, if any (then a plain run is
+        remembered for _fast_run).
         """
         plan = self._plan if self._planned else self._require_plan()
         if self._options_stale:
@@ -395,11 +505,14 @@ class WrapperBase:
             device, self._use_cuda_graph, f"{self._name}.run()"
         )
         want_lse = return_lse or sinks is not None
+        given_out, given_lse = out, lse if return_lse else None
         out, lse = outputs(
-            q, plan.spec.head_dim_vo, self._o_name, out, lse if return_lse else None,
-            want_lse, self.device,
+            q, plan.spec.head_dim_vo, self._o_name, out, given_lse, want_lse, self.device,
         )
         runner = plan
+        # A scale of 1.0 changes nothing (and costs nothing): as if not given.
+        q_scale = None if unit_scale(q_scale) else q_scale
+        k_scale = None if unit_scale(k_scale) else k_scale
         if q_scale is not None or k_scale is not None or spec_changes:
             spec = replace(plan.spec, **spec_changes) if spec_changes else plan.spec
             scale = run_scale(spec, q_scale, k_scale)
@@ -413,9 +526,121 @@ class WrapperBase:
                 q, k, v, out, lse, custom_mask, self._current_stream(plan.ctx),
                 self._variant_values,
             )
+            if (
+                kv_entry is not None
+                and runner is plan
+                and not capturing
+                and custom_mask is None
+                and sinks is None
+                and plan.spec.variant is None
+            ):
+                _remember_run(plan, device, q, out, lse, given_out is None, given_lse is None)
         if sinks is not None:
             apply_sinks(out, lse, sinks, plan.spec.num_qo_heads, self.device)
-        apply_v_scale(out, v_scale)
+        if not unit_scale(v_scale):
+            apply_v_scale(out, v_scale)
+        return (out, lse) if return_lse else out
+
+    def _fast_run(self, q, kv_cache, out, lse, return_lse):
+        """run() of a call like one the full path (_run) has checked and run
+        on this C plan: q, out and lse of the same types, dtypes, shapes,
+        strides and device, a KV cache whose views are remembered (KVViews),
+        the same current stream, no capture, no run-time option changed.
+        Only the data pointers in the C plan's argument block are rewritten
+        (and the K/V views when the cache is another layer's), and
+        fi_plan_run is called: no ctypes object is made, nothing is
+        re-validated that cannot have changed. The caller has checked that
+        the call has no scale, sink or extra argument. Returns None, having
+        changed nothing, for any call it does not know; the caller then
+        takes the full path, which raises what is wrong."""
+        plan = self._plan
+        if plan is None:
+            return None
+        m = plan.memo
+        if (
+            m is None
+            or m.spec is not plan.spec
+            or not self._planned
+            or self._options_stale
+            or self._option_changes
+            or not plan.total_qo
+            or bool(return_lse) is not m.want_lse
+        ):
+            return None
+        # the KV cache: its views, checked on this device, of the planned dtype
+        t = type(kv_cache)
+        if t is tuple or t is list:
+            if len(kv_cache) != 2:
+                return None
+            kc, vc = kv_cache
+            e = _VIEW_CACHE.get((id(kc), id(vc)))
+            if e is None or not e.holds_pair(kc, vc):
+                return None
+        else:
+            e = _VIEW_CACHE.get(id(kv_cache))
+            if (
+                e is None
+                or e.refs[0]() is not kv_cache
+                or kv_cache.shape != e.shapes[0]
+                or (e.ptrs[0] is not None and kv_cache.data_ptr() != e.ptrs[0])
+            ):
+                return None
+        if e.kv_code != m.spec.kv_dtype or e.layout != self._kv_layout:
+            return None
+        if self.device not in e.arrays.verified_on:
+            return None
+        # q, out, lse: as the remembered run's
+        if type(q) is not m.q_type or q.dtype is not m.q_dtype or q.shape != m.q_shape:
+            return None
+        if out is None:
+            if not m.o_fresh:
+                return None
+            out = _empty(m, m.o_shape, m.o_dtype)
+        elif type(out) is not m.o_type or out.dtype is not m.o_dtype or out.shape != m.o_shape:
+            return None
+        if return_lse:
+            if lse is None:
+                if not m.l_fresh:
+                    return None
+                lse = _empty(m, m.l_shape, m.l_dtype)
+            elif type(lse) is not m.l_type or lse.dtype is not m.l_dtype or (
+                lse.shape != m.l_shape
+            ):
+                return None
+        if m.q_type is np.ndarray:
+            if q.strides != m.q_strides:
+                return None
+            q_ptr = _numpy_ptr(q)
+        elif not _torch_ok(q, q.stride(), m.q_strides, m, self.device, plan):
+            return None
+        else:
+            q_ptr = q.data_ptr()
+        if m.o_type is np.ndarray:
+            if out.strides != m.o_strides or not out.flags.writeable:
+                return None
+            o_ptr = _numpy_ptr(out)
+        elif out.requires_grad or not _torch_ok(out, out.stride(), m.o_strides, m):
+            return None
+        else:
+            o_ptr = out.data_ptr()
+        if return_lse:
+            if m.l_type is np.ndarray:
+                if lse.strides != m.l_strides or not lse.flags.writeable:
+                    return None
+                plan._lse_data.value = _numpy_ptr(lse)
+            elif lse.requires_grad or not _torch_ok(lse, lse.stride(), m.l_strides, m):
+                return None
+            else:
+                plan._lse_data.value = lse.data_ptr()
+        plan._q_data.value = q_ptr
+        plan._o_data.value = o_ptr
+        if plan.kv_in_args is not e:
+            plan._args_bytes[KV_BYTES] = e.kv_bytes
+            plan.kv_in_args = e
+            plan._last_k = plan._last_v = None  # Plan.run rewrites them next time
+        status = plan._c_run_ref()
+        if status:
+            check(status, "run")
         return (out, lse) if return_lse else out
 
     # ---------------------------------------------------------- inspection

@@ -6,9 +6,9 @@ import functools
 import numpy as np
 
 from . import _context, _host
-from ._attention import paged_kv_views
+from ._attention import paged_kv_entry
 from ._context import parse_device
-from ._wrapper import refuse_extras
+from ._wrapper import refuse_extras, unit_scales
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 from .utils import kv_layout_code
 
@@ -56,24 +56,14 @@ class BatchAttention:
         if use_profiler:
             raise NotImplementedError("use_profiler is not supported by flashinfer_c")
         ptr = _host.indptr(kv_indptr, "kv_indptr")
-        lens = _host.i32(kv_len_arr, "kv_len_arr", ptr.shape[0] - 1).astype(np.int64)
-        pages = np.diff(ptr).astype(np.int64)
-        last = np.where(pages > 0, lens - (pages - 1) * page_size, 0)
-        bad = np.nonzero(
-            (pages > 0) & ((last < 1) | (last > page_size)) | (pages == 0) & (lens != 0)
-        )[0]
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(
-                f"kv_len_arr[{i}]={lens[i]} does not fit request {i}'s {pages[i]} pages of "
-                f"page_size {page_size}"
-            )
+        lens = _host.i32(kv_len_arr, "kv_len_arr", ptr.shape[0] - 1)
+        last = _last_page_lens(ptr, lens, page_size)
         self._logits_soft_cap = float(logits_soft_cap or 0.0)
         self._wrapper.plan(
             qo_indptr,
             ptr,
             kv_indices,
-            last.astype(np.int32),
+            last,
             num_qo_heads,
             num_kv_heads,
             head_dim_qk,
@@ -100,16 +90,51 @@ class BatchAttention:
         """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk]; returns (out, lse).
         k_scale folds into the softmax scale, v_scale multiplies the output
         (floats, as FlashInfer's run takes them)."""
+        w = self._wrapper
+        if (
+            profiler_buffer is None
+            and ((k_scale is None and v_scale is None) or unit_scales(k_scale, v_scale))
+            and (logits_soft_cap is None or logits_soft_cap == self._logits_soft_cap)
+            and w._mask is None
+        ):
+            result = w._fast_run(q, kv_cache, out, lse, True)
+            if result is not None:
+                return result
         refuse_extras("BatchAttention.run()", (), profiler_buffer=profiler_buffer)
         changes = {}
         if logits_soft_cap is not None and float(logits_soft_cap) != self._logits_soft_cap:
             changes["logits_soft_cap"] = float(logits_soft_cap)
-        self._wrapper._require_plan()
-        k, v, arrays = paged_kv_views(kv_cache, self._kv_layout)
-        return self._wrapper._run(
-            q, k, v, arrays, None, k_scale, v_scale, out, lse, True, self._wrapper._mask,
-            **changes,
+        w._require_plan()
+        k, v, arrays, entry = paged_kv_entry(kv_cache, self._kv_layout)
+        return w._run(
+            q, k, v, arrays, None, k_scale, v_scale, out, lse, True, w._mask,
+            kv_entry=entry, **changes,
         )
+
+
+def _last_page_lens(ptr, lens, page_size):
+    """Each request's last_page_len (int32) from its pages and KV length,
+    checked: 1..page_size tokens on a request's last page, 0 for a request
+    without pages (whose length must be 0). In int64 (no int32 overflow)."""
+    pages = np.subtract(ptr[1:], ptr[:-1], dtype=np.int64)
+    last = lens - (pages - 1) * page_size
+    if pages.size and (
+        np.minimum.reduce(pages) == 0
+        or np.minimum.reduce(last) < 1
+        or np.maximum.reduce(last) > page_size
+    ):
+        # a request without pages, or a length that does not fit (rare): in full
+        last = np.where(pages > 0, last, 0)
+        bad = np.nonzero(
+            (pages > 0) & ((last < 1) | (last > page_size)) | (pages == 0) & (lens != 0)
+        )[0]
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"kv_len_arr[{i}]={lens[i]} does not fit request {i}'s {pages[i]} pages of "
+                f"page_size {page_size}"
+            )
+    return last.astype(np.int32)
 
 
 class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper):

@@ -12,7 +12,7 @@ from ._arrays import empty, name_of
 from ._attention import (
     apply_v_scale,
     float_dtype,
-    paged_kv_views,
+    paged_kv_entry,
     plan_dtypes,
     single_kv_shape,
     single_spec,
@@ -24,6 +24,7 @@ from ._wrapper import (
     refuse_unknown,
     require_graph_buffers,
     split_size,
+    unit_scales,
 )
 from .page import get_seq_lens
 from .utils import _get_range_buf, kv_layout_code
@@ -191,7 +192,8 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         disable_split_kv, as vLLM's fast_plan_decode makes it) is recognised
         by the values landing in the wrong slots (a number as data_type, a bool
         as rope_theta) and read in that order."""
-        refuse_unknown(f"{self._name}.plan()", newer)
+        if newer:
+            refuse_unknown(f"{self._name}.plan()", newer)
         if isinstance(rope_theta, bool) or (
             isinstance(data_type, (int, float)) and not isinstance(data_type, bool)
         ):
@@ -238,12 +240,14 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         memo = self._spec_memo
         if memo is not None and memo[0] == key and self._plan is not None:
             spec = memo[1]
-            self._update(spec, _qo_range(batch, q_len_per_req), kv_indptr, kv_indices, last)
+            self._update(spec, _qo_range(batch, q_len_per_req), kv_indptr, kv_indices, last,
+                         capture_checked=True)
             self._page_size = spec.page_size
             self._batch_size = batch
             self._q_len_per_req = q_len_per_req
             self._reset_options(memo[2])
             return
+        self._spec_memo = None  # until this plan() succeeds
         if data_type is not None:
             # The deprecated data_type sets q and kv unless they were given.
             if q_data_type in (None, "float16"):
@@ -269,7 +273,8 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
             disable_split_kv=disable_split_kv,
             fixed_split_size=split_size(fixed_split_size, page_size),
         )
-        self._update(spec, _qo_range(batch, q_len_per_req), kv_indptr, kv_indices, last)
+        self._update(spec, _qo_range(batch, q_len_per_req), kv_indptr, kv_indices, last,
+                     capture_checked=True)
         self._set_options(
             spec, q_len_per_req > 1, window_left, logits_soft_cap, sm_scale, pos_encoding_mode,
             rope_scale, rope_theta,
@@ -404,6 +409,23 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
         """Decode attention: q [batch_size * q_len_per_req, num_qo_heads, head_dim].
         sinks: attention-sink logits, float [num_qo_heads] (gpt-oss)."""
         if (
+            not args
+            and not newer
+            and sinks is None
+            and self._variant is None
+            and skip_softmax_threshold_scale_factor is None
+            and kv_cache_sf is None
+            and (window_left is None or window_left == self._window_left)
+            and (q_len_per_req is None or q_len_per_req == self._q_len_per_req)
+            and (
+                (q_scale is None and k_scale is None and v_scale is None)
+                or unit_scales(q_scale, k_scale, v_scale)
+            )
+        ):
+            result = self._fast_run(q, paged_kv_cache, out, lse, return_lse)
+            if result is not None:
+                return result
+        if (
             args
             or self._variant is not None
             or skip_softmax_threshold_scale_factor is not None
@@ -425,9 +447,10 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
             raise ValueError(
                 f"q_len_per_req={q_len_per_req} differs from plan()'s {self._q_len_per_req}"
             )
-        k, v, arrays = paged_kv_views(paged_kv_cache, self._kv_layout)
+        k, v, arrays, entry = paged_kv_entry(paged_kv_cache, self._kv_layout)
         return self._run(
-            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, sinks=sinks
+            q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, sinks=sinks,
+            kv_entry=entry,
         )
 
     run_return_lse = functools.partialmethod(run, return_lse=True)

@@ -12,7 +12,7 @@ from ._attention import (
     apply_v_scale,
     batch_mask,
     float_dtype,
-    paged_kv_views,
+    paged_kv_entry,
     plan_dtypes,
     run_scale,
     single_kv_shape,
@@ -24,6 +24,7 @@ from ._wrapper import (
     refuse_unknown,
     require_graph_buffers,
     split_size,
+    unit_scales,
 )
 from .page import get_seq_lens  # noqa: F401  (flashinfer.prefill.get_seq_lens)
 from .utils import kv_layout_code
@@ -152,11 +153,11 @@ class _PrefillBase(WrapperBase):
 
     def _plan_mask(self, custom_mask, packed_custom_mask, qo_lens, kv_lens):
         """self._mask and the mask indptr of a batch (None, None: no custom mask).
-        kv_lens: a function giving the KV lengths, called only for a mask."""
+        qo_lens, kv_lens: functions giving the lengths, called only for a mask."""
         self._mask, mask_indptr = None, None
         if custom_mask is not None or packed_custom_mask is not None:
             self._mask, mask_indptr = batch_mask(
-                custom_mask, packed_custom_mask, qo_lens, kv_lens(), self.device
+                custom_mask, packed_custom_mask, qo_lens(), kv_lens(), self.device
             )
         return mask_indptr
 
@@ -272,7 +273,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         **newer,
     ):
         """Plan a batch: query indptr and the page table (host or device int32)."""
-        refuse_unknown(f"{self._name}.plan()", newer)
+        if newer:
+            refuse_unknown(f"{self._name}.plan()", newer)
         self._refuse_capture()
         _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
         qo = _host.indptr(qo_indptr, "qo_indptr")
@@ -287,7 +289,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
         mask_indptr = self._plan_mask(
             custom_mask,
             packed_custom_mask,
-            np.diff(qo),
+            lambda: np.diff(qo),
             lambda: _host.kv_lengths(kv_indptr, last, page_size),
         )
         if self._use_cuda_graph:
@@ -297,6 +299,20 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             _host.copy_into(self._qo_indptr_buf, qo, "qo_indptr_buf")
             self._copy_page_table(kv_indptr, kv_indices, last, "buf")
             self._mask = self._graph_mask(self._mask, mask_indptr)
+        # The Spec of the last plan() with the same options is reused: an engine
+        # plans with the same model options at every step.
+        key = (num_qo_heads, num_kv_heads, head_dim_qk, page_size, head_dim_vo,
+               self._mask is not None, causal, pos_encoding_mode, sm_scale, window_left,
+               logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type, o_data_type,
+               fixed_split_size, disable_split_kv)
+        memo = self._spec_memo
+        if memo is not None and memo[0] == key and self._plan is not None:
+            spec = memo[1]
+            self._update(spec, qo, kv_indptr, kv_indices, last, mask_indptr, capture_checked=True)
+            self._reset_options(memo[2])
+            self._page_size = spec.page_size
+            return
+        self._spec_memo = None  # until this plan() succeeds
         dtypes = plan_dtypes(q_data_type, kv_data_type, o_data_type)
         self._q_name, self._kv_name, self._o_name = dtypes
         spec = self._make_spec(
@@ -317,11 +333,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             disable_split_kv=disable_split_kv,
             fixed_split_size=split_size(fixed_split_size, page_size),
         )
-        self._update(spec, qo, kv_indptr, kv_indices, last, mask_indptr)
+        self._update(spec, qo, kv_indptr, kv_indices, last, mask_indptr, capture_checked=True)
         self._set_options(
             spec, causal, window_left, logits_soft_cap, sm_scale, pos_encoding_mode, rope_scale,
             rope_theta,
         )
+        self._spec_memo = (key, spec, self._options_snapshot())
         self._page_size = int(page_size)
 
     begin_forward = plan
@@ -356,6 +373,21 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
     ):
         """Attention of q [qo_indptr[-1], num_qo_heads, head_dim_qk] over the paged cache.
         sinks: attention-sink logits, float [num_qo_heads] (gpt-oss)."""
+        if (
+            not args
+            and not newer
+            and sinks is None
+            and self._variant is None
+            and self._mask is None
+            and (window_left is None or window_left == self._window_left)
+            and (
+                (q_scale is None and k_scale is None and v_scale is None)
+                or unit_scales(q_scale, k_scale, v_scale)
+            )
+        ):
+            result = self._fast_run(q, paged_kv_cache, out, lse, return_lse)
+            if result is not None:
+                return result
         if args or self._variant is not None:
             refuse_extras(f"{self._name}.run()", self._variant_args(args))
         if newer:
@@ -364,10 +396,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             self._require_plan()
         if window_left is not None:
             self._check_window_left(window_left)
-        k, v, arrays = paged_kv_views(paged_kv_cache, self._kv_layout)
+        k, v, arrays, entry = paged_kv_entry(paged_kv_cache, self._kv_layout)
         return self._run(
             q, k, v, arrays, q_scale, k_scale, v_scale, out, lse, return_lse, self._mask,
-            sinks=sinks,
+            sinks=sinks, kv_entry=entry,
         )
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
@@ -472,7 +504,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         """Plan a batch: query and key/value indptrs (host or device int32).
         seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv (cuDNN
         inputs) are accepted and not used: the lengths are the indptrs'."""
-        refuse_unknown(f"{self._name}.plan()", newer)
+        if newer:
+            refuse_unknown(f"{self._name}.plan()", newer)
         self._refuse_capture()
         _refuse_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr)
         qo = _host.indptr(qo_indptr, "qo_indptr")
@@ -481,7 +514,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
         if kv.shape[0] != qo.shape[0]:
             raise ValueError(f"kv_indptr has {kv.shape[0]} entries but qo_indptr has {qo.shape[0]}")
         mask_indptr = self._plan_mask(
-            custom_mask, packed_custom_mask, np.diff(qo), lambda: np.diff(kv)
+            custom_mask, packed_custom_mask, lambda: np.diff(qo), lambda: np.diff(kv)
         )
         if self._use_cuda_graph:
             self._graph_bounds(batch, int(qo[-1]), self.GRAPH_MAX_KV_TOKENS, "GRAPH_MAX_KV_TOKENS")
@@ -508,7 +541,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
             disable_split_kv=disable_split_kv,
             fixed_split_size=split_size(fixed_split_size),
         )
-        self._update(spec, qo, kv, None, None, mask_indptr)
+        self._update(spec, qo, kv, None, None, mask_indptr, capture_checked=True)
         self._set_options(
             spec, causal, window_left, logits_soft_cap, sm_scale, pos_encoding_mode, rope_scale,
             rope_theta,
