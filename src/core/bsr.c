@@ -185,6 +185,7 @@ fi_status fi_bsr_create(fi_context *ctx, const fi_attention_params *params,
             fi_bsr_destroy(b);
             return st;
         }
+        b->plans[h]->owner_checks_outputs = true; /* bsr_run checks the caller's tensors */
     }
     *out = b;
     return FI_OK;

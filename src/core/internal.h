@@ -290,6 +290,12 @@ struct fi_plan {
      * for the kernels the plan runs. */
     fi_sched_policy policy;
 
+    /* An inner plan of a block-sparse object: its owner checked the
+     * caller's outputs against the inputs, and runs it on views padded to
+     * whole pages, which may reach past the tensors they view (so the
+     * plan's own overlap check would see overlaps that are not there). */
+    bool owner_checks_outputs;
+
     /* The batch of the last fi_plan_update, copied (capacity from config). */
     bool planned;
     int32_t batch_size;
