@@ -36,7 +36,8 @@
  *    FI_STATUS_INVALID_ARGUMENT ("not a live plan"). That check is best
  *    effort: it reads the handle's first word, so memory that was freed and
  *    reused by another object of the same kind passes it, and a pointer to
- *    no memory at all may fault.
+ *    no memory at all may fault. A variant may be destroyed before the plans
+ *    made with it: they keep it until the last of them is destroyed.
  *  - Outputs never share memory with a call's inputs, with each other, or
  *    within themselves (a stride of 0, rows that overlap), except where a
  *    function says it works in place, and then only as the very same view;
@@ -267,7 +268,11 @@ FI_API void fi_variant_spec_init(fi_variant_spec *spec);
 /* Validate `spec` (identifiers, parameter kinds and dtypes, sizes) and copy
  * it, strings included. Compilation happens at fi_plan_create. */
 FI_API fi_status fi_variant_create(const fi_variant_spec *spec, fi_variant **out);
-/* Accepts NULL and built-in variants (a no-op for those). */
+/* Accepts NULL and built-in variants (a no-op for those). Plans made with a
+ * variant hold a reference to it: it may be destroyed before them, and is
+ * freed with the last of them. A destroyed variant named in params is
+ * refused ("not a live variant", best effort: the check reads the handle's
+ * first word). */
 FI_API void fi_variant_destroy(fi_variant *variant);
 /* The built-in variants as specs: "none", "soft_cap" (f32 cap), "alibi"
  * (f32 tensor slopes[H_qo]), "sliding_window" (i32 window_left),

@@ -1078,6 +1078,35 @@ static void test_handles(void) {
         }
         record("bsr_after_destroy", ok);
     }
+    if (selected("variant_destroyed_before_its_plan")) {
+        /* a plan keeps its variant: destroyed by the user first, the plan
+         * still runs; once the plan is gone the variant is too, and a
+         * params struct naming it is refused */
+        fi_variant_spec vs;
+        fi_variant_spec_init(&vs);
+        vs.name = "halved";
+        vs.logits_transform = "return 0.5f * s;";
+        fi_variant *v = NULL;
+        int ok = expect(fi_variant_create(&vs, &v), FI_OK, END);
+        fi_attention_params p = fx.params;
+        p.variant = v;
+        fi_plan *plan = NULL;
+        ok = ok && expect(fi_plan_create(fx.ctx, &p, &fx.config, &plan), FI_OK, END);
+        fi_variant_destroy(v);
+        if (ok) {
+            ok &= expect(fi_plan_update(plan, &fx.batch), FI_OK, END);
+            ok &= expect(fi_plan_run(plan, &fx.args), FI_OK, END);
+            fi_plan_destroy(plan);
+            fi_plan *again = NULL;
+            ok &= expect(fi_plan_create(fx.ctx, &p, &fx.config, &again),
+                         FI_STATUS_INVALID_ARGUMENT, "not a live variant", END);
+            ok &= fi_variant_get_spec(v) == NULL;
+            fi_variant_destroy(v); /* twice: ignored */
+        }
+        record("variant_destroyed_before_its_plan", ok);
+        tu_buf_poison(&fx.o);
+        tu_buf_poison(&fx.lse);
+    }
     if (selected("foreign_handle")) {
         /* a cascade passed where a plan is expected, and the reverse */
         fi_cascade *c = NULL;

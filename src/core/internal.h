@@ -34,6 +34,7 @@ void fi_error_clear(void);
 #define FI_MAGIC_PLAN 0x4e4c5046u
 #define FI_MAGIC_CASCADE 0x43534346u
 #define FI_MAGIC_BSR 0x52534246u
+#define FI_MAGIC_VARIANT 0x52415646u
 #define FI_MAGIC_DEAD 0xdeadf1f1u
 
 /* FI_OK when `obj` is a live object of that magic, else

@@ -1,5 +1,6 @@
 /* params.c — defaults and validation of attention parameters; ALiBi slopes. */
 #include "core/params.h"
+#include "core/variant.h"
 
 #include <math.h>
 #include <string.h>
@@ -66,6 +67,10 @@ fi_status fi_params_validate(const fi_attention_params *p) {
     if (p->struct_size != sizeof *p)
         return INVALID("fi_attention_params.struct_size=%u, expected %zu: call "
                        "fi_attention_params_init first", (unsigned)p->struct_size, sizeof *p);
+    if (p->variant) {
+        fi_status st = fi_variant_check(p->variant, "fi_attention_params.variant");
+        if (st) return st;
+    }
     if (p->num_qo_heads <= 0 || p->num_kv_heads <= 0)
         return INVALID("num_qo_heads=%d, num_kv_heads=%d: both must be positive",
                        (int)p->num_qo_heads, (int)p->num_kv_heads);

@@ -1,6 +1,7 @@
 /* plan.c — plan objects: creation with bounds (one fixed workspace), info. */
 #include "core/checked.h"
 #include "core/params.h"
+#include "core/variant.h"
 #include "core/schedule.h"
 
 #include <math.h>
@@ -91,6 +92,7 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
     plan->ctx = ctx;
     fi_context_retain(ctx); /* released by fi_plan_destroy, also on the errors below */
     plan->params = *params;
+    fi_variant_retain(params->variant); /* the variant lives as long as its plans */
     plan->config = cfg;
     plan->group_size = params->num_qo_heads / params->num_kv_heads;
     if (plan->params.sm_scale == 0.0f)
@@ -188,6 +190,7 @@ void fi_plan_destroy(fi_plan *plan) {
     fi_schedule_free(&plan->schedule);
     free(plan->host_memory);
     fi_handle_retire(&plan->magic);
+    fi_variant_release(plan->params.variant);
     free(plan);
     fi_context_release(ctx);
 }

@@ -8,6 +8,7 @@
 #include "core/cache.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,26 @@ const char *fi_variant_hook(const fi_variant *v, fi_hook_id id) {
     return id < FI_HOOK_COUNT ? h[id] : NULL;
 }
 
-const fi_variant_spec *fi_variant_get_spec(const fi_variant *v) { return v ? &v->spec : NULL; }
+const fi_variant_spec *fi_variant_get_spec(const fi_variant *v) {
+    return v && fi_variant_check(v, "fi_variant_get_spec") == FI_OK ? &v->spec : NULL;
+}
+
+fi_status fi_variant_check(const fi_variant *v, const char *fn) {
+    return fi_handle_check(v, FI_MAGIC_VARIANT, fn, "variant");
+}
+
+void fi_variant_retain(const fi_variant *v) {
+    if (v && !v->builtin) atomic_fetch_add(&((fi_variant *)v)->refs, 1);
+}
+
+void fi_variant_release(const fi_variant *v) {
+    if (!v || v->builtin) return;
+    fi_variant *w = (fi_variant *)v;
+    if (atomic_fetch_sub(&w->refs, 1) != 1) return;
+    fi_handle_retire(&w->magic);
+    free(w->text);
+    free(w);
+}
 
 /* ------------------------------------------------------------ validation */
 
@@ -191,6 +211,7 @@ fi_status fi_variant_init_static(fi_variant *v, const fi_variant_spec *spec) {
     fi_status st = check_spec(spec);
     if (!st) st = copy_spec(v, spec);
     v->builtin = true;
+    v->magic = FI_MAGIC_VARIANT;
     return st;
 }
 
@@ -206,14 +227,17 @@ fi_status fi_variant_create(const fi_variant_spec *spec, fi_variant **out) {
         free(v);
         return st;
     }
+    v->magic = FI_MAGIC_VARIANT;
+    atomic_init(&v->refs, 1);
     *out = v;
     return FI_OK;
 }
 
+/* The user's reference: freed now, or when the last plan made with it is
+ * destroyed. A destroyed or foreign pointer is ignored (best effort). */
 void fi_variant_destroy(fi_variant *v) {
-    if (!v || v->builtin) return;
-    free(v->text);
-    free(v);
+    if (!v || fi_variant_check(v, "fi_variant_destroy") || v->builtin) return;
+    fi_variant_release(v);
 }
 
 /* ------------------------------------------------------------- run args */
@@ -442,7 +466,7 @@ char *fi_variant_source_alloc(const fi_variant *v, fi_variant_target target) {
 }
 
 size_t fi_variant_source(const fi_variant *v, fi_variant_target target, char *buf, size_t size) {
-    if (!v) return 0;
+    if (!v || fi_variant_check(v, "fi_variant_source")) return 0;
     char *s = fi_variant_source_alloc(v, target);
     if (!s) {
         fi_error(FI_STATUS_OUT_OF_MEMORY, "fi_variant_source: out of memory");

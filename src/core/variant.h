@@ -22,6 +22,10 @@ typedef enum fi_hook_id {
 } fi_hook_id;
 
 struct fi_variant {
+    uint32_t magic;                                 /* FI_MAGIC_VARIANT while alive */
+    /* The user's reference and one per plan made with it (fi_variant_retain):
+     * the variant outlives fi_variant_destroy while a plan uses it. */
+    _Atomic int32_t refs;
     fi_variant_spec spec;                           /* strings point into `text` */
     fi_variant_param params[FI_VARIANT_MAX_PARAMS]; /* names point into `text` */
     char *text;                                     /* every string, one allocation */
@@ -32,6 +36,13 @@ struct fi_variant {
     int32_t params_size;                            /* sizeof(fi_variant_params) */
     uint64_t hash;                                  /* of the C hook text */
 };
+
+/* A live variant (user-made or built-in), or an error naming `fn`. */
+fi_status fi_variant_check(const fi_variant *v, const char *fn);
+/* A plan's reference to its variant (built-ins: none needed), dropped by
+ * fi_variant_release; the last reference frees it. */
+void fi_variant_retain(const fi_variant *v);
+void fi_variant_release(const fi_variant *v);
 
 /* Validate and copy a spec into static storage (the built-ins). */
 fi_status fi_variant_init_static(fi_variant *v, const fi_variant_spec *spec);
