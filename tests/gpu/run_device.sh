@@ -94,7 +94,7 @@ if [ "$BENCH" = 1 ] && [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/nu
         # fa3 (CUTLASS, sm90) is the slowest to build: given up on after
         # FI_FA3_TIMEOUT seconds rather than hold the run
         lim=0
-        [ "$m" = fa3 ] && lim=${FI_FA3_TIMEOUT:-80}
+        [ "$m" = fa3 ] && lim=${FI_FA3_TIMEOUT:-240}
         timeout "$lim" python3 bench/cuda/bench_flashinfer.py --warm "$m" > "$OUT/fi_warm_$m.log" 2>&1 &
         fi_pids+=("$m:$!")
     done
