@@ -229,3 +229,36 @@ void oracle_top_k(int64_t len, const double *x, int32_t k, int32_t *idx) {
     for (int32_t c = 0; c < k; c++) idx[c] = c < len ? (int32_t)order[c] : -1;
     free(order);
 }
+
+/* The chi-square bound at p = 1e-6 for df degrees of freedom (Wilson and
+ * Hilferty's normal approximation, z = 4.753). */
+double oracle_chi2_bound(int64_t df) {
+    double d = (double)df, z = 4.753, a = 2.0 / (9.0 * d);
+    double c = 1.0 - a + z * sqrt(a);
+    return d * c * c * c;
+}
+
+/* Whether counts[v] of n draws fit the distribution p over keep: no draw
+ * outside it, chi-square under the bound. *chi2 = INFINITY for a draw
+ * outside. */
+bool oracle_fits(const int64_t *counts, int64_t n, int64_t v, const double *p, const bool *keep,
+                 double *chi2) {
+    double mass = 0.0;
+    int64_t support = 0;
+    for (int64_t i = 0; i < v; i++)
+        if (keep[i] && p[i] > 0.0) mass += p[i], support++;
+    double x = 0.0;
+    for (int64_t i = 0; i < v; i++) {
+        if (!(keep[i] && p[i] > 0.0)) {
+            if (counts[i]) {
+                *chi2 = INFINITY;
+                return false;
+            }
+            continue;
+        }
+        double e = (double)n * p[i] / mass;
+        x += ((double)counts[i] - e) * ((double)counts[i] - e) / e;
+    }
+    *chi2 = x;
+    return support <= 1 || x < oracle_chi2_bound(support - 1);
+}

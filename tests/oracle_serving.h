@@ -55,4 +55,12 @@ void oracle_chain_spec(int64_t n, int64_t v, const double *draft, const int32_t 
  * idx[k] (-1 past len). */
 void oracle_top_k(int64_t len, const double *x, int32_t k, int32_t *idx);
 
+/* The chi-square bound at p = 1e-6 for df degrees of freedom. */
+double oracle_chi2_bound(int64_t df);
+/* Whether counts[v] of n draws fit the distribution p over keep: no draw
+ * outside it, chi-square under the bound (*chi2 = INFINITY for a draw
+ * outside). */
+bool oracle_fits(const int64_t *counts, int64_t n, int64_t v, const double *p, const bool *keep,
+                 double *chi2);
+
 #endif /* FI_TESTS_ORACLE_SERVING_H */

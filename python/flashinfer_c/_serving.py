@@ -5,8 +5,9 @@ their C signatures, per-row parameters given as a number or a tensor, the
 (seed, offset) of a call's draws, and outputs allocated like the inputs.
 
 numpy arrays and torch CPU tensors run on the CPU backend. A torch CUDA
-tensor goes to the CUDA backend, which does not have these ops yet: the call
-raises BackendUnsupportedError (no silent copy to the CPU).
+tensor goes to the CUDA backend (its kernels give the CPU backend's results,
+docs/SEMANTICS.md "Serving ops"); an op a backend lacks raises
+BackendUnsupportedError (no silent copy to the CPU).
 """
 
 import ctypes

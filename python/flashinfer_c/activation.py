@@ -4,7 +4,7 @@ torch tensors (torch's own ops, any device) and numpy arrays: input
 the input's dtype (written into `out` when given).
 
 numpy arrays and torch CPU tensors run the C library's kernels; torch
-tensors on a GPU keep torch's expression until the CUDA backend has them.
+tensors on a GPU keep torch's expression.
 """
 
 import math

@@ -13,8 +13,8 @@ result in the input's dtype.
 
 numpy arrays and torch CPU tensors run the C library's kernels (f32
 arithmetic, each row read and written once); torch tensors on a GPU keep
-torch's own expression for the four RMSNorms until the CUDA backend has
-them, while the FP8 forms and layernorm raise BackendUnsupportedError there.
+torch's own expression for the four RMSNorms, while the FP8 forms and
+layernorm run the C library's CUDA kernels.
 """
 
 import numpy as np
@@ -25,8 +25,7 @@ from . import _serving as _C
 
 def _native(x):
     """Host arrays (numpy, torch CPU) go to the C library's kernels; torch
-    tensors on a GPU keep the torch expression until the CUDA backend has
-    the norms."""
+    tensors on a GPU keep the torch expression."""
     return is_on(x, ("cpu", 0))
 
 

@@ -27,12 +27,18 @@ typedef struct rows_job {
     int64_t rows;
     char *scratch;
     size_t scratch_bytes;
+    int32_t workers; /* the scratch slots: the rows go to pool workers [0, workers) */
 } rows_job;
 
+/* Pool worker `worker` of all of them: the rows of slot `worker` when it
+ * has one (the pool may have more workers than the call has rows, and
+ * scratch was made for `workers` slots only). */
 static void rows_worker(void *arg, int32_t worker, int32_t num_workers) {
     const rows_job *j = arg;
-    int64_t begin = j->rows * worker / num_workers;
-    int64_t end = j->rows * (worker + 1) / num_workers;
+    (void)num_workers;
+    if (worker >= j->workers) return;
+    int64_t begin = j->rows * worker / j->workers;
+    int64_t end = j->rows * (worker + 1) / j->workers;
     if (begin < end) j->fn(j->arg, j->scratch + (size_t)worker * j->scratch_bytes, begin, end);
 }
 
@@ -65,7 +71,7 @@ fi_status fi_sv_parallel_rows(const fi_context *ctx, int64_t rows, int64_t bytes
     }
     char *scratch = (char *)st->serving_scratch + shared_bytes;
     if (prep) prep(arg, st->serving_scratch);
-    rows_job job = {fn, arg, rows, scratch, scratch_bytes};
+    rows_job job = {fn, arg, rows, scratch, scratch_bytes, workers};
     if (workers == 1) fn(arg, scratch, 0, rows);
     else fi_thread_pool_run(pool, rows_worker, &job);
     return FI_OK;

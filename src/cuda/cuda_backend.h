@@ -70,6 +70,9 @@ typedef struct fi_attn_config {
 
 /* spec.c: configurations, their kernels' names and -D options. */
 
+/* Append one "-D..." option (printf-style) to s; past FI_SPEC_MAX_DEFINES
+ * nothing (the spec builders stay far below). */
+void fi_cuda_spec_define(fi_kernel_spec *s, const char *fmt, ...) FI_PRINTF(2, 3);
 /* The configuration of a plan's params; device_table: the plan takes a
  * device page table. A variant's text is attached with
  * fi_cuda_attn_set_variant. */

@@ -26,7 +26,9 @@ fi_status fi_cuda_rope(fi_context *ctx, const fi_rope_params *params, const fi_t
                        const fi_tensor *pos_ids, const fi_tensor *indptr,
                        const fi_tensor *offsets, void *stream);
 
-/* The serving ops (serving_ops.c): FI_STATUS_UNSUPPORTED for now. */
+/* The serving ops: norms, activations, RoPE from a cos/sin cache
+ * (serving_ops.c, kernels/serving.cuh); softmax, sampling, filters, chain
+ * speculative sampling, top-k (sampling_ops.c, kernels/sampling.cuh). */
 fi_status fi_cuda_norm(fi_context *ctx, const fi_norm_args *a, void *stream);
 fi_status fi_cuda_gated_act(fi_context *ctx, const fi_act_args *a, void *stream);
 fi_status fi_cuda_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream);
@@ -47,5 +49,37 @@ void fi_cuda_ops_rope_spec(int qt, int kt, int interleave, int pos_ids, int vec,
  * these; the library compiles any other on first use): spec i of n. */
 int fi_cuda_ops_num_ci_specs(void);
 void fi_cuda_ops_ci_spec(int i, fi_kernel_spec *s);
+
+/* Kernel configurations of the serving ops (dtype codes as fi_dtype; -1:
+ * no such tensor). Names start with "fi_sv_". */
+typedef enum fi_sv_norm_form { FI_SV_RMS = 0, FI_SV_GEMMA = 1, FI_SV_LAYER = 2 } fi_sv_norm_form;
+void fi_cuda_sv_norm_spec(fi_sv_norm_form form, int xt, int rt, int wt, int bt, int ot, int vec,
+                          fi_kernel_spec *s);
+void fi_cuda_sv_act_spec(int kind, int xt, int ot, int vec, fi_kernel_spec *s);
+void fi_cuda_sv_rope_spec(int qt, int kt, int neox, fi_kernel_spec *s);
+void fi_cuda_sv_softmax_spec(int xt, int ot, fi_kernel_spec *s);
+void fi_cuda_sv_sample_spec(int xt, int logits, fi_kernel_spec *s);
+void fi_cuda_sv_filter_spec(int op, int xt, int ot, fi_kernel_spec *s); /* op: fi_filter_op */
+void fi_cuda_sv_spec_spec(int dt, int tt, fi_kernel_spec *s);
+void fi_cuda_sv_topk_spec(int xt, int ragged, fi_kernel_spec *s);
+/* The serving kernels CI compiles (every value of every option): i of n. */
+int fi_cuda_sv_num_ci_specs(void);
+void fi_cuda_sv_ci_spec(int i, fi_kernel_spec *s);
+
+/* What the serving ops' host code shares (serving_ops.c). */
+/* Launch `spec` on a grid gx x gy of `threads`-thread blocks with `args`
+ * (one struct, by value) on `stream`: the context made current, the kernel
+ * found through the JIT (in relaxed capture mode when the stream is
+ * capturing), nothing allocated or synchronised. */
+fi_status fi_cuda_sv_launch(fi_context *ctx, const fi_kernel_spec *spec, int64_t gx, int64_t gy,
+                            int threads, void *args, void *stream);
+/* Byte stride of dim d of t. */
+int64_t fi_cuda_sv_bstride(const fi_tensor *t, int d);
+/* Whether t's last dim is contiguous and every row (every index of the
+ * other dims) starts `align`-byte aligned. */
+bool fi_cuda_sv_rows_aligned(const fi_tensor *t, int64_t align);
+/* Blocks of a one-block-per-row kernel over `rows` rows: two per SM at
+ * most (1024 threads each), the kernel striding over the rest. */
+int64_t fi_cuda_sv_row_blocks(const fi_context *ctx, int64_t rows);
 
 #endif /* FI_CUDA_OPS_H */

@@ -84,8 +84,13 @@ fi_status fi_cuda_jit_compile(const fi_kernel_spec *spec, const char *arch, char
     const char *why;
     const fi_nvrtc_api *nv = fi_nvrtc_load(&why);
     if (!nv) return fi_error(FI_STATUS_NO_DEVICE, "kernel %s: %s", spec->name, why);
-    const char *hdr[16], *inc[16];
-    int nh = fi_kernel_file_count < 15 ? fi_kernel_file_count : 15;
+    enum { MAX_HEADERS = 32 }; /* every kernels/ file, and a variant's hooks */
+    const char *hdr[MAX_HEADERS], *inc[MAX_HEADERS];
+    if (fi_kernel_file_count > MAX_HEADERS - 1)
+        return fi_error(FI_STATUS_INTERNAL,
+                        "kernel %s: %d embedded kernel sources, NVRTC is given at most %d",
+                        spec->name, fi_kernel_file_count, MAX_HEADERS - 1);
+    int nh = fi_kernel_file_count;
     for (int i = 0; i < nh; i++) {
         hdr[i] = fi_kernel_files[i].text;
         inc[i] = fi_kernel_files[i].name;

@@ -17,25 +17,15 @@
 
 #include "../../kernels/ops_args.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ specs */
 
-static void define(fi_kernel_spec *s, const char *fmt, ...) FI_PRINTF(2, 3);
-static void define(fi_kernel_spec *s, const char *fmt, ...) {
-    if (s->num_defines >= FI_SPEC_MAX_DEFINES) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->defines[s->num_defines++], sizeof s->defines[0], fmt, ap);
-    va_end(ap);
-}
-
 static void spec_begin(fi_kernel_spec *s, int kind) {
     memset(s, 0, sizeof *s);
     s->entry_file = "ops.cuh";
-    define(s, "-DFI_OPS_KIND=%d", kind);
+    fi_cuda_spec_define(s, "-DFI_OPS_KIND=%d", kind);
 }
 
 /* fi_ops_merge_a2b2o2_m0_v1 */
@@ -43,31 +33,31 @@ void fi_cuda_ops_merge_spec(int va, int vb, int vo, int mask, int vec, fi_kernel
     spec_begin(s, 1);
     snprintf(s->name, sizeof s->name, "fi_ops_merge_a%db%do%d_m%d_v%d", va, vb, vo, mask != 0,
              vec != 0);
-    define(s, "-DFI_OPS_VA=%d", va);
-    define(s, "-DFI_OPS_VB=%d", vb);
-    define(s, "-DFI_OPS_VO=%d", vo);
-    define(s, "-DFI_OPS_MASK=%d", mask != 0);
-    define(s, "-DFI_OPS_VEC=%d", vec != 0);
-    define(s, "-DFI_OPS_NAME=%s", s->name);
+    fi_cuda_spec_define(s, "-DFI_OPS_VA=%d", va);
+    fi_cuda_spec_define(s, "-DFI_OPS_VB=%d", vb);
+    fi_cuda_spec_define(s, "-DFI_OPS_VO=%d", vo);
+    fi_cuda_spec_define(s, "-DFI_OPS_MASK=%d", mask != 0);
+    fi_cuda_spec_define(s, "-DFI_OPS_VEC=%d", vec != 0);
+    fi_cuda_spec_define(s, "-DFI_OPS_NAME=%s", s->name);
 }
 
 /* fi_ops_merge_n_v2o2_v1 */
 void fi_cuda_ops_merge_n_spec(int v, int vo, int vec, fi_kernel_spec *s) {
     spec_begin(s, 2);
     snprintf(s->name, sizeof s->name, "fi_ops_merge_n_v%do%d_v%d", v, vo, vec != 0);
-    define(s, "-DFI_OPS_VA=%d", v);
-    define(s, "-DFI_OPS_VO=%d", vo);
-    define(s, "-DFI_OPS_VEC=%d", vec != 0);
-    define(s, "-DFI_OPS_NAME=%s", s->name);
+    fi_cuda_spec_define(s, "-DFI_OPS_VA=%d", v);
+    fi_cuda_spec_define(s, "-DFI_OPS_VO=%d", vo);
+    fi_cuda_spec_define(s, "-DFI_OPS_VEC=%d", vec != 0);
+    fi_cuda_spec_define(s, "-DFI_OPS_NAME=%s", s->name);
 }
 
 /* fi_ops_append_e2_v1 (values are copied as bits: only their size matters) */
 void fi_cuda_ops_append_spec(int elem_bytes, int vec, fi_kernel_spec *s) {
     spec_begin(s, 3);
     snprintf(s->name, sizeof s->name, "fi_ops_append_e%d_v%d", elem_bytes, vec != 0);
-    define(s, "-DFI_OPS_ES=%d", elem_bytes);
-    define(s, "-DFI_OPS_VEC=%d", vec != 0);
-    define(s, "-DFI_OPS_NAME=%s", s->name);
+    fi_cuda_spec_define(s, "-DFI_OPS_ES=%d", elem_bytes);
+    fi_cuda_spec_define(s, "-DFI_OPS_VEC=%d", vec != 0);
+    fi_cuda_spec_define(s, "-DFI_OPS_NAME=%s", s->name);
 }
 
 /* fi_ops_rope_q2k2_halves_indptr_v1 */
@@ -76,12 +66,12 @@ void fi_cuda_ops_rope_spec(int qt, int kt, int interleave, int pos_ids, int vec,
     spec_begin(s, 4);
     snprintf(s->name, sizeof s->name, "fi_ops_rope_q%dk%d_%s_%s_v%d", qt, kt,
              interleave ? "pairs" : "halves", pos_ids ? "posids" : "indptr", vec != 0);
-    define(s, "-DFI_OPS_QT=%d", qt);
-    define(s, "-DFI_OPS_KT=%d", kt);
-    define(s, "-DFI_OPS_INTER=%d", interleave != 0);
-    define(s, "-DFI_OPS_POSIDS=%d", pos_ids != 0);
-    define(s, "-DFI_OPS_VEC=%d", vec != 0);
-    define(s, "-DFI_OPS_NAME=%s", s->name);
+    fi_cuda_spec_define(s, "-DFI_OPS_QT=%d", qt);
+    fi_cuda_spec_define(s, "-DFI_OPS_KT=%d", kt);
+    fi_cuda_spec_define(s, "-DFI_OPS_INTER=%d", interleave != 0);
+    fi_cuda_spec_define(s, "-DFI_OPS_POSIDS=%d", pos_ids != 0);
+    fi_cuda_spec_define(s, "-DFI_OPS_VEC=%d", vec != 0);
+    fi_cuda_spec_define(s, "-DFI_OPS_NAME=%s", s->name);
 }
 
 enum { F32 = FI_DTYPE_F32, F16 = FI_DTYPE_F16, BF16 = FI_DTYPE_BF16 };

@@ -1,56 +1,365 @@
 /*
- * serving_ops.c — the serving ops (norms, gated activations, softmax,
- * sampling, filters, speculative sampling, top-k) on the CUDA backend: not
- * written yet. Each entry refuses with FI_STATUS_UNSUPPORTED and says so,
- * rather than computing anything; the CPU backend has them all. The CUDA
- * kernels must keep docs/SEMANTICS.md "Serving ops" (thresholds with ties
- * kept, the Philox draws of core/serving.h) so both backends agree.
+ * serving_ops.c — the row-wise serving ops on CUDA: RMSNorm / LayerNorm
+ * (fused residual add, Gemma weights, FP8 output), the gated activations
+ * and RoPE from a cos/sin cache (kernels/serving.cuh); the serving kernels'
+ * specs and the launch the sampling ops share (sampling_ops.c). The core
+ * (src/core/ops_norm.c) has checked shapes, dtypes, eps, the FP8 scale and
+ * aliasing; position values live on the device and are checked by the
+ * kernel (a position outside the cache skips its token). Each call resolves
+ * its configuration (dtypes, form, whether every row allows 16-byte vector
+ * access) to a spec, gets the function through the JIT and launches it on
+ * the caller's stream.
+ *
+ * Graph capture: a launch allocates nothing, needs no scratch and never
+ * synchronises, so every call can be captured. A configuration's first
+ * call in a context compiles or loads its module; inside a capture that
+ * load runs with the thread's capture mode relaxed (as ops.c does).
  */
 #include "cuda/cuda_ops.h"
 
-/* The one refusal, naming the family and what to use meanwhile. */
-static fi_status not_yet(const char *family) {
-    return fi_error(FI_STATUS_UNSUPPORTED,
-                    "%s on CUDA: not yet (the CPU backend implements it: a CPU context, "
-                    "host tensors)", family);
+#include "../../kernels/serving_args.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ specs */
+
+static void spec_begin(fi_kernel_spec *s, const char *file, int kind) {
+    memset(s, 0, sizeof *s);
+    s->entry_file = file;
+    fi_cuda_spec_define(s, "-DFI_SV_KIND=%d", kind);
 }
+
+static void spec_end(fi_kernel_spec *s) { fi_cuda_spec_define(s, "-DFI_SV_NAME=%s", s->name); }
+
+/* A dtype code in a name: its number, or n for none. */
+static char code(int t) { return t < 0 ? 'n' : (char)('0' + t); }
+
+/* fi_sv_norm_rms_x2rnw2bno2_v1 */
+void fi_cuda_sv_norm_spec(fi_sv_norm_form form, int xt, int rt, int wt, int bt, int ot, int vec,
+                          fi_kernel_spec *s) {
+    static const char *const forms[] = {"rms", "gemma", "layer"};
+    spec_begin(s, "serving.cuh", 1);
+    snprintf(s->name, sizeof s->name, "fi_sv_norm_%s_x%dr%cw%db%co%d_v%d", forms[form], xt,
+             code(rt), wt, code(bt), ot, vec != 0);
+    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
+    fi_cuda_spec_define(s, "-DFI_SV_RT=%d", rt);
+    fi_cuda_spec_define(s, "-DFI_SV_WT=%d", wt);
+    fi_cuda_spec_define(s, "-DFI_SV_BT=%d", bt);
+    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
+    fi_cuda_spec_define(s, "-DFI_SV_LAYER=%d", form == FI_SV_LAYER);
+    fi_cuda_spec_define(s, "-DFI_SV_GEMMA=%d", form == FI_SV_GEMMA);
+    fi_cuda_spec_define(s, "-DFI_SV_VEC=%d", vec != 0);
+    spec_end(s);
+}
+
+/* fi_sv_silu_and_mul_x2o2_v1 */
+void fi_cuda_sv_act_spec(int kind, int xt, int ot, int vec, fi_kernel_spec *s) {
+    static const char *const kinds[] = {"silu", "gelu", "gelu_tanh"};
+    spec_begin(s, "serving.cuh", 2);
+    snprintf(s->name, sizeof s->name, "fi_sv_%s_and_mul_x%do%d_v%d", kinds[kind], xt, ot,
+             vec != 0);
+    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
+    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
+    fi_cuda_spec_define(s, "-DFI_SV_ACT=%d", kind);
+    fi_cuda_spec_define(s, "-DFI_SV_VEC=%d", vec != 0);
+    spec_end(s);
+}
+
+/* fi_sv_rope_cache_q2k2_neox */
+void fi_cuda_sv_rope_spec(int qt, int kt, int neox, fi_kernel_spec *s) {
+    spec_begin(s, "serving.cuh", 3);
+    snprintf(s->name, sizeof s->name, "fi_sv_rope_cache_q%dk%d_%s", qt, kt,
+             neox ? "neox" : "gptj");
+    fi_cuda_spec_define(s, "-DFI_SV_QT=%d", qt);
+    fi_cuda_spec_define(s, "-DFI_SV_KT=%d", kt);
+    fi_cuda_spec_define(s, "-DFI_SV_NEOX=%d", neox != 0);
+    spec_end(s);
+}
+
+/* fi_sv_softmax_x2o0 */
+void fi_cuda_sv_softmax_spec(int xt, int ot, fi_kernel_spec *s) {
+    spec_begin(s, "sampling.cuh", 4);
+    snprintf(s->name, sizeof s->name, "fi_sv_softmax_x%do%d", xt, ot);
+    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
+    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
+    spec_end(s);
+}
+
+/* fi_sv_sample_probs_x0 (the filters are run-time flags) */
+void fi_cuda_sv_sample_spec(int xt, int logits, fi_kernel_spec *s) {
+    spec_begin(s, "sampling.cuh", 5);
+    snprintf(s->name, sizeof s->name, "fi_sv_sample_%s_x%d", logits ? "logits" : "probs", xt);
+    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
+    fi_cuda_spec_define(s, "-DFI_SV_LOGITS=%d", logits != 0);
+    spec_end(s);
+}
+
+/* fi_sv_top_k_renorm_x0o0 */
+void fi_cuda_sv_filter_spec(int op, int xt, int ot, fi_kernel_spec *s) {
+    static const char *const ops[] = {"top_k_renorm", "top_p_renorm", "top_k_mask"};
+    spec_begin(s, "sampling.cuh", 6);
+    snprintf(s->name, sizeof s->name, "fi_sv_%s_x%do%d", ops[op], xt, ot);
+    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
+    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
+    fi_cuda_spec_define(s, "-DFI_SV_OP=%d", op);
+    spec_end(s);
+}
+
+/* fi_sv_chain_spec_d0t0 */
+void fi_cuda_sv_spec_spec(int dt, int tt, fi_kernel_spec *s) {
+    spec_begin(s, "sampling.cuh", 7);
+    snprintf(s->name, sizeof s->name, "fi_sv_chain_spec_d%dt%d", dt, tt);
+    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", dt);
+    fi_cuda_spec_define(s, "-DFI_SV_TT=%d", tt);
+    spec_end(s);
+}
+
+/* fi_sv_top_k_x0_dense */
+void fi_cuda_sv_topk_spec(int xt, int ragged, fi_kernel_spec *s) {
+    spec_begin(s, "sampling.cuh", 8);
+    snprintf(s->name, sizeof s->name, "fi_sv_top_k_x%d_%s", xt, ragged ? "ragged" : "dense");
+    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
+    fi_cuda_spec_define(s, "-DFI_SV_RAGGED=%d", ragged != 0);
+    spec_end(s);
+}
+
+enum { F32 = FI_DTYPE_F32, F16 = FI_DTYPE_F16, BF16 = FI_DTYPE_BF16, E4M3 = FI_DTYPE_E4M3,
+       E5M2 = FI_DTYPE_E5M2, NONE = -1 };
+
+/* family, then the spec function's arguments: every form, dtype (in and
+ * out, FP8 out), vector flag, kind and op at least once */
+static const int ci_specs[][8] = {
+    {1, FI_SV_RMS, BF16, NONE, BF16, NONE, BF16, 1}, {1, FI_SV_RMS, F16, NONE, F16, NONE, F32, 0},
+    {1, FI_SV_RMS, F32, BF16, F16, NONE, F32, 1},    {1, FI_SV_GEMMA, BF16, BF16, BF16, NONE, BF16, 1},
+    {1, FI_SV_GEMMA, F16, F16, F32, NONE, F16, 0},   {1, FI_SV_LAYER, BF16, NONE, BF16, F32, BF16, 1},
+    {1, FI_SV_LAYER, F32, NONE, F16, F16, F32, 0},   {1, FI_SV_RMS, BF16, NONE, BF16, NONE, E4M3, 1},
+    {1, FI_SV_RMS, F16, F16, F16, NONE, E5M2, 0},    {1, FI_SV_RMS, F32, F32, F32, NONE, E4M3, 1},
+    {2, 0, BF16, BF16, 1}, {2, 1, F16, F16, 1}, {2, 2, F32, F32, 0}, {2, 0, F16, F32, 0},
+    {2, 2, BF16, F16, 1},
+    {3, BF16, BF16, 1}, {3, F16, F32, 0}, {3, F32, F32, 1},
+    {4, F32, F32}, {4, BF16, F32}, {4, F16, BF16},
+    {5, F32, 0}, {5, BF16, 1}, {5, F16, 0}, {5, F32, 1},
+    {6, FI_FILTER_TOP_K_RENORM, F32, F32}, {6, FI_FILTER_TOP_P_RENORM, BF16, F16},
+    {6, FI_FILTER_TOP_K_MASK, F16, F16}, {6, FI_FILTER_TOP_K_MASK, F32, F32},
+    {6, FI_FILTER_TOP_K_MASK, BF16, BF16},
+    {7, F32, F32}, {7, BF16, F16},
+    {8, F32, 0}, {8, BF16, 1}, {8, F16, 0},
+};
+
+int fi_cuda_sv_num_ci_specs(void) { return (int)(sizeof ci_specs / sizeof ci_specs[0]); }
+
+void fi_cuda_sv_ci_spec(int i, fi_kernel_spec *s) {
+    const int *c = ci_specs[i];
+    switch (c[0]) {
+    case 1: fi_cuda_sv_norm_spec((fi_sv_norm_form)c[1], c[2], c[3], c[4], c[5], c[6], c[7], s); break;
+    case 2: fi_cuda_sv_act_spec(c[1], c[2], c[3], c[4], s); break;
+    case 3: fi_cuda_sv_rope_spec(c[1], c[2], c[3], s); break;
+    case 4: fi_cuda_sv_softmax_spec(c[1], c[2], s); break;
+    case 5: fi_cuda_sv_sample_spec(c[1], c[2], s); break;
+    case 6: fi_cuda_sv_filter_spec(c[1], c[2], c[3], s); break;
+    case 7: fi_cuda_sv_spec_spec(c[1], c[2], s); break;
+    default: fi_cuda_sv_topk_spec(c[1], c[2], s); break;
+    }
+}
+
+/* -------------------------------------------------------------- helpers */
+
+int64_t fi_cuda_sv_bstride(const fi_tensor *t, int d) {
+    return t->stride[d] * (int64_t)fi_dtype_size(t->dtype);
+}
+
+bool fi_cuda_sv_rows_aligned(const fi_tensor *t, int64_t align) {
+    const int last = t->ndim - 1;
+    if ((uintptr_t)t->data % (uintptr_t)align) return false;
+    if (t->shape[last] > 1 && t->stride[last] != 1) return false;
+    for (int d = 0; d < last; d++)
+        if (t->shape[d] > 1 && fi_cuda_sv_bstride(t, d) % align) return false;
+    return true;
+}
+
+int64_t fi_cuda_sv_row_blocks(const fi_context *ctx, int64_t rows) {
+    const fi_cuda_ctx *cc = ctx->backend_state;
+    const int64_t cap = 2 * (int64_t)(cc->sm_count > 0 ? cc->sm_count : 1);
+    return rows < cap ? rows : cap;
+}
+
+fi_status fi_cuda_sv_launch(fi_context *ctx, const fi_kernel_spec *spec, int64_t gx, int64_t gy,
+                            int threads, void *args, void *stream) {
+    if (gx <= 0 || gy <= 0) return FI_OK;
+    fi_cuda_ctx *cc = ctx->backend_state;
+    const fi_cu_api *cu = cc->cu;
+    fi_status st = fi_cuda_push(cc);
+    if (st) return st;
+    CUstream s = (CUstream)stream;
+    int capturing = FI_CU_CAPTURE_NONE;
+    CUfunction fn = NULL;
+    CUresult r = cu->StreamIsCapturing(s, &capturing);
+    if (r) st = fi_cu_error(cu, "cuStreamIsCapturing", r);
+    if (!st && capturing != FI_CU_CAPTURE_NONE) {
+        int mode = FI_CU_CAPTURE_MODE_RELAXED;
+        r = cu->ThreadExchangeStreamCaptureMode(&mode);
+        if (r) {
+            st = fi_cu_error(cu, "cuThreadExchangeStreamCaptureMode", r);
+        } else {
+            st = fi_cuda_jit_function(cc, spec, &fn);
+            r = cu->ThreadExchangeStreamCaptureMode(&mode);
+            if (!st && r) st = fi_cu_error(cu, "cuThreadExchangeStreamCaptureMode", r);
+        }
+    } else if (!st) {
+        st = fi_cuda_jit_function(cc, spec, &fn);
+    }
+    if (!st) {
+        void *params[] = {args};
+        r = cu->LaunchKernel(fn, (unsigned)gx, (unsigned)gy, 1, (unsigned)threads, 1, 1, 0, s,
+                             params, NULL);
+        if (r) st = fi_cu_error(cu, "cuLaunchKernel", r);
+    }
+    fi_cuda_pop(cc);
+    return st;
+}
+
+static fi_status too_large(const char *fn, const char *what, int64_t v) {
+    return fi_error(FI_STATUS_UNSUPPORTED, "%s: %s=%lld is too large for the CUDA kernels", fn,
+                    what, (long long)v);
+}
+
+/* The leading dims of n tensors of one leading shape (t[0]'s first ndim - 1
+ * dims), merged where every tensor is contiguous across them and without
+ * dims of extent 1: extents into lead, each tensor's byte strides into
+ * st[i]; returns how many. */
+static int leading_dims(const fi_tensor *const *t, int n, int64_t *lead,
+                        int64_t (*st)[FI_SV_LEAD]) {
+    int k = 0;
+    for (int d = 0; d + 1 < t[0]->ndim; d++) {
+        if (t[0]->shape[d] == 1) continue;
+        bool merge = k > 0;
+        for (int i = 0; i < n && merge; i++)
+            merge = st[i][k - 1] == fi_cuda_sv_bstride(t[i], d) * t[0]->shape[d];
+        if (merge) {
+            lead[k - 1] *= t[0]->shape[d];
+            for (int i = 0; i < n; i++) st[i][k - 1] = fi_cuda_sv_bstride(t[i], d);
+            continue;
+        }
+        lead[k] = t[0]->shape[d];
+        for (int i = 0; i < n; i++) st[i][k] = fi_cuda_sv_bstride(t[i], d);
+        k++;
+    }
+    return k;
+}
+
+/* Bytes a vector unit of 8 elements of t needs its rows aligned to. */
+static int64_t unit_align(const fi_tensor *t) {
+    int64_t b = 8 * (int64_t)fi_dtype_size(t->dtype);
+    return b < 16 ? b : 16;
+}
+
+static bool vec_1d(const fi_tensor *t) {
+    return t->stride[0] == 1 && (uintptr_t)t->data % (uintptr_t)unit_align(t) == 0;
+}
+
+/* ----------------------------------------------------------------- norms */
 
 fi_status fi_cuda_norm(fi_context *ctx, const fi_norm_args *a, void *stream) {
-    (void)ctx, (void)stream;
-    return not_yet(a->kind == FI_NORM_LAYER ? "layernorm" : "rmsnorm");
+    const fi_tensor *x = a->input, *res = a->residual, *o = a->out;
+    const int last = x->ndim - 1;
+    fi_sv_norm_args k;
+    memset(&k, 0, sizeof k);
+    int64_t st[3][FI_SV_LEAD];
+    const fi_tensor *ts[3] = {x, o, res};
+    k.nlead = leading_dims(ts, res ? 3 : 2, k.lead, st);
+    memcpy(k.x_lead, st[0], sizeof k.x_lead);
+    memcpy(k.o_lead, st[1], sizeof k.o_lead);
+    if (res) memcpy(k.r_lead, st[2], sizeof k.r_lead);
+    k.x = x->data, k.out = o->data, k.w = a->weight->data;
+    k.res = res ? res->data : NULL;
+    k.b = a->bias ? a->bias->data : NULL;
+    k.x_col = fi_cuda_sv_bstride(x, last), k.o_col = fi_cuda_sv_bstride(o, last);
+    k.r_col = res ? fi_cuda_sv_bstride(res, last) : 0;
+    k.w_col = fi_cuda_sv_bstride(a->weight, 0);
+    k.b_col = a->bias ? fi_cuda_sv_bstride(a->bias, 0) : 0;
+    k.rows = a->rows, k.hidden = a->hidden;
+    k.eps = a->eps;
+    k.inv_scale = 1.0f / a->quant_scale; /* as the CPU: y x (1 / scale) */
+    const bool vec = a->hidden % 8 == 0 && fi_cuda_sv_rows_aligned(x, unit_align(x)) &&
+                     fi_cuda_sv_rows_aligned(o, unit_align(o)) &&
+                     (!res || fi_cuda_sv_rows_aligned(res, unit_align(res))) &&
+                     vec_1d(a->weight) && (!a->bias || vec_1d(a->bias));
+    /* threads per row: a power of two giving each at most the values it
+     * keeps in registers (kernels/serving.cuh: 2 units of 8, or 8), up to 1024 */
+    const int64_t units = vec ? a->hidden / 8 : a->hidden, per_thread = vec ? 2 : 8;
+    int group = 32;
+    while (group < 1024 && (int64_t)group * per_thread < units) group <<= 1;
+    k.group = group;
+    const int threads = group > 32 ? group : 128;
+    const fi_cuda_ctx *cc = ctx->backend_state;
+    int64_t blocks = (a->rows + threads / group - 1) / (threads / group);
+    const int64_t cap = (int64_t)(cc->sm_count > 0 ? cc->sm_count : 1) * (2048 / threads) * 4;
+    if (blocks > cap) blocks = cap; /* the kernel strides over the rest */
+    const fi_sv_norm_form form =
+        a->kind == FI_NORM_LAYER ? FI_SV_LAYER : a->gemma ? FI_SV_GEMMA : FI_SV_RMS;
+    fi_kernel_spec spec;
+    fi_cuda_sv_norm_spec(form, (int)x->dtype, res ? (int)res->dtype : -1, (int)a->weight->dtype,
+                         a->bias ? (int)a->bias->dtype : -1, (int)o->dtype, vec, &spec);
+    return fi_cuda_sv_launch(ctx, &spec, blocks, 1, threads, &k, stream);
 }
+
+/* ----------------------------------------------------------- activations */
 
 fi_status fi_cuda_gated_act(fi_context *ctx, const fi_act_args *a, void *stream) {
-    (void)ctx, (void)a, (void)stream;
-    return not_yet("gated activation (silu/gelu_and_mul)");
+    const fi_tensor *x = a->input, *o = a->out;
+    const int last = x->ndim - 1;
+    fi_sv_act_args k;
+    memset(&k, 0, sizeof k);
+    int64_t st[2][FI_SV_LEAD];
+    const fi_tensor *ts[2] = {x, o};
+    k.nlead = leading_dims(ts, 2, k.lead, st);
+    memcpy(k.x_lead, st[0], sizeof k.x_lead);
+    memcpy(k.o_lead, st[1], sizeof k.o_lead);
+    k.x = x->data, k.out = o->data;
+    k.x_col = fi_cuda_sv_bstride(x, last), k.o_col = fi_cuda_sv_bstride(o, last);
+    k.rows = a->rows, k.dim = a->dim;
+    const bool vec = a->dim % 8 == 0 && fi_cuda_sv_rows_aligned(x, unit_align(x)) &&
+                     fi_cuda_sv_rows_aligned(o, unit_align(o));
+    const int64_t units = vec ? a->dim / 8 : a->dim;
+    int64_t gx = (units + 255) / 256, gy = a->rows < 65535 ? a->rows : 65535;
+    if (gx > 64) gx = 64;
+    fi_kernel_spec spec;
+    fi_cuda_sv_act_spec((int)a->kind, (int)x->dtype, (int)o->dtype, vec, &spec);
+    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, &k, stream);
 }
 
-fi_status fi_cuda_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream) {
-    (void)ctx, (void)a, (void)stream;
-    return not_yet("softmax");
-}
-
-fi_status fi_cuda_sample(fi_context *ctx, const fi_sample_args *a, void *stream) {
-    (void)ctx, (void)a, (void)stream;
-    return not_yet("sampling");
-}
-
-fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream) {
-    (void)ctx, (void)stream;
-    return not_yet(a->op == FI_FILTER_TOP_K_MASK ? "top_k_mask_logits" : "top-k/top-p renorm");
-}
-
-fi_status fi_cuda_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream) {
-    (void)ctx, (void)a, (void)stream;
-    return not_yet("chain_speculative_sampling");
-}
-
-fi_status fi_cuda_top_k(fi_context *ctx, const fi_topk_args *a, void *stream) {
-    (void)ctx, (void)a, (void)stream;
-    return not_yet("top_k");
-}
+/* ------------------------------------------------------ RoPE from a cache */
 
 fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream) {
-    (void)ctx, (void)a, (void)stream;
-    return not_yet("apply_rope_with_cos_sin_cache");
+    const char *fn = "fi_rope_apply_cos_sin_cache";
+    const fi_tensor *q = a->q, *kt = a->k, *qo = a->q_out, *ko = a->k_out, *c = a->cache;
+    const int64_t hq = q->shape[1], hk = kt->shape[1], dim = q->shape[2];
+    if (hq > INT32_MAX || hk > INT32_MAX) return too_large(fn, "heads", hq > hk ? hq : hk);
+    if (dim > INT32_MAX) return too_large(fn, "head_dim", dim);
+    fi_sv_rope_args k;
+    memset(&k, 0, sizeof k);
+    k.q = q->data, k.k = kt->data, k.qo = qo->data, k.ko = ko->data;
+    k.pos = a->positions->data, k.cache = c->data;
+    k.q_tok = fi_cuda_sv_bstride(q, 0), k.q_head = fi_cuda_sv_bstride(q, 1);
+    k.q_dim = fi_cuda_sv_bstride(q, 2);
+    k.k_tok = fi_cuda_sv_bstride(kt, 0), k.k_head = fi_cuda_sv_bstride(kt, 1);
+    k.k_dim = fi_cuda_sv_bstride(kt, 2);
+    k.qo_tok = fi_cuda_sv_bstride(qo, 0), k.qo_head = fi_cuda_sv_bstride(qo, 1);
+    k.qo_dim = fi_cuda_sv_bstride(qo, 2);
+    k.ko_tok = fi_cuda_sv_bstride(ko, 0), k.ko_head = fi_cuda_sv_bstride(ko, 1);
+    k.ko_dim = fi_cuda_sv_bstride(ko, 2);
+    k.pos_st = a->positions->stride[0];
+    k.cache_row = c->stride[0], k.cache_col = c->stride[1];
+    k.nnz = q->shape[0], k.max_pos = c->shape[0];
+    k.heads_q = (int32_t)hq, k.heads_k = (int32_t)hk;
+    k.dim = (int32_t)dim, k.rot = (int32_t)c->shape[1];
+    k.copy_tail_q = qo->data != q->data; /* in place: the same view (core-checked) */
+    k.copy_tail_k = ko->data != kt->data;
+    const int64_t units = (hq + hk) * dim; /* at most: pairs and copied dims */
+    int64_t gx = (units + 255) / 256, gy = k.nnz < 65535 ? k.nnz : 65535;
+    if (gx > 64) gx = 64;
+    fi_kernel_spec spec;
+    fi_cuda_sv_rope_spec((int)q->dtype, (int)kt->dtype, a->neox, &spec);
+    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, &k, stream);
 }

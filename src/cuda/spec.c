@@ -15,8 +15,7 @@ _Static_assert(FI_MASK_NONE == 0 && FI_MASK_CAUSAL == 1 && FI_MASK_CUSTOM == 2 &
                    FI_POS_NONE == 0 && FI_POS_ROPE_LLAMA == 1 && FI_POS_ALIBI == 2,
                "kernel codes of mask_mode and pos_encoding");
 
-static void add_define(fi_kernel_spec *s, const char *fmt, ...) FI_PRINTF(2, 3);
-static void add_define(fi_kernel_spec *s, const char *fmt, ...) {
+void fi_cuda_spec_define(fi_kernel_spec *s, const char *fmt, ...) {
     if (s->num_defines >= FI_SPEC_MAX_DEFINES) return;
     va_list ap;
     va_start(ap, fmt);
@@ -67,7 +66,7 @@ static void add_variant(const fi_attn_config *c, fi_kernel_spec *s) {
     snprintf(s->name + n, sizeof s->name - n, "_v%.32s_%08x", c->vname,
              (unsigned)(h ^ (h >> 32)));
     s->header = c->vsrc;
-    add_define(s, "-DFI_VARIANT=1");
+    fi_cuda_spec_define(s, "-DFI_VARIANT=1");
 }
 
 /* KV source in kernel names: "dtable" is paged KV with a device page table
@@ -84,19 +83,19 @@ void fi_cuda_attn_spec(const fi_attn_config *c, fi_kernel_spec *s) {
              c->dvo, c->qt, c->kvt, c->ot, c->group, c->rows, kv_source_name(c->paged),
              (int)c->mask, c->window, c->softcap, (int)c->pos);
     add_variant(c, s);
-    add_define(s, "-DFI_DQK=%d", c->dqk);
-    add_define(s, "-DFI_DVO=%d", c->dvo);
-    add_define(s, "-DFI_QT=%d", c->qt);
-    add_define(s, "-DFI_KVT=%d", c->kvt);
-    add_define(s, "-DFI_OT=%d", c->ot);
-    add_define(s, "-DFI_GROUP=%d", c->group);
-    add_define(s, "-DFI_ROWS=%d", c->rows);
-    add_define(s, "-DFI_PAGED=%d", (int)c->paged);
-    add_define(s, "-DFI_MASK=%d", (int)c->mask);
-    add_define(s, "-DFI_WINDOW=%d", c->window);
-    add_define(s, "-DFI_SOFTCAP=%d", c->softcap);
-    add_define(s, "-DFI_POS=%d", (int)c->pos);
-    add_define(s, "-DFI_ATTN_NAME=%s", s->name);
+    fi_cuda_spec_define(s, "-DFI_DQK=%d", c->dqk);
+    fi_cuda_spec_define(s, "-DFI_DVO=%d", c->dvo);
+    fi_cuda_spec_define(s, "-DFI_QT=%d", c->qt);
+    fi_cuda_spec_define(s, "-DFI_KVT=%d", c->kvt);
+    fi_cuda_spec_define(s, "-DFI_OT=%d", c->ot);
+    fi_cuda_spec_define(s, "-DFI_GROUP=%d", c->group);
+    fi_cuda_spec_define(s, "-DFI_ROWS=%d", c->rows);
+    fi_cuda_spec_define(s, "-DFI_PAGED=%d", (int)c->paged);
+    fi_cuda_spec_define(s, "-DFI_MASK=%d", (int)c->mask);
+    fi_cuda_spec_define(s, "-DFI_WINDOW=%d", c->window);
+    fi_cuda_spec_define(s, "-DFI_SOFTCAP=%d", c->softcap);
+    fi_cuda_spec_define(s, "-DFI_POS=%d", (int)c->pos);
+    fi_cuda_spec_define(s, "-DFI_ATTN_NAME=%s", s->name);
 }
 
 /* fi_merge_d128_o2 */
@@ -104,9 +103,9 @@ void fi_cuda_merge_spec(int dvo, int ot, fi_kernel_spec *s) {
     memset(s, 0, sizeof *s);
     s->entry_file = "merge.cuh";
     snprintf(s->name, sizeof s->name, "fi_merge_d%d_o%d", dvo, ot);
-    add_define(s, "-DFI_DVO=%d", dvo);
-    add_define(s, "-DFI_OT=%d", ot);
-    add_define(s, "-DFI_MERGE_NAME=%s", s->name);
+    fi_cuda_spec_define(s, "-DFI_DVO=%d", dvo);
+    fi_cuda_spec_define(s, "-DFI_OT=%d", ot);
+    fi_cuda_spec_define(s, "-DFI_MERGE_NAME=%s", s->name);
 }
 
 /* fi_merge_d128_o2_vsink_1a2b3c4d: a variant whose merge differs (output
@@ -116,7 +115,7 @@ void fi_cuda_merge_spec_of(const fi_attn_config *c, fi_kernel_spec *s) {
     if (!(c->vhooks & (FI_VH_OUTPUT | FI_VH_NO_SOFTMAX))) return;
     s->num_defines--; /* the name define is redone */
     add_variant(c, s);
-    add_define(s, "-DFI_MERGE_NAME=%s", s->name);
+    fi_cuda_spec_define(s, "-DFI_MERGE_NAME=%s", s->name);
 }
 
 /* fi_attn_tc_d128x128_q2o2_g4_paged_m1w0c0p0 */
@@ -130,17 +129,17 @@ static void tc_options(const fi_attn_config *c, const char *file, const char *pr
              c->dvo, c->qt, c->ot, c->group, kv_source_name(c->paged), (int)c->mask, c->window,
              c->softcap, (int)c->pos);
     add_variant(c, s);
-    add_define(s, "-DFI_DQK=%d", c->dqk);
-    add_define(s, "-DFI_DVO=%d", c->dvo);
-    add_define(s, "-DFI_QT=%d", c->qt);
-    add_define(s, "-DFI_OT=%d", c->ot);
-    add_define(s, "-DFI_GROUP=%d", c->group);
-    add_define(s, "-DFI_PAGED=%d", (int)c->paged);
-    add_define(s, "-DFI_MASK=%d", (int)c->mask);
-    add_define(s, "-DFI_WINDOW=%d", c->window);
-    add_define(s, "-DFI_SOFTCAP=%d", c->softcap);
-    add_define(s, "-DFI_POS=%d", (int)c->pos);
-    add_define(s, "-D%s=%s", entry, s->name);
+    fi_cuda_spec_define(s, "-DFI_DQK=%d", c->dqk);
+    fi_cuda_spec_define(s, "-DFI_DVO=%d", c->dvo);
+    fi_cuda_spec_define(s, "-DFI_QT=%d", c->qt);
+    fi_cuda_spec_define(s, "-DFI_OT=%d", c->ot);
+    fi_cuda_spec_define(s, "-DFI_GROUP=%d", c->group);
+    fi_cuda_spec_define(s, "-DFI_PAGED=%d", (int)c->paged);
+    fi_cuda_spec_define(s, "-DFI_MASK=%d", (int)c->mask);
+    fi_cuda_spec_define(s, "-DFI_WINDOW=%d", c->window);
+    fi_cuda_spec_define(s, "-DFI_SOFTCAP=%d", c->softcap);
+    fi_cuda_spec_define(s, "-DFI_POS=%d", (int)c->pos);
+    fi_cuda_spec_define(s, "-D%s=%s", entry, s->name);
 }
 
 void fi_cuda_attn_tc_spec(const fi_attn_config *c, fi_kernel_spec *s) {
@@ -168,7 +167,7 @@ void fi_cuda_persist_spec(const fi_attn_config *c, int tc, int dtc, fi_kernel_sp
     for (int i = 0; i < s->num_defines; i++)
         if (!strncmp(s->defines[i], "-DFI_ATTN_NAME=", 15))
             snprintf(s->defines[i], sizeof s->defines[i], "-DFI_PERSIST_NAME=%.96s", s->name);
-    add_define(s, "-DFI_TC=%d", tc);
-    add_define(s, "-DFI_DTC=%d", dtc);
-    if (b64) add_define(s, "-DFI_TC_MT=1");
+    fi_cuda_spec_define(s, "-DFI_TC=%d", tc);
+    fi_cuda_spec_define(s, "-DFI_DTC=%d", dtc);
+    if (b64) fi_cuda_spec_define(s, "-DFI_TC_MT=1");
 }

@@ -128,6 +128,49 @@ static int gu_check(int r, const char *what, int line) {
 }
 #define GU(call) gu_check((call), #call, __LINE__)
 
+/* ------------------------------------------------------ device mirrors */
+
+/* A host buffer's bytes on the device, between two guard zones of 0xA5;
+ * `shift` extra guard bytes before the data misalign it on purpose. */
+#define GU_GUARD 512
+typedef struct gu_mirror {
+    gu_ptr dev;
+    size_t shift, bytes;
+} gu_mirror;
+
+static inline int gu_mirror_up(gu_mirror *m, const tu_buf *b, size_t shift) {
+    memset(m, 0, sizeof *m);
+    m->shift = shift, m->bytes = b->bytes;
+    const size_t total = 2 * GU_GUARD + shift + b->bytes;
+    if (GU(gu.MemAlloc(&m->dev, total))) return m->dev = 0, 0;
+    if (GU(gu.MemsetD8(m->dev, 0xA5, total))) return 0;
+    return !b->bytes || !GU(gu.HtoD(m->dev + GU_GUARD + shift, b->base, b->bytes));
+}
+
+/* The device bytes back into b; guard bytes that changed are a failure
+ * (noted with `what`). */
+static inline int gu_mirror_down(const gu_mirror *m, tu_buf *b, const char *what) {
+    const size_t total = 2 * GU_GUARD + m->shift + m->bytes;
+    uint8_t *all = malloc(total);
+    if (!all || GU(gu.DtoH(all, m->dev, total))) {
+        free(all);
+        tu_note("%s: copy back failed", what);
+        return 0;
+    }
+    memcpy(b->base, all + GU_GUARD + m->shift, m->bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < GU_GUARD + m->shift; i++) bad += all[i] != 0xA5;
+    for (size_t i = GU_GUARD + m->shift + m->bytes; i < total; i++) bad += all[i] != 0xA5;
+    free(all);
+    if (bad) tu_note("%s: %zu guard bytes around the buffer were written", what, bad);
+    return bad == 0;
+}
+
+static inline void gu_mirror_free(gu_mirror *m) {
+    if (m->dev) gu.MemFree(m->dev);
+    m->dev = 0;
+}
+
 /* ------------------------------------------------------------ benchmarks */
 
 /* The driver loaded and a CUDA context of the library on device 0, for the

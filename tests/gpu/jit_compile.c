@@ -7,7 +7,7 @@
  *   build/jit_compile --arch sm_90a   the same, to CUBIN
  *   build/jit_compile --list          one line per kernel: entry file, name, -D...
  *                                     (attention, merge, the standalone ops, the
- *                                     variants, the AOT set)
+ *                                     serving ops (fi_sv_*), the variants, the AOT set)
  *   build/jit_compile --filter STR    only names containing STR
  *   build/jit_compile --out DIR       also write each image to DIR/NAME.cubin|.ptx
  *   build/jit_compile --list --variant-dir DIR
@@ -197,13 +197,18 @@ static void variant_specs(void) {
 }
 
 /* Everything, in order: attention, the standalone ops' kernels
- * (kernels/ops.cuh, src/cuda/ops.c), the variants', and the AOT set. */
+ * (kernels/ops.cuh, src/cuda/ops.c), the serving ops' (kernels/serving.cuh,
+ * sampling.cuh: src/cuda/serving_ops.c), the variants', and the AOT set. */
 static void build_list(void) {
     nall = 0;
     attention_specs();
     fi_kernel_spec s;
     for (int i = 0; i < fi_cuda_ops_num_ci_specs(); i++) {
         fi_cuda_ops_ci_spec(i, &s);
+        add(&s);
+    }
+    for (int i = 0; i < fi_cuda_sv_num_ci_specs(); i++) { /* the serving ops: fi_sv_* */
+        fi_cuda_sv_ci_spec(i, &s);
         add(&s);
     }
     variant_specs();

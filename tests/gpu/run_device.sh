@@ -2,7 +2,8 @@
 # run_device.sh — the CUDA backend on the GPU machine, in one call: build
 # there (the library with its AOT kernels: `make gpu` compiles them with
 # nvcc), JIT vs AOT bit for bit, JIT cold/warm, graph capture/replay across
-# batches, compute-sanitizer (memcheck, racecheck) on a small subset, the
+# batches, the standalone and serving ops (test_cuda_ops, test_cuda_serving),
+# compute-sanitizer (memcheck, racecheck) on a small subset, the
 # attention harness on the cuda backend against the fp64 oracle, and the
 # benchmarks of bench/cuda (docs/BENCHMARKS.md): the decode, prefill and mixed
 # cells with the peers timed in the same run (torch SDPA flash and cuDNN;
@@ -130,6 +131,9 @@ if [ "$TESTS" = 1 ] && [ "$OPS" = 1 ]; then
     stamp "test_cuda_ops (merge_state(s), append_paged_kv_cache, RoPE vs the fp64 references; graphs)"
     ./build/test_cuda_ops $QUICK 2>&1 | tee "$OUT/test_cuda_ops.log" | grep -v "^PASS"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    stamp "test_cuda_serving (norms, activations, RoPE cache, softmax, sampling, filters, speculative, top-k vs the CPU backend; graphs)"
+    ./build/test_cuda_serving $QUICK 2>&1 | tee "$OUT/test_cuda_serving.log" | grep -v "^PASS"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if [ "$SANITIZE" = 1 ]; then
@@ -146,6 +150,20 @@ if [ "$SANITIZE" = 1 ]; then
             status=1
         fi
     done
+    # the serving ops on small shapes (every op, dtype and layout), and
+    # device-tensor values the CPU refuses: handled inside the buffers
+    stamp "compute-sanitizer --tool memcheck: build/test_cuda_serving, small shapes"
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 ./build/test_cuda_serving --quick \
+        --filter /h7/ --filter /d7/ --filter /v7/ --filter /v9/ --filter /v37/ --filter _v50/ \
+        --filter r5_n40_k5/ --filter h4_2_d64 --filter bad_input/device_values \
+        > "$OUT/sanitize_serving.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|test_cuda_serving:|^  total" "$OUT/sanitize_serving.log"
+    if [ "$rc" != 0 ]; then
+        echo "compute-sanitizer memcheck (serving ops) FAILED (exit $rc)"
+        grep -m 20 -E "=====|FAIL" "$OUT/sanitize_serving.log"
+        status=1
+    fi
     # device page tables with ids out of range: clamped inside the cache
     stamp "compute-sanitizer --tool memcheck: build/test_cuda --table"
     # (--report-api-errors no: the test makes the driver refuse a host address on purpose)
@@ -256,6 +274,9 @@ if [ "$BENCH" = 1 ]; then
         done
         cat "$OUT"/fi_warm_*.log | grep "warm"
     fi
+    stamp "serving ops benchmark (norms, activations, softmax, sampling, top-k, RoPE cache: GB/s)"
+    ./build/bench_serving --json "$OUT/bench_serving.json" 2>&1 | tee "$OUT/bench_serving.log" \
+        | grep -v "^|" || status=1
     # host timing: after FlashInfer's compiler processes are gone
     stamp "host overhead of a 256-request decode step"
     ./build/bench_overhead --json "$OUT/bench_overhead.json" 2>&1 | tee "$OUT/bench_overhead.log" \

@@ -61,56 +61,16 @@ static const char *const view_names[] = {"aligned", "strided", "misaligned"};
 
 /* ----------------------------------------------------- device mirrors */
 
-/* A host buffer's bytes on the device, between two guard zones of 0xA5;
- * `shift` extra guard bytes before the data misalign it on purpose. */
-#define GUARD 512
-typedef struct dmirror {
-    gu_ptr dev;
-    size_t shift, bytes;
-} dmirror;
-
-static int dm_up(dmirror *m, const tu_buf *b, size_t shift) {
+/* b on the device (tests/gpu/gpu_util.h), or SKIP without one. */
+static int dm_up(gu_mirror *m, const tu_buf *b, size_t shift) {
     memset(m, 0, sizeof *m);
-    if (!g_device) return SKIP;
-    m->shift = shift;
-    m->bytes = b->bytes;
-    size_t total = 2 * GUARD + shift + b->bytes;
-    if (GU(gu.MemAlloc(&m->dev, total))) {
-        m->dev = 0;
-        return 0;
-    }
-    if (GU(gu.MemsetD8(m->dev, 0xA5, total))) return 0;
-    if (b->bytes && GU(gu.HtoD(m->dev + GUARD + shift, b->base, b->bytes))) return 0;
-    return 1;
-}
-
-/* Copy the data back into b; count guard bytes that changed. */
-static int dm_down(const dmirror *m, tu_buf *b, const char *what) {
-    size_t total = 2 * GUARD + m->shift + m->bytes;
-    uint8_t *all = malloc(total);
-    if (!all || GU(gu.DtoH(all, m->dev, total))) {
-        free(all);
-        tu_note("%s: copy back failed", what);
-        return 0;
-    }
-    memcpy(b->base, all + GUARD + m->shift, m->bytes);
-    size_t bad = 0;
-    for (size_t i = 0; i < GUARD + m->shift; i++) bad += all[i] != 0xA5;
-    for (size_t i = GUARD + m->shift + m->bytes; i < total; i++) bad += all[i] != 0xA5;
-    free(all);
-    if (bad) tu_note("%s: %zu guard bytes around the buffer were written", what, bad);
-    return bad == 0;
-}
-
-static void dm_free(dmirror *m) {
-    if (m->dev) gu.MemFree(m->dev);
-    m->dev = 0;
+    return g_device ? gu_mirror_up(m, b, shift) : SKIP;
 }
 
 /* The view t of host buffer b, moved onto its device mirror. */
-static fi_tensor dm_view(const dmirror *m, const tu_buf *b, const fi_tensor *t) {
+static fi_tensor dm_view(const gu_mirror *m, const tu_buf *b, const fi_tensor *t) {
     fi_tensor r = *t;
-    r.data = (void *)(uintptr_t)(m->dev + GUARD + m->shift +
+    r.data = (void *)(uintptr_t)(m->dev + GU_GUARD + m->shift +
                                  (size_t)((const char *)t->data - (const char *)b->base));
     return r;
 }
@@ -220,7 +180,7 @@ static int case_merge_state(tu_rng *rng, const void *p) {
     void *snap_b = ops_snapshot(&vb), *snap_sb = ops_snapshot(&sb);
 
     tu_buf *bufs[7] = {&va, &sa, &vb, &sb, &vo, &so, &mask};
-    dmirror dm[7];
+    gu_mirror dm[7];
     memset(dm, 0, sizeof dm);
     int nb = c->mode == MERGE_IN_PLACE_MASK ? 7 : 6;
     int r = 1;
@@ -241,7 +201,7 @@ static int case_merge_state(tu_rng *rng, const void *p) {
                                          c->mode == MERGE_IN_PLACE_MASK ? &tm : NULL, g_stream);
         r = r && ops_check_ok(st, "merge") && device_sync();
         static const char *const names[7] = {"v_a", "s_a", "v_b", "s_b", "v_out", "s_out", "mask"};
-        for (int i = 0; i < nb && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
+        for (int i = 0; i < nb && r; i++) r &= gu_mirror_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1) {
         const tu_buf *out_v = in_place ? &va : &vo, *out_s = in_place ? &sa : &so;
@@ -264,7 +224,7 @@ static int case_merge_state(tu_rng *rng, const void *p) {
             free(got);
         }
     }
-    for (int i = 0; i < 7; i++) dm_free(&dm[i]);
+    for (int i = 0; i < 7; i++) gu_mirror_free(&dm[i]);
     free(a), free(la), free(b), free(lb), free(ref), free(lref), free(keep);
     free(snap_a), free(snap_sa), free(snap_b), free(snap_sb);
     for (int i = 0; i < 7; i++) tu_buf_free(bufs[i]);
@@ -306,7 +266,7 @@ static int case_merge_states(tu_rng *rng, const void *p) {
     void *snap_v = ops_snapshot(&v), *snap_s = ops_snapshot(&s);
     tu_buf *bufs[4] = {&v, &s, &vo, &so};
     static const char *const names[4] = {"v", "s", "v_out", "s_out"};
-    dmirror dm[4];
+    gu_mirror dm[4];
     memset(dm, 0, sizeof dm);
     int r = 1;
     for (int i = 0; i < 4 && r == 1; i++) r = dm_up(&dm[i], bufs[i], shift_for(c->view, bufs[i]));
@@ -317,7 +277,7 @@ static int case_merge_states(tu_rng *rng, const void *p) {
             ops_check_ok(fi_merge_states(g_ctx, &tv, &ts, &tvo, &tso, g_stream),
                          "fi_merge_states") &&
             device_sync();
-        for (int i = 0; i < 4 && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
+        for (int i = 0; i < 4 && r; i++) r &= gu_mirror_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1) {
         int (*check)(const char *, const fi_tensor *, const double *, double) =
@@ -327,7 +287,7 @@ static int case_merge_states(tu_rng *rng, const void *p) {
         r &= ops_check_outside("v_out", &vo) & ops_check_outside("s_out", &so);
         r &= ops_same_as_snapshot("v", &v, snap_v) & ops_same_as_snapshot("s", &s, snap_s);
     }
-    for (int i = 0; i < 4; i++) dm_free(&dm[i]);
+    for (int i = 0; i < 4; i++) gu_mirror_free(&dm[i]);
     free(x), free(l), free(ref), free(lref), free(snap_v), free(snap_s);
     for (int i = 0; i < 4; i++) tu_buf_free(bufs[i]);
     return r;
@@ -573,7 +533,7 @@ static int case_append(tu_rng *rng, const void *p) {
     tu_buf *bufs[4] = {&ak, &av, &kc, &vc};
     static const char *const names[4] = {"append_k", "append_v", "k_cache", "v_cache"};
     int nb = c->combined ? 3 : 4;
-    dmirror dm[4];
+    gu_mirror dm[4];
     dints ib[5];
     memset(dm, 0, sizeof dm);
     memset(ib, 0, sizeof ib);
@@ -594,7 +554,7 @@ static int case_append(tu_rng *rng, const void *p) {
                                                   g_stream),
                          "fi_append_paged_kv_cache") &&
             device_sync();
-        for (int i = 0; i < nb && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
+        for (int i = 0; i < nb && r; i++) r &= gu_mirror_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1) {
         r &= ops_same_as_snapshot(c->combined ? "kv cache" : "k_cache", &kc, want_k);
@@ -603,7 +563,7 @@ static int case_append(tu_rng *rng, const void *p) {
              ops_same_as_snapshot("append_v", &av, snap_av);
         if (!r && c->bad) tu_note("%d of %d tokens valid", (int)nv, (int)t.nnz);
     }
-    for (int i = 0; i < 4; i++) dm_free(&dm[i]);
+    for (int i = 0; i < 4; i++) gu_mirror_free(&dm[i]);
     for (int i = 0; i < 5; i++) di_free(&ib[i]);
     free(want_k), free(want_v), free(snap_ak), free(snap_av), free(vb), free(vp);
     tu_buf_free(&ak), tu_buf_free(&av), tu_buf_free(&kc), tu_buf_free(&vc);
@@ -741,7 +701,7 @@ static int case_rope(tu_rng *rng, const void *p) {
     tu_buf *bufs[4] = {&q, &k, &qo, &ko};
     static const char *const names[4] = {"q", "k", "q_out", "k_out"};
     int nb = c->in_place ? 2 : 4;
-    dmirror dm[4];
+    gu_mirror dm[4];
     dints ib[2];
     memset(dm, 0, sizeof dm);
     memset(ib, 0, sizeof ib);
@@ -761,7 +721,7 @@ static int case_rope(tu_rng *rng, const void *p) {
             st = fi_rope_apply(g_ctx, &rp, &tq, &tk, &tqo, &tko, &ib[0].t, &ib[1].t, g_stream);
         r = r && ops_check_ok(st, c->pos_ids ? "fi_rope_apply_pos_ids" : "fi_rope_apply") &&
             device_sync();
-        for (int i = 0; i < nb && r; i++) r &= dm_down(&dm[i], bufs[i], names[i]);
+        for (int i = 0; i < nb && r; i++) r &= gu_mirror_down(&dm[i], bufs[i], names[i]);
     }
     if (r == 1 && !c->malformed) {
         r &= ops_check_rope_out("q_out", oq, before_q, rq, pos, tu_dtype_tol(c->dq),
@@ -773,7 +733,7 @@ static int case_rope(tu_rng *rng, const void *p) {
         r &= ops_check_outside("q_out", &qo) & ops_check_outside("k_out", &ko);
         r &= ops_same_as_snapshot("q", &q, snap_q) & ops_same_as_snapshot("k", &k, snap_k);
     }
-    for (int i = 0; i < 4; i++) dm_free(&dm[i]);
+    for (int i = 0; i < 4; i++) gu_mirror_free(&dm[i]);
     for (int i = 0; i < 2; i++) di_free(&ib[i]);
     free(ids), free(indptr), free(offsets), free(pos), free(xq), free(xk), free(rq), free(rk);
     free(before_q), free(before_k), free(snap_q), free(snap_k);
@@ -860,7 +820,7 @@ typedef struct graph_bufs {
     tu_buf nv, ns, nvo, nso;           /* merge_states [GN, GS, GH, GD] */
     tu_buf ak, av, kc, vc;             /* append [GT, GH, GD] into [GPAGES, GPS, GH, GD] */
     tu_buf q, k, qo, ko;               /* rope [GT, 2*GH, GD], [GT, GH, GD] */
-    dmirror dm[18];
+    gu_mirror dm[18];
     dints bi, pos, ind, iptr, last, ids;
     ops_append_table t;
     fi_tensor d[18];
@@ -893,7 +853,7 @@ static int gb_alloc(graph_bufs *g) {
 
 static void gb_free(graph_bufs *g) {
     for (int i = 0; i < 18; i++) {
-        dm_free(&g->dm[i]);
+        gu_mirror_free(&g->dm[i]);
         tu_buf_free(gb_buf(g, i));
     }
     di_free(&g->bi), di_free(&g->pos), di_free(&g->ind), di_free(&g->iptr), di_free(&g->last);
@@ -926,7 +886,7 @@ static int gb_upload(graph_bufs *g, const int32_t *ids) {
         if (!g->dm[i].dev) {
             if (dm_up(&g->dm[i], b, 0) != 1) return 0;
             g->d[i] = dm_view(&g->dm[i], b, &b->t);
-        } else if (GU(gu.HtoD(g->dm[i].dev + GUARD, b->base, b->bytes))) {
+        } else if (GU(gu.HtoD(g->dm[i].dev + GU_GUARD, b->base, b->bytes))) {
             return 0;
         }
     }
@@ -936,7 +896,7 @@ static int gb_upload(graph_bufs *g, const int32_t *ids) {
 
 static int gb_download(graph_bufs *g) {
     int ok = 1;
-    for (int i = 0; i < 18; i++) ok &= dm_down(&g->dm[i], gb_buf(g, i), "graph buffer");
+    for (int i = 0; i < 18; i++) ok &= gu_mirror_down(&g->dm[i], gb_buf(g, i), "graph buffer");
     return ok;
 }
 

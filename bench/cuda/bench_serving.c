@@ -1,0 +1,229 @@
+/*
+ * bench_serving.c — the serving ops on the CUDA backend: rmsnorm and
+ * fused_add_rmsnorm (bf16, rows 1-4096 x hidden 4096 / 8192), silu_and_mul
+ * (bf16, d 14336), softmax, top-k / top-p / top-k+top-p sampling from
+ * probs, top_k_renorm_probs, top_k_mask_logits and top_k (f32, rows
+ * 1-256 x vocab 128256), apply_rope_with_cos_sin_cache (bf16, 32/8 heads,
+ * d 128).
+ *
+ * Each cell's inputs are random (probabilities in [0, 1), never a zero
+ * row) in enough copies that one sweep over them reads >= 256 MB (at most
+ * 16 copies), so the 60 MB L2 cannot hold them. Timing: device events
+ * around one sweep (the op once per copy, back to back on one stream),
+ * median of >= 20 sweeps after warm-up; time per op = sweep / copies.
+ * Bytes = every tensor read or written once (sampling and top-k: the
+ * input read once; what a one-pass kernel would move); GB/s decimal; % of
+ * the measured device-to-device copy ceiling (4.22 TB/s,
+ * docs/BENCHMARKS.md). The samplers read their row several times (select
+ * passes from L2): their % says how far from one pass they are.
+ *
+ *   build/bench_serving [--json FILE] [--reps N] [--quick]
+ */
+#include "flashinfer.h"
+#include "../../tests/gpu/gpu_util.h"
+#include "../../tests/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double CEILING = 4.22e12;
+
+typedef enum op {
+    OP_RMSNORM, OP_FUSED_ADD_RMSNORM, OP_SILU_AND_MUL, OP_SOFTMAX, OP_TOP_K_SAMPLING,
+    OP_TOP_P_SAMPLING, OP_TOP_K_TOP_P_SAMPLING, OP_TOP_K_RENORM, OP_TOP_K_MASK, OP_TOP_K, OP_ROPE
+} op;
+static const char *const op_names[] = {
+    "rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "softmax", "top_k_sampling",
+    "top_p_sampling", "top_k_top_p_sampling", "top_k_renorm_probs", "top_k_mask_logits",
+    "top_k", "rope_cos_sin_cache"};
+
+typedef struct cell {
+    op op;
+    int64_t rows, cols; /* rows x hidden (d, vocab); RoPE: tokens x (32 + 8) x 128 */
+} cell;
+
+enum { HQ = 32, HK = 8, HD = 128, MAXPOS = 8192, K = 50 };
+
+/* Bytes of one input copy and of the output, and what the op moves. */
+static void cell_bytes(const cell *c, size_t *in, size_t *out, double *moved) {
+    const double n = (double)c->rows * (double)c->cols;
+    switch (c->op) {
+    case OP_RMSNORM: *in = (size_t)n * 2, *out = (size_t)n * 2, *moved = 4 * n; break;
+    case OP_FUSED_ADD_RMSNORM: *in = (size_t)n * 4, *out = 0, *moved = 8 * n; break;
+    case OP_SILU_AND_MUL: *in = (size_t)n * 4, *out = (size_t)n * 2, *moved = 6 * n; break;
+    case OP_SOFTMAX: case OP_TOP_K_RENORM: case OP_TOP_K_MASK:
+        *in = (size_t)n * 4, *out = (size_t)n * 4, *moved = 8 * n; break;
+    case OP_TOP_K: *in = (size_t)n * 4, *out = (size_t)c->rows * K * 8, *moved = 4 * n; break;
+    case OP_ROPE:
+        *in = (size_t)c->rows * (HQ + HK) * HD * 2, *out = *in;
+        *moved = 2.0 * (double)*in;
+        break;
+    default: *in = (size_t)n * 4, *out = (size_t)c->rows * 4, *moved = 4 * n; break;
+    }
+}
+
+/* n f32 values uniform in [lo, hi) at dst. */
+static int fill_f32(gu_ptr dst, size_t n, float lo, float hi, tu_rng *rng) {
+    const size_t block = (size_t)1 << 22;
+    float *h = malloc((block + 64) * sizeof *h); /* each block read from its own shift */
+    if (!h) return -1;
+    for (size_t i = 0; i < block + 64; i++) h[i] = lo + (hi - lo) * (float)tu_rng_uniform(rng);
+    for (size_t at = 0; at < n; at += block) {
+        const size_t m = n - at < block ? n - at : block;
+        if (GU(gu.HtoD(dst + at * 4, h + (at / block * 7) % 64, m * 4))) return free(h), -1;
+    }
+    free(h);
+    return 0;
+}
+
+static fi_status run_op(fi_context *ctx, const cell *c, gu_ptr in, gu_ptr out, gu_ptr aux,
+                        gu_stream s) {
+    void *pi = (void *)(uintptr_t)in, *po = (void *)(uintptr_t)out;
+    const int64_t m2[2] = {c->rows, c->cols}, w1[1] = {c->cols}, i2[2] = {c->rows, 2 * c->cols};
+    const int64_t b1[1] = {c->rows}, k2[2] = {c->rows, K};
+    switch (c->op) {
+    case OP_RMSNORM: case OP_FUSED_ADD_RMSNORM: {
+        fi_tensor x = fi_tensor_contiguous(pi, FI_DTYPE_BF16, 2, m2);
+        fi_tensor w = fi_tensor_contiguous((void *)(uintptr_t)aux, FI_DTYPE_BF16, 1, w1);
+        if (c->op == OP_RMSNORM) {
+            fi_tensor o = fi_tensor_contiguous(po, FI_DTYPE_BF16, 2, m2);
+            return fi_rmsnorm(ctx, &x, &w, 1e-6f, &o, s);
+        }
+        fi_tensor r = fi_tensor_contiguous((char *)pi + c->rows * c->cols * 2, FI_DTYPE_BF16, 2, m2);
+        return fi_fused_add_rmsnorm(ctx, &x, &r, &w, 1e-6f, s);
+    }
+    case OP_SILU_AND_MUL: {
+        fi_tensor x = fi_tensor_contiguous(pi, FI_DTYPE_BF16, 2, i2);
+        fi_tensor o = fi_tensor_contiguous(po, FI_DTYPE_BF16, 2, m2);
+        return fi_silu_and_mul(ctx, &x, &o, s);
+    }
+    case OP_ROPE: {
+        const int64_t qs[3] = {c->rows, HQ, HD}, ks[3] = {c->rows, HK, HD}, cs[2] = {MAXPOS, HD};
+        fi_tensor q = fi_tensor_contiguous(pi, FI_DTYPE_BF16, 3, qs);
+        fi_tensor k = fi_tensor_contiguous((char *)pi + c->rows * HQ * HD * 2, FI_DTYPE_BF16, 3, ks);
+        fi_tensor qo = fi_tensor_contiguous(po, FI_DTYPE_BF16, 3, qs);
+        fi_tensor ko = fi_tensor_contiguous((char *)po + c->rows * HQ * HD * 2, FI_DTYPE_BF16, 3, ks);
+        fi_tensor cache = fi_tensor_contiguous((void *)(uintptr_t)aux, FI_DTYPE_F32, 2, cs);
+        fi_tensor pos = fi_tensor_contiguous((char *)(uintptr_t)aux + MAXPOS * HD * 4, FI_DTYPE_I32, 1, b1);
+        return fi_rope_apply_cos_sin_cache(ctx, &pos, &q, &k, &cache, 1, &qo, &ko, s);
+    }
+    default: break;
+    }
+    fi_tensor x = fi_tensor_contiguous(pi, FI_DTYPE_F32, 2, m2);
+    fi_tensor o = fi_tensor_contiguous(po, FI_DTYPE_F32, 2, m2);
+    fi_tensor smp = fi_tensor_contiguous(po, FI_DTYPE_I32, 1, b1);
+    fi_tensor idx = fi_tensor_contiguous(po, FI_DTYPE_I32, 2, k2);
+    fi_tensor val = fi_tensor_contiguous((char *)po + c->rows * K * 4, FI_DTYPE_F32, 2, k2);
+    switch (c->op) {
+    case OP_SOFTMAX: return fi_softmax(ctx, &x, NULL, 0.8f, &o, s);
+    case OP_TOP_K_SAMPLING: return fi_top_k_sampling_from_probs(ctx, &x, NULL, NULL, K, 1, 2, &smp, NULL, s);
+    case OP_TOP_P_SAMPLING: return fi_top_p_sampling_from_probs(ctx, &x, NULL, NULL, 0.9f, 1, 2, &smp, NULL, s);
+    case OP_TOP_K_TOP_P_SAMPLING:
+        return fi_top_k_top_p_sampling_from_probs(ctx, &x, NULL, NULL, K, NULL, 0.9f,
+                                                  FI_FILTER_TOP_K_FIRST, 1, 2, &smp, NULL, s);
+    case OP_TOP_K_RENORM: return fi_top_k_renorm_probs(ctx, &x, NULL, K, &o, s);
+    case OP_TOP_K_MASK: return fi_top_k_mask_logits(ctx, &x, NULL, K, &o, s);
+    default: return fi_top_k(ctx, &x, K, NULL, NULL, &val, &idx, s);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *json = NULL;
+    int reps = 20, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+    }
+    if (reps < 20) reps = 20;
+    fi_context *ctx;
+    int open = gu_bench_context(&ctx);
+    if (open) return open < 0;
+    printf("%s\n", fi_context_describe(ctx));
+    gu_stream s;
+    gu_event e0, e1;
+    if (GU(gu.StreamCreate(&s, 1)) || GU(gu.EventCreate(&e0, 0)) || GU(gu.EventCreate(&e1, 0)))
+        return 1;
+    static const int64_t norm_rows[] = {1, 128, 4096}, norm_h[] = {4096, 8192};
+    static const int64_t vocab_rows[] = {1, 64, 256};
+    cell cells[64];
+    int nc = 0;
+    for (int o = OP_RMSNORM; o <= OP_FUSED_ADD_RMSNORM; o++)
+        for (int r = 0; r < 3; r++)
+            for (int h = 0; h < 2; h++) cells[nc++] = (cell){(op)o, norm_rows[r], norm_h[h]};
+    for (int r = 1; r < 3; r++) cells[nc++] = (cell){OP_SILU_AND_MUL, norm_rows[r], 14336};
+    for (int o = OP_SOFTMAX; o <= OP_TOP_K; o++)
+        for (int r = 0; r < 3; r++) cells[nc++] = (cell){(op)o, vocab_rows[r], 128256};
+    cells[nc++] = (cell){OP_ROPE, 4096, (HQ + HK) * HD};
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    char table[16384];
+    int tl = snprintf(table, sizeof table, "| op | rows | cols | us | GB/s | %% of copy |\n"
+                                           "|---|---|---|---|---|---|\n");
+    tu_rng rng;
+    tu_rng_seed(&rng, 11);
+    int status = 0;
+    for (int ci = 0; ci < nc; ci++) {
+        const cell *c = &cells[ci];
+        if (quick && c->rows == 128) continue;
+        size_t in, out;
+        double moved;
+        cell_bytes(c, &in, &out, &moved);
+        int copies = (int)((((size_t)256 << 20) + in - 1) / in);
+        copies = copies < 1 ? 1 : copies > 16 ? 16 : copies;
+        gu_ptr din = 0, dout = 0, aux = 0;
+        const size_t aux_bytes = MAXPOS * HD * 4 + (size_t)c->rows * 4 + (size_t)c->cols * 2;
+        if (GU(gu.MemAlloc(&din, in * copies)) || GU(gu.MemAlloc(&dout, out ? out : 64)) ||
+            GU(gu.MemAlloc(&aux, aux_bytes)))
+            return 1;
+        const int bf16 = c->op <= OP_SILU_AND_MUL || c->op == OP_ROPE;
+        if (bf16 ? gu_fill_random_bf16(din, in * copies, &rng)
+                 : fill_f32(din, in * copies / 4, c->op == OP_TOP_K_MASK ? -8.0f : 0.0f, 1.0f, &rng))
+            return 1;
+        if (c->op == OP_ROPE) { /* a cos/sin cache in [-1, 1), positions in range */
+            int32_t *pos = malloc((size_t)c->rows * 4);
+            for (int64_t t = 0; t < c->rows; t++) pos[t] = (int32_t)(t % MAXPOS);
+            if (fill_f32(aux, MAXPOS * HD, -1.0f, 1.0f, &rng) ||
+                GU(gu.HtoD(aux + MAXPOS * HD * 4, pos, (size_t)c->rows * 4)))
+                return 1;
+            free(pos);
+        } else if (gu_fill_random_bf16(aux, aux_bytes & ~(size_t)1, &rng)) {
+            return 1;
+        }
+        float *ms = malloc(sizeof(float) * (size_t)reps);
+        fi_status st = FI_OK;
+        for (int w = 0; w < 2 && !st; w++)
+            for (int k = 0; k < copies && !st; k++) st = run_op(ctx, c, din + in * k, dout, aux, s);
+        for (int t = 0; t < reps && !st; t++) {
+            if (GU(gu.EventRecord(e0, s))) return 1;
+            for (int k = 0; k < copies && !st; k++) st = run_op(ctx, c, din + in * k, dout, aux, s);
+            if (GU(gu.EventRecord(e1, s)) || GU(gu.EventSynchronize(e1)) ||
+                GU(gu.EventElapsedTime(&ms[t], e0, e1)))
+                return 1;
+        }
+        if (st) {
+            printf("%s %lld x %lld: %s\n", op_names[c->op], (long long)c->rows, (long long)c->cols,
+                   fi_last_error());
+            status = 1;
+        } else {
+            qsort(ms, (size_t)reps, sizeof ms[0], gu_cmp_float);
+            const double us = 1e3 * ms[reps / 2] / copies, gbs = moved / (us * 1e-6) / 1e9;
+            printf("%-22s %5lld x %6lld: %9.2f us %8.1f GB/s (%2.0f%% of copy; %d copies)\n",
+                   op_names[c->op], (long long)c->rows, (long long)c->cols, us, gbs,
+                   100 * gbs * 1e9 / CEILING, copies);
+            tl += snprintf(table + tl, sizeof table - (size_t)tl, "| %s | %lld | %lld | %.2f | %.1f | %.0f%% |\n",
+                           op_names[c->op], (long long)c->rows, (long long)c->cols, us, gbs,
+                           100 * gbs * 1e9 / CEILING);
+            if (jf)
+                fprintf(jf, "{\"workload\":\"serving\",\"op\":\"%s\",\"rows\":%lld,\"cols\":%lld,"
+                            "\"us\":%.3f,\"gbps\":%.1f,\"copies\":%d,\"reps\":%d}\n",
+                        op_names[c->op], (long long)c->rows, (long long)c->cols, us, gbs, copies, reps);
+        }
+        free(ms);
+        gu.MemFree(din), gu.MemFree(dout), gu.MemFree(aux);
+    }
+    if (jf) fclose(jf);
+    printf("\n%s", table);
+    fi_context_destroy(ctx);
+    return status;
+}
