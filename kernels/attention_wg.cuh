@@ -6,8 +6,9 @@
  *
  *   warpgroup 0 (producer, few registers): per KV tile, the keys' K/V byte
  *     offsets through the page table into shared memory, then cp.async of
- *     the K and V rows (16 bytes each, a warp covering whole rows) into a
- *     stage, completing on the stage's "full" mbarrier;
+ *     the K and V rows (16 bytes each, a warp covering whole rows, every
+ *     thread the same chunk of rows a fixed stride apart) into a stage,
+ *     completing on the stage's "full" mbarrier;
  *   warpgroups 1, 2 (consumers, the registers the producer gave up): 64
  *     packed rows each of a 128-row block. Per tile: wait "full",
  *       S = Q K^T        wgmma m64 n BN k16, Q and K from shared memory
@@ -182,6 +183,36 @@ FI_DEV KVOff kv_off(const fi_attn_args &a, const fi_view &v, const Item &it, int
     return r;
 }
 
+/* The K (or V) rows of a tile into the stage's tile at shared address dst
+ * (1024-aligned), from byte offsets tab[r] (rows >= valid zero-filled):
+ * thread t copies chunk t % CH of rows t / CH + k (128 / CH), so a warp
+ * covers whole rows, and its shared and table addresses are fixed per
+ * thread up to a constant per k (the swizzle's row bits of r and of
+ * t / CH differ by the constant (k 128 / CH) & 7). */
+template <int CH, bool V>
+FI_DEV void copy_tile(uint32_t dst, const char *src, const KVOff *tab, int valid, int t) {
+    if constexpr (128 % CH == 0) {
+        constexpr int RPI = 128 / CH; /* rows per pass */
+        static_assert(RPI % 4 == 0, "r0 + k RPI and r0 differ in row bits by (k RPI) & 7 alone");
+        const int ch = t % CH, r0 = t / CH;
+        const uint32_t base = dst + tile_off<BN>(r0, ch);
+        src += ch * 16;
+#pragma unroll
+        for (int k = 0; k < BN / RPI; k++) {
+            const int r = r0 + k * RPI;
+            const uint32_t d = (base + (uint32_t)(k * RPI * 128)) ^ (uint32_t)(((k * RPI) & 7) << 4);
+            fi_cp_async16_to(d, src + (V ? tab[r].v : tab[r].k), r < valid ? 16 : 0);
+        }
+    } else {
+#pragma unroll 4
+        for (int i = t; i < BN * CH; i += 128) {
+            const int r = i / CH, ch = i % CH;
+            fi_cp_async16_to(dst + tile_off<BN>(r, ch), src + (V ? tab[r].v : tab[r].k) + ch * 16,
+                             r < valid ? 16 : 0);
+        }
+    }
+}
+
 /* The producer warpgroup (t = its thread, 0..127): every tile of every
  * block into the stages, in order. */
 FI_DEV void produce(const fi_attn_args &a, const fi_view &v, unsigned char *sm, uint32_t sm_a) {
@@ -201,17 +232,8 @@ FI_DEV void produce(const fi_attn_args &a, const fi_view &v, unsigned char *sm, 
             const uint32_t ks = kv_a + st * STAGE_BYTES, vs = ks + K_BYTES;
             const KVOff *tab = offs + st * BN;
             const int valid = it.k1 - j0;
-            /* a warp copies whole rows: chunk t % CH of rows t / CH + k NT/CH */
-#pragma unroll 4
-            for (int i = t; i < BN * KCH; i += 128) {
-                const int r = i / KCH, ch = i % KCH;
-                fi_cp_async16_to(ks + tile_off<BN>(r, ch), a.k + tab[r].k + ch * 16, r < valid ? 16 : 0);
-            }
-#pragma unroll 4
-            for (int i = t; i < BN * VCH; i += 128) {
-                const int r = i / VCH, ch = i % VCH;
-                fi_cp_async16_to(vs + tile_off<BN>(r, ch), a.v + tab[r].v + ch * 16, r < valid ? 16 : 0);
-            }
+            copy_tile<KCH, false>(ks, a.k, tab, valid, t);
+            copy_tile<VCH, true>(vs, a.v, tab, valid, t);
             bar_arrive_copies(bars + st * 8);
         }
     });
