@@ -9,8 +9,8 @@ one JSON object per line, one line per (suite, cell):
    "metric": {"tb_s": 4.36, "pct_ceiling": 103.1, "ceiling_tb_s": 4.23},
    "commit": "afffea8", "machine": "NVIDIA H200 ..."}
 
-suite: decode, prefill, mixed, cascade, host (GPU); cpu-decode, cpu-prefill,
-host (CPU). params always name heads_qo, heads_kv, head_dim, page_size (0 for
+suite: decode, prefill, mixed, cascade, host, ops (GPU: the serving ops,
+params heads 0 and the op, rows, cols); cpu-decode, cpu-prefill, host (CPU). params always name heads_qo, heads_kv, head_dim, page_size (0 for
 ragged KV), kv_dtype and the lengths (numbers, lists of numbers for a mixed
 batch's groups, or "U(a,b)" for drawn ones). Times are microseconds, medians.
 A peer whose name starts with "flashinfer" is FlashInfer; where it has
@@ -22,6 +22,7 @@ Commands (the run scripts call the first two):
       DIR holds what tests/gpu/run_device.sh's benchmarks wrote (bench_*.json
       files under the names of GPU_FILES below, peers' JSON lines,
       bench_gather.json for this run's copy ceiling, gpu.txt for the machine,
+      bench_serving.json and bench_serving_peers.json: the serving ops,
       bench_balance.json: the host CPU's split-KV balance).
   results_json.py cpu --ours A.json ... [--torch B.json ...] [--plan P.json]
                   [--balance Q.json] [--variant V.json] --out FILE [...]
@@ -121,6 +122,10 @@ MIXES = {  # bench_mixed.c's mixes: (kv_len, q_len, count) per group
     "hybrid": [(600, 1, 122), (10000, 17, 8)],
     "chunked": [(8192, 1, 254), (2048, 512, 1)],
 }
+
+
+# bench_serving.c's ops on bf16 tensors (the rest: f32 probabilities / logits)
+SERVING_BF16 = ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "rope_cos_sin_cache")
 
 
 def run_ceiling(d):
@@ -274,6 +279,22 @@ def gpu_records(d):
                             "pos_encoding": "rope_llama", "pages": "contiguous"},
                            r["us"], None,
                            {f"{m}_us": rnd(x["us"]) for m, x in modes.items() if m != "variant"}))
+    # the serving ops (bench_serving.c) beside their peers (bench_serving_peers.py)
+    sv_peers = {}
+    for x in json_lines(os.path.join(d, "bench_serving_peers.json")):
+        if x.get("workload") == "serving":
+            sv_peers.setdefault((x["op"], x["rows"], x["cols"]), {})[x["peer"]] = x["us"]
+    for r in json_lines(os.path.join(d, "bench_serving.json")):
+        if r.get("workload") != "serving":
+            continue
+        op, rows, cols = r["op"], r["rows"], r["cols"]
+        dtype = "bf16" if op in SERVING_BF16 else "f32"
+        recs.append(record("ops", f"{op}-{rows}x{cols}-{dtype}",
+                           {**shape(0, 0, 0, 0, dtype), "kv_len": 0, "op": op, "rows": rows,
+                            "cols": cols},
+                           r["us"], sv_peers.get((op, rows, cols)),
+                           {"gb_s": rnd(r["gbps"], 1),
+                            "pct_ceiling": rnd(100 * r["gbps"] * 1e9 / (ceil * 1e12), 1)}))
     bal = os.path.join(d, "bench_balance.json")  # the host CPU: split-KV balance
     if os.path.exists(bal):
         recs += cpu_records([], [], None, json.load(open(bal)), None)
@@ -579,6 +600,15 @@ def tables(recs, suite):
             out.append(md_table("A variant's first plan: compiled (cold), from the disk cache (warm), "
                                 "from memory (hot)", ["variant", "backend", "pass", "plan create ms"],
                                 rows, g))
+    elif suite == "ops":
+        g = group(lambda r: "op" in r["params"])
+        if g:
+            ph, pc = peer_columns(g)
+            rows = [[r["params"]["op"], f"{r['params']['rows']} x {r['params']['cols']}",
+                     r["params"]["kv_dtype"], f(r["ours_us"], "%.2f"), f(r["metric"].get("gb_s")),
+                     f(r["metric"].get("pct_ceiling"), "%.0f%%")] + pc(r) for r in g]
+            out.append(md_table("Serving ops: GB/s of one pass over the tensors", ["op", "rows x cols",
+                                "dtype", "ours us", "GB/s", "% of copy"] + ph, rows, g))
     elif suite in ("cpu-decode", "cpu-prefill"):
         kind = suite[4:]
         g = group(lambda r: "variant" not in r["params"] and not r["cell"].startswith("balance"))

@@ -99,6 +99,9 @@ if [ "$BENCH" = 1 ] && [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/nu
         timeout "$lim" python3 bench/cuda/bench_flashinfer.py --warm "$m" > "$OUT/fi_warm_$m.log" 2>&1 &
         fi_pids+=("$m:$!")
     done
+    # the serving ops' modules (norm, activation, sampling, topk, rope)
+    timeout 400 python3 bench/cuda/bench_serving_peers.py --warm > "$OUT/fi_warm_serving.log" 2>&1 &
+    fi_pids+=("serving:$!")
 elif [ "$BENCH" = 1 ] && [ "$FI" = 1 ]; then
     python3 -c "import flashinfer" 2>&1 | tail -3
     echo "FlashInfer not importable (install its wheels, PYTHONPATH): not timed"
@@ -277,6 +280,13 @@ if [ "$BENCH" = 1 ]; then
     stamp "serving ops benchmark (norms, activations, softmax, sampling, top-k, RoPE cache: GB/s)"
     ./build/bench_serving --json "$OUT/bench_serving.json" 2>&1 | tee "$OUT/bench_serving.log" \
         | grep -v "^|" || status=1
+    if python3 -c "import torch" 2>/dev/null; then
+        stamp "the serving ops' peers on the same cells (FlashInfer's ops, torch's compositions)"
+        peers=$([ "$FI" = 1 ] || echo "--peer torch")
+        python3 bench/cuda/bench_serving_peers.py $peers --json "$OUT/bench_serving_peers.json" \
+            > "$OUT/bench_serving_peers.log" 2>&1 || status=1
+        grep -E "^(flashinfer|torch) " "$OUT/bench_serving_peers.log" | head -80
+    fi
     # host timing: after FlashInfer's compiler processes are gone
     stamp "host overhead of a 256-request decode step"
     ./build/bench_overhead --json "$OUT/bench_overhead.json" 2>&1 | tee "$OUT/bench_overhead.log" \
