@@ -111,6 +111,9 @@ GPU_FILES = {
     "bench_decode.json": ("decode", "", {"pages": "random", "page_table": "host"}),
     "bench_decode_contig.json": ("decode", "contiguous", {"pages": "contiguous", "page_table": "host"}),
     "bench_decode_dtable.json": ("decode", "device-table", {"pages": "random", "page_table": "device"}),
+    # the decode grid (bench/cuda/decode_grid.txt): shapes other than 32/8 d 128 page 16
+    "bench_decode_grid.json": ("decode", "grid", {"pages": "random", "page_table": "host",
+                                                  "set": "grid"}),
     "bench_decode_e4m3.json": ("decode", "", {"pages": "random", "page_table": "host"}),
     "bench_decode_e5m2.json": ("decode", "", {"pages": "random", "page_table": "host"}),
     "bench_mixed.json": ("mixed", "", {"page_table": "host"}),
@@ -159,17 +162,22 @@ def gpu_records(d):
     fi = json_lines(os.path.join(d, "bench_flashinfer.json")) + \
         json_lines(os.path.join(d, "bench_flashinfer_fp8.json")) + \
         json_lines(os.path.join(d, "bench_flashinfer_d256.json"))
+    fi_grid = json_lines(os.path.join(d, "bench_flashinfer_grid.json"))
     torch = json_lines(os.path.join(d, "bench_torch.json"))
 
-    def decode_peers(pages, b, l, kv):
+    def decode_peers(pages, b, l, kv, r0, grid):
+        """FlashInfer's two decode paths (and torch, dense K/V, on the main
+        cells) on the cell of our row r0: same lengths, shape and K/V dtype."""
         p = {}
-        for r in fi:
+        key = (r0["h_qo"], r0["h_kv"], r0["d"], r0["page"])
+        for r in (fi_grid if grid else fi):
             if r.get("workload") == "decode" and r.get("pages") == pages and \
                     (r.get("batch"), r.get("kv_len")) == (b, l) and \
                     r.get("kv_dtype", "bf16") == kv and \
+                    (r.get("h_qo", 32), r.get("h_kv", 8), r.get("d", 128), r.get("page", 16)) == key and \
                     r["peer"] in ("flashinfer-decode-tc", "flashinfer-decode-cc"):
                 p["flashinfer-" + r["peer"][-2:]] = r["us"]
-        for r in torch:  # dense K/V
+        for r in ([] if grid else torch):  # dense K/V
             if kv == "bf16" and r.get("workload") == "decode" and \
                     (r.get("batch"), r.get("kv_len")) == (b, l):
                 p[r["peer"].replace("torch-sdpa-", "torch-")] = r["us"]
@@ -184,7 +192,7 @@ def gpu_records(d):
                 recs.append(record("decode", cell_name(f"{b}x{l}", r["h_qo"], r["h_kv"], r["d"],
                                                        r["page"], kv, tag),
                                    {**sh, "batch": b, "kv_len": l, "q_len": 1, **extra}, r["us"],
-                                   decode_peers(extra["pages"], b, l, kv),
+                                   decode_peers(extra["pages"], b, l, kv, r, tag == "grid"),
                                    {"tb_s": rnd(r["tb_s"], 3), "ceiling_tb_s": ceil,
                                     "pct_ceiling": rnd(100 * r["tb_s"] / ceil, 1)}))
             else:
@@ -488,6 +496,16 @@ def tables(recs, suite):
         return sorted(g, key=key) if key else g
 
     if suite == "decode":
+        def lkey(l):  # fixed lengths, then drawn ones ("U(a,b)")
+            return (0, l, "") if isinstance(l, (int, float)) else (1, 0, str(l))
+
+        grid = group(lambda r: r["params"].get("set") == "grid",
+                     key=lambda r: (r["params"]["kv_dtype"], r["params"]["head_dim"],
+                                    r["params"]["page_size"], -r["params"]["heads_qo"],
+                                    -r["params"]["heads_kv"], r["params"]["batch"],
+                                    lkey(r["params"]["kv_len"])))
+        rs = [r for r in rs if r["params"].get("set") != "grid"]
+
         def dkey(r):
             p = r["params"]
             return (p.get("pages"), p.get("page_table"), p.get("pos_encoding"), p.get("kv_dtype"))
@@ -515,6 +533,17 @@ def tables(recs, suite):
             kvs = "" if kv in (None, "bf16") else f", {kv.upper()} K/V (bf16 Q)"
             out.append(md_table(f"Decode, {pages} pages, page table in {tab} memory{kvs}", head,
                                 rows, g))
+        if grid:
+            ph, pc = peer_columns(grid)
+            ceil = grid[0]["metric"].get("ceiling_tb_s")
+            rows = [[f"{r['params']['heads_qo']}/{r['params']['heads_kv']}",
+                     str(r["params"]["head_dim"]), str(r["params"]["page_size"]),
+                     r["params"]["kv_dtype"], str(r["params"]["batch"]), str(r["params"]["kv_len"]),
+                     f(r["ours_us"]), f(r["metric"].get("tb_s"), "%.2f"),
+                     f(r["metric"].get("pct_ceiling"), "%.1f%%")] + pc(r) for r in grid]
+            out.append(md_table("Decode grid, random pages, page table in host memory",
+                                ["heads", "d", "page", "K/V", "batch", "kv_len", "ours us", "TB/s",
+                                 f"% of copy ({ceil} TB/s)"] + ph, rows, grid))
     elif suite == "prefill":
         g = group(lambda r: "density" not in r["params"] and "pos_encoding" not in r["params"],
                   key=lambda r: (r["params"]["page_size"] == 0, r["params"]["head_dim"],

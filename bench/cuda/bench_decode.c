@@ -5,7 +5,7 @@
  * scales 0.5 and 2, bf16 Q and O), no LSE.
  *
  * Pages are drawn at random from a pool of random values (never zeros): 4
- * GiB, or the largest cell's pages; a batch never holds a page twice
+ * GiB of K and V, or the largest cell's pages; a batch never holds a page twice
  * (gpu_util.h gu_draw_pages). Small cells rotate over several plans (different pages) so that
  * at least ~300 MB is read per timed graph and the 60 MB L2 cannot hold it.
  * Timing: a CUDA graph of one run per plan, replayed; device events around
@@ -14,12 +14,18 @@
  * device-to-device copy ceiling (4.22 TB/s, docs/BENCHMARKS.md).
  *
  *   build/bench_decode [--json FILE] [--reps N] [--batch B] [--kv L]
- *                      [--cells 1x1024,256x4096] [--workers N] [--contiguous]
- *                      [--split N] [--device-table] [--hnd] [--pool PAGES]
- *                      [--kv-dtype bf16|e4m3|e5m2]
+ *                      [--cells 1x1024,256x4096,64x500-8000] [--workers N]
+ *                      [--contiguous] [--split N] [--device-table] [--hnd]
+ *                      [--pool PAGES] [--kv-dtype bf16|e4m3|e5m2]
+ *                      [--heads HQ/HKV] [--head-dim D] [--page-size P]
  * --contiguous: the requests' pages are consecutive runs, back to back (as
  * FlashInfer's benchmarks lay them out), instead of pages drawn at random.
- * --cells: any cells B x L (not only the grid above).
+ * --cells: any cells B x L (not only the grid above); B x LO-HI draws each
+ * request's length from U(LO, HI) (gu_draw_lengths: the same lengths as
+ * bench_flashinfer.py's for that cell).
+ * --heads, --head-dim, --page-size: another shape than 32/8, d 128, page 16
+ * (the decode grid of tests/gpu/run_device.sh --decode-grid,
+ * bench/cuda/decode_grid.txt).
  * --device-table: each plan's page table in device memory
  * (fi_plan_config.device_page_table: the kernels that clamp page ids).
  * --split N: fixed split-KV chunks of N keys (fi_plan_config.fixed_split_size)
@@ -41,7 +47,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { HQ = 32, HKV = 8, D = 128, PS = 16, POOL = 65536, MAXPLANS = 16 };
+enum { MAXPLANS = 16, MAXCELLS = 64 };
 static const double CEILING = 4.22e12;
 
 static double now(void) {
@@ -59,7 +65,7 @@ typedef struct cell_plan {
 int main(int argc, char **argv) {
     const char *json = NULL;
     int reps = 30, only_b = 0, only_l = 0, workers = 0, contiguous = 0, split = 0, dtable = 0;
-    int hnd = 0, pool_pages = POOL;
+    int hnd = 0, pool_pages = 0, HQ = 32, HKV = 8, D = 128, PS = 16;
     const char *cells = NULL;
     fi_dtype kvt = FI_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
@@ -74,6 +80,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pool") && i + 1 < argc) pool_pages = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cells") && i + 1 < argc) cells = argv[++i];
+        else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) D = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--page-size") && i + 1 < argc) PS = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--heads") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &HQ, &HKV) != 2 || HQ < 1 || HKV < 1 || HQ % HKV) {
+                printf("--heads: expected HQ/HKV (HQ a multiple of HKV), got '%s'\n", argv[i]);
+                return 1;
+            }
+        }
         else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc) {
             const char *t = argv[++i];
             kvt = !strcmp(t, "e4m3") ? FI_DTYPE_E4M3 : !strcmp(t, "e5m2") ? FI_DTYPE_E5M2
@@ -86,40 +100,57 @@ int main(int argc, char **argv) {
     }
     const int kvb = kvt == FI_DTYPE_BF16 ? 2 : 1; /* bytes per K/V element */
     if (reps < 30) reps = 30;
-    /* the cells: the decode grid, or --cells (any B x L) */
+    if (D < 8 || D % 8 || D > 512 || PS < 1) {
+        printf("--head-dim %d / --page-size %d: expected a head dim a multiple of 8 up to 512 and a "
+               "page size >= 1\n", D, PS);
+        return 1;
+    }
+    /* the cells: the decode grid, or --cells (any B x L, or B x LO-HI) */
     static const int batches[] = {1, 16, 64, 256}, lens[] = {1024, 4096, 16384, 32768};
-    int cell_b[64], cell_l[64], ncells = 0, max_b = 1;
+    int cell_b[MAXCELLS], cell_lo[MAXCELLS], cell_hi[MAXCELLS], ncells = 0, max_b = 1;
     if (cells) {
-        for (const char *c = cells; *c && ncells < 64;) {
-            int b = 0, l = 0, used = 0;
-            if (sscanf(c, "%dx%d%n", &b, &l, &used) != 2 || b < 1 || l < PS) {
-                printf("--cells: expected BxL[,BxL...], got '%s'\n", c);
+        for (const char *c = cells; *c && ncells < MAXCELLS;) {
+            int b = 0, lo = 0, hi = 0, used = 0, used2 = 0;
+            if (sscanf(c, "%dx%d%n", &b, &lo, &used) != 2 || b < 1 || lo < 1) {
+                printf("--cells: expected BxL or BxLO-HI[,...], got '%s'\n", c);
                 return 1;
             }
-            cell_b[ncells] = b;
-            cell_l[ncells++] = l;
-            c += used;
+            hi = lo;
+            if (c[used] == '-' && (sscanf(c + used + 1, "%d%n", &hi, &used2) != 1 || hi < lo)) {
+                printf("--cells: expected BxLO-HI with LO <= HI, got '%s'\n", c);
+                return 1;
+            }
+            c += used + (used2 ? used2 + 1 : 0);
+            cell_b[ncells] = b, cell_lo[ncells] = lo, cell_hi[ncells++] = hi;
             if (*c == ',') c++;
         }
     } else {
         for (int bi = 0; bi < 4; bi++)
             for (int li = 0; li < 4; li++) {
                 cell_b[ncells] = batches[bi];
-                cell_l[ncells++] = lens[li];
+                cell_lo[ncells] = cell_hi[ncells] = lens[li];
+                ncells++;
             }
     }
-    /* the pool: 4 GiB of pages (or --pool), at least the largest cell's pages
-     * (a batch never holds a page twice: gu_draw_pages) */
-    int32_t pool = pool_pages > 0 ? pool_pages : POOL;
+    /* the pool: 4 GiB of K and V pages (or --pool pages), at least the
+     * largest cell's pages (a batch never holds a page twice: gu_draw_pages) */
+    const int64_t page_bytes = (int64_t)PS * HKV * D * 2;
+    int64_t pool64 = pool_pages > 0 ? pool_pages : ((int64_t)2 << 30) / page_bytes;
     for (int i = 0; i < ncells; i++) {
         max_b = cell_b[i] > max_b ? cell_b[i] : max_b;
-        int64_t need = (int64_t)cell_b[i] * (cell_l[i] / PS);
-        if (need > pool) pool = (int32_t)need;
+        int64_t need = (int64_t)cell_b[i] * ((cell_hi[i] + PS - 1) / PS);
+        if (need > pool64) pool64 = need;
     }
+    if (pool64 > INT32_MAX / 2) {
+        printf("a pool of %lld pages: too many\n", (long long)pool64);
+        return 1;
+    }
+    const int32_t pool = (int32_t)pool64;
     gu_bench bench;
-    char what[96];
-    snprintf(what, sizeof what, "%s%spages %s, pool of %d", kvb == 1 ? "FP8 K/V, " : "",
-             hnd ? "HND, " : "", contiguous ? "contiguous per request" : "random", (int)pool);
+    char what[160];
+    snprintf(what, sizeof what, "%d/%d heads, d %d, page %d, %s%spages %s, pool of %d", HQ, HKV, D,
+             PS, kvb == 1 ? "FP8 K/V, " : "", hnd ? "HND, " : "",
+             contiguous ? "contiguous per request" : "random", (int)pool);
     int st = gu_bench_init(&bench, (size_t)max_b * HQ * D * 2, (size_t)pool * PS * HKV * D * 2, 42,
                            what);
     if (st) return st < 0;
@@ -138,22 +169,36 @@ int main(int argc, char **argv) {
     int64_t ks[4] = {pool, hnd ? HKV : PS, hnd ? PS : HKV, D};
 
     FILE *jf = json ? fopen(json, "w") : NULL;
-    char table[8192];
+    char table[16384];
     int tl = snprintf(table, sizeof table,
                       "| batch | kv_len | time (us) | TB/s | %% of 4.22 | plans | items | split |"
                       " plan_update (us) |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int ci = 0; ci < ncells; ci++) {
         {
-            int B = cell_b[ci], L = cell_l[ci];
+            const int B = cell_b[ci], LO = cell_lo[ci], HI = cell_hi[ci], L = HI;
             if ((only_b && B != only_b) || (only_l && L != only_l)) continue;
-            int pages = L / PS;
-            double bytes = 2.0 * B * HQ * D * 2 + 2.0 * B * (double)L * HKV * D * kvb;
+            /* the requests' lengths, pages and last pages (the same for every plan) */
+            int32_t *len = malloc(sizeof(int32_t) * (size_t)B);
+            int32_t *kv_indptr = malloc(sizeof(int32_t) * (size_t)(B + 1));
+            if (!len || !kv_indptr) return 1;
+            gu_draw_lengths(len, B, LO, HI);
+            double keys = 0;
+            kv_indptr[0] = 0;
+            for (int i = 0; i < B; i++) {
+                kv_indptr[i + 1] = kv_indptr[i] + (len[i] + PS - 1) / PS;
+                keys += len[i];
+            }
+            const int total_pages = kv_indptr[B];
+            char lname[32];
+            if (LO == HI) snprintf(lname, sizeof lname, "%d", L);
+            else snprintf(lname, sizeof lname, "U(%d,%d)", LO, HI);
+            double bytes = 2.0 * B * HQ * D * 2 + 2.0 * keys * HKV * D * kvb;
             int R = (int)ceil(300e6 / bytes);
             if (R < 1) R = 1;
             if (R > MAXPLANS) R = MAXPLANS;
             fi_plan_config cfg;
             fi_plan_config_init(&cfg);
-            cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = B * pages;
+            cfg.max_batch_size = B, cfg.max_total_qo = B, cfg.max_total_kv = total_pages;
             cfg.num_workers = workers;
             cfg.fixed_split_size = split;
             cell_plan cp[MAXPLANS];
@@ -166,13 +211,13 @@ int main(int argc, char **argv) {
                 c->qo_indptr = malloc(sizeof(int32_t) * (B + 1));
                 c->kv_indptr = malloc(sizeof(int32_t) * (B + 1));
                 c->last = malloc(sizeof(int32_t) * B);
-                c->indices = malloc(sizeof(int32_t) * (size_t)B * pages);
-                for (int i = 0; i <= B; i++) c->qo_indptr[i] = i, c->kv_indptr[i] = i * pages;
-                for (int i = 0; i < B; i++) c->last[i] = PS;
+                c->indices = malloc(sizeof(int32_t) * (size_t)total_pages);
+                for (int i = 0; i <= B; i++) c->qo_indptr[i] = i, c->kv_indptr[i] = kv_indptr[i];
+                for (int i = 0; i < B; i++) c->last[i] = len[i] - (kv_indptr[i + 1] - kv_indptr[i] - 1) * PS;
                 if (gu_draw_pages(c->indices, B, c->kv_indptr, pool, contiguous, &rng)) return 1;
                 fi_batch fb = {B, c->qo_indptr, c->kv_indptr, c->indices, c->last, NULL};
                 if (dtable) {
-                    size_t n = sizeof(int32_t) * (size_t)B * pages;
+                    size_t n = sizeof(int32_t) * (size_t)total_pages;
                     if (GU(gu.MemAlloc(&c->table, n)) || GU(gu.HtoD(c->table, c->indices, n)))
                         return 1;
                     fb.kv_indices = (const int32_t *)(uintptr_t)c->table;
@@ -185,7 +230,7 @@ int main(int argc, char **argv) {
                 if (!bad && r == 0) fi_plan_get_info(c->plan, &info);
             }
             if (bad) {
-                printf("cell %d x %d: %s\n", B, L, fi_last_error());
+                printf("cell %d x %s: %s\n", B, lname, fi_last_error());
                 return 1;
             }
             qsort(upd, (size_t)R, sizeof upd[0], gu_cmp_float);
@@ -218,21 +263,22 @@ int main(int argc, char **argv) {
             int finite = 1;
             for (int i = 0; i < 64; i++) finite &= isfinite(tu_bf16_to_f32(o16[i]));
             tl += snprintf(table + tl, sizeof table - (size_t)tl,
-                           "| %d | %d | %.1f | %.2f | %.0f%% | %d | %d | %d | %.0f |%s\n", B, L, us,
+                           "| %d | %s | %.1f | %.2f | %.0f%% | %d | %d | %d | %.0f |%s\n", B, lname, us,
                            tbs, 100 * tbs * 1e12 / CEILING, R, info.num_items,
                            info.num_split_items, upd[R / 2], finite ? "" : " NON-FINITE OUTPUT");
-            printf("decode batch %3d kv %5d: %9.1f us %6.2f TB/s (%d plans, %d items, %d split, "
+            printf("decode batch %3d kv %5s: %9.1f us %6.2f TB/s (%d plans, %d items, %d split, "
                    "min %.1f max %.1f us)\n",
-                   B, L, us, tbs, R, info.num_items, info.num_split_items, 1e3 * ms[0] / R,
+                   B, lname, us, tbs, R, info.num_items, info.num_split_items, 1e3 * ms[0] / R,
                    1e3 * ms[reps - 1] / R);
             if (jf)
                 fprintf(jf,
-                        "{\"workload\":\"decode\",\"batch\":%d,\"kv_len\":%d,\"h_qo\":%d,"
+                        "{\"workload\":\"decode\",\"batch\":%d,\"kv_len\":%s%s%s,\"h_qo\":%d,"
                         "\"h_kv\":%d,\"d\":%d,\"page\":%d,\"layout\":\"%s\",\"dtype\":\"bf16\","
                         "\"kv_dtype\":\"%s\",\"us\":%.2f,"
                         "\"tb_s\":%.3f,\"bytes\":%.0f,\"plans\":%d,\"items\":%d,\"split_items\":%d,"
                         "\"plan_update_us\":%.1f,\"reps\":%d}\n",
-                        B, L, HQ, HKV, D, PS, hnd ? "HND" : "NHD", fi_dtype_name(kvt), us, tbs,
+                        B, LO == HI ? "" : "\"", lname, LO == HI ? "" : "\"", HQ, HKV, D, PS,
+                        hnd ? "HND" : "NHD", fi_dtype_name(kvt), us, tbs,
                         bytes, R,
                         info.num_items, info.num_split_items, upd[R / 2], reps);
             free(ms);
@@ -244,6 +290,7 @@ int main(int argc, char **argv) {
                     free(cp[r].indices);
                 if (cp[r].table) gu.MemFree(cp[r].table);
             }
+            free(len), free(kv_indptr);
         }
     }
     if (jf) fclose(jf);

@@ -20,6 +20,10 @@ inputs and timing:
            rows name h_qo, h_kv, d).
   mixed    bench/cuda/bench_mixed.c's four mixes through flashinfer.BatchAttention
            (causal, random pages).
+  --decode-grid FILE  the decode grid (bench/cuda/decode_grid.txt: head configs,
+           head dims, page sizes, K/V dtypes, fixed and drawn lengths), random
+           pages from a 4 GiB pool per shape, both decode paths; the rows carry
+           "grid": 1 and their shape.
 
 Timing as ours: a CUDA graph of one run per plan, replayed, device events
 around each replay, median of 30 after warm-up (eager events where a capture
@@ -28,10 +32,12 @@ measurement to --json.
 
   bench_flashinfer.py [--json FILE] [--decode [--kv-dtype e4m3|e5m2]] [--contiguous] [--prefill]
                       [--mixed [--mix NAME]] [--fa3] [--cells 1x1024,...]
-                      [--heads HQ/HKV] [--head-dim D]
+                      [--heads HQ/HKV] [--head-dim D] [--decode-grid FILE]
   bench_flashinfer.py --warm decode|prefill|attention|fa3
       build (JIT) one FlashInfer module on a tiny problem, then exit: run
       several at once before timing anything (tests/gpu/run_device.sh).
+  bench_flashinfer.py --warm-grid FILE
+      the same for the decode grid's modules (each head dim and K/V dtype).
 """
 import json
 import math
@@ -86,7 +92,7 @@ def time_replay(fns):
     return 1e3 * median_ms(replay, len(fns)), mode
 
 
-def page_table(lens, contiguous, gen, pool):
+def page_table(lens, contiguous, gen, pool, PS=PS):
     """kv_indptr, kv_indices, last_page_len (int32, on the device) for
     requests of `lens` keys over `pool` pages, no page twice in the batch (as
     a serving engine's requests own their pages): random pages, or the
@@ -105,7 +111,7 @@ def page_table(lens, contiguous, gen, pool):
     return indptr.to(DEV), indices.to(DEV), last.to(DEV)
 
 
-def kv_pool(pages):
+def kv_pool(pages, PS=PS, HKV=HKV, D=D):
     """K and V caches of `pages` pages of random values, filled in slices
     (a 16 GB cache would need twice that in f32 at once)."""
     g = torch.Generator(device=DEV).manual_seed(42)
@@ -124,54 +130,125 @@ def kv_pool(pages):
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
-def bench_decode(cells, contiguous, kv, kv_dtype="bf16"):
-    """FP8 (--kv-dtype e4m3|e5m2): the caches cast to it (values in [-1, 1)),
-    k_scale 0.5 and v_scale 2 as bench_decode.c's."""
+def draw_lengths(n, lo, hi):
+    """n request lengths from U(lo, hi), the same as tests/gpu/gpu_util.h's
+    gu_draw_lengths for (n, lo, hi): bench_decode.c times the same requests."""
+    M = (1 << 64) - 1
+    seed = (n << 40) + (lo << 20) + hi
+    out = []
+    for i in range(n):
+        z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & M
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+        z ^= z >> 31
+        out.append(lo + z % (hi - lo + 1))
+    return out
+
+
+def decode_cell(B, lo, hi, kv, kv_dtype, contiguous, gen, shape=(HQ, HKV, D, PS), tags=None):
+    """Both FlashInfer decode paths (CUDA cores, tensor cores) on one cell of
+    B requests of lengths U(lo, hi) (lo == hi: fixed); the faster is its
+    number. FP8 (kv_dtype e4m3|e5m2): the caches cast to it, k_scale 0.5 and
+    v_scale 2 as bench_decode.c's."""
+    hq, hkv, d, ps = shape
     k, v = kv
     kvt, scales = BF16, {}
     if kv_dtype in FP8:
         kvt, scales = FP8[kv_dtype], {"k_scale": 0.5, "v_scale": 2.0}
         k, v = k.to(kvt), v.to(kvt)
     kvb = 2 if kvt == BF16 else 1
-    gen = torch.Generator().manual_seed(7)
+    lens = draw_lengths(B, lo, hi)
+    L = lo if lo == hi else f"U({lo},{hi})"
     layout = "contiguous" if contiguous else "random"
+    nbytes = 2.0 * B * hq * d * 2 + 2.0 * sum(lens) * hkv * d * kvb
+    R = max(1, min(16, math.ceil(300e6 / nbytes)))
+    q = rand_bf16(B, hq, d)
+    o = torch.empty_like(q)
+    tables = [page_table(lens, contiguous, gen, k.shape[0], ps) for _ in range(R)]
+    row = {"workload": "decode", "pages": layout, "batch": B, "kv_len": L, "kv_dtype": kv_dtype,
+           **(tags or {})}
+    best = None
+    for tc in (False, True):
+        name = "flashinfer-decode-" + ("tc" if tc else "cc")
+        try:
+            wrappers = []
+            for indptr, indices, last in tables:
+                w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws(), "NHD", use_tensor_cores=tc)
+                w.plan(indptr, indices, last, hq, hkv, d, ps, q_data_type=BF16, kv_data_type=kvt)
+                wrappers.append(w)
+            us, mode = time_replay([lambda w=w: w.run(q, (k, v), out=o, **scales)
+                                    for w in wrappers])
+            assert torch.isfinite(o[:, :4].float()).all(), "non-finite output"
+        except Exception as e:
+            print(f"{name} {B}x{L}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        tbs = nbytes / (us * 1e-6) / 1e12
+        emit({"peer": name, **row, "us": round(us, 2), "tb_s": round(tbs, 3), "plans": R,
+              "timing": mode})
+        if best is None or us < best[0]:
+            best = (us, tbs, name)
+        del wrappers
+    if best:
+        emit({"peer": "flashinfer-decode", **row, "us": round(best[0], 2),
+              "tb_s": round(best[1], 3), "pct_ceiling": round(100 * best[1] * 1e12 / CEILING, 1),
+              "path": best[2]})
+    torch.cuda.empty_cache()
+
+
+def bench_decode(cells, contiguous, kv, kv_dtype="bf16"):
+    """bench_decode.c's grid (32/8, d 128, page 16)."""
+    gen = torch.Generator().manual_seed(7)
     for B in DECODE_B:
         for L in DECODE_L:
-            if cells and f"{B}x{L}" not in cells:
-                continue
-            nbytes = 2.0 * B * HQ * D * 2 + 2.0 * B * L * HKV * D * kvb
-            R = max(1, min(16, math.ceil(300e6 / nbytes)))
-            q = rand_bf16(B, HQ, D)
-            o = torch.empty_like(q)
-            tables = [page_table([L] * B, contiguous, gen, k.shape[0]) for _ in range(R)]
-            best = None
-            for tc in (False, True):
-                name = "flashinfer-decode-" + ("tc" if tc else "cc")
-                try:
-                    wrappers = []
-                    for indptr, indices, last in tables:
-                        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws(), "NHD", use_tensor_cores=tc)
-                        w.plan(indptr, indices, last, HQ, HKV, D, PS, q_data_type=BF16, kv_data_type=kvt)
-                        wrappers.append(w)
-                    us, mode = time_replay([lambda w=w: w.run(q, (k, v), out=o, **scales)
-                                            for w in wrappers])
-                    assert torch.isfinite(o[:, :4].float()).all(), "non-finite output"
-                except Exception as e:
-                    print(f"{name} {B}x{L}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-                    continue
-                tbs = nbytes / (us * 1e-6) / 1e12
-                emit({"peer": name, "workload": "decode", "pages": layout, "batch": B, "kv_len": L,
-                      "kv_dtype": kv_dtype, "us": round(us, 2), "tb_s": round(tbs, 3), "plans": R,
-                      "timing": mode})
-                if best is None or us < best[0]:
-                    best = (us, tbs, name)
-                del wrappers
-            if best:
-                emit({"peer": "flashinfer-decode", "workload": "decode", "pages": layout, "batch": B,
-                      "kv_len": L, "kv_dtype": kv_dtype, "us": round(best[0], 2),
-                      "tb_s": round(best[1], 3),
-                      "pct_ceiling": round(100 * best[1] * 1e12 / CEILING, 1), "path": best[2]})
-            torch.cuda.empty_cache()
+            if not cells or f"{B}x{L}" in cells:
+                decode_cell(B, L, L, kv, kv_dtype, contiguous, gen)
+
+
+def read_grid(path):
+    """bench/cuda/decode_grid.txt: (heads_qo, heads_kv, head_dim, page_size,
+    kv_dtype, [(B, lo, hi), ...]) per line."""
+    grid = []
+    for line in open(path):
+        line = line.split("#")[0].split()
+        if not line:
+            continue
+        heads, d, ps, kvd, cells = line
+        hq, hkv = map(int, heads.split("/"))
+        cs = []
+        for c in cells.split(","):
+            b, ls = c.split("x")
+            lo, hi = (ls.split("-") + [ls])[:2]
+            cs.append((int(b), int(lo), int(hi)))
+        grid.append((hq, hkv, int(d), int(ps), kvd, cs))
+    return grid
+
+
+def warm_decode_grid(path):
+    """FlashInfer's decode modules of every (head dim, K/V dtype) of the grid
+    (both paths) built now, on one tiny cell each."""
+    gen = torch.Generator().manual_seed(7)
+    seen = set()
+    for hq, hkv, d, ps, kvd, _ in read_grid(path):
+        if (d, kvd) in seen:
+            continue
+        seen.add((d, kvd))
+        decode_cell(1, ps, ps, kv_pool(4, ps, hkv, d), kvd, False, gen, (hq, hkv, d, ps))
+    print(f"flashinfer warm decode grid: {len(seen)} (head dim, K/V dtype) pairs", flush=True)
+
+
+def bench_decode_grid(path):
+    """The decode grid (random pages), as tests/gpu/run_device.sh --decode-grid
+    runs bench_decode.c on it; rows tagged with their shape."""
+    gen = torch.Generator().manual_seed(7)
+    for hq, hkv, d, ps, kvd, cells in read_grid(path):
+        pool = max(((2 << 30) // (ps * hkv * d * 2)),
+                   max(b * ((hi + ps - 1) // ps) for b, _, hi in cells))
+        kv = kv_pool(pool, ps, hkv, d)
+        for b, lo, hi in cells:
+            decode_cell(b, lo, hi, kv, kvd, False, gen, (hq, hkv, d, ps),
+                        {"grid": 1, "h_qo": hq, "h_kv": hkv, "d": d, "page": ps})
+        del kv
+        torch.cuda.empty_cache()
 
 
 # ----------------------------------------------------------------- prefill
@@ -308,6 +385,9 @@ def main():
     if "--warm" in a:
         warm(a[a.index("--warm") + 1])
         return
+    if "--warm-grid" in a:
+        warm_decode_grid(a[a.index("--warm-grid") + 1])
+        return
     global out_file
     if "--json" in a:
         out_file = open(a[a.index("--json") + 1], "w")
@@ -333,6 +413,10 @@ def main():
         bench_prefill(["fa2"] + (["fa3"] if "--fa3" in a else []), cells, hq, hkv, d)
     if "--decode" in a and "--contiguous" in a:
         bench_decode(cells, True, kv)
+    if "--decode-grid" in a:
+        del kv
+        torch.cuda.empty_cache()
+        bench_decode_grid(a[a.index("--decode-grid") + 1])
 
 
 if __name__ == "__main__":

@@ -237,6 +237,22 @@ static inline int gu_fill_random_fp8(gu_ptr dst, size_t bytes, fi_dtype dtype, t
     return 0;
 }
 
+/* n request lengths drawn from U(lo, hi) (all lo when lo == hi), the same
+ * for the same (n, lo, hi) in every program: length i = lo + splitmix64(seed
+ * + i + 1) mod (hi - lo + 1), seed = n x 2^40 + lo x 2^20 + hi, as
+ * bench/cuda/bench_flashinfer.py's draw_lengths (the peers time the same
+ * requests). */
+static inline void gu_draw_lengths(int32_t *len, int n, int32_t lo, int32_t hi) {
+    const uint64_t seed = ((uint64_t)n << 40) + ((uint64_t)lo << 20) + (uint64_t)hi;
+    for (int i = 0; i < n; i++) {
+        uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        len[i] = lo + (int32_t)(z % (uint64_t)(hi - lo + 1));
+    }
+}
+
 /* The page ids of a batch whose request i holds entries [kv_indptr[i],
  * kv_indptr[i+1]) of `indices`: no page twice in a batch, as a serving
  * engine's requests own their pages (pages shared across requests would

@@ -20,7 +20,7 @@
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
 #                           [--no-torch] [--no-flashinfer] [--fa3]
 #                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
-#                           [--no-variants] [--no-python] [--commit HASH]
+#                           [--no-variants] [--no-python] [--decode-grid] [--commit HASH]
 # --commit: the commit the record names (default: git's HEAD, where the tree
 # is a git checkout).
 set -uo pipefail
@@ -33,7 +33,7 @@ OUT=${LOGS:-/tmp/fi-logs} # every log below goes here
 mkdir -p "$OUT" "$PACK"
 pack() { tar czf "$PACK/logs.tgz.tmp" -C "$OUT" . 2>/dev/null && mv "$PACK/logs.tgz.tmp" "$PACK/logs.tgz"; }
 trap pack EXIT # and at every stage (stamp): a run killed at its time limit keeps its logs
-QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
+QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 GRID=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
 COMMIT=""
 while [ $# -gt 0 ]; do
     a=$1
@@ -50,6 +50,7 @@ while [ $# -gt 0 ]; do
         --no-python) PYTHON=0 ;;
         --no-flashinfer) FI=0 ;;
         --fa3) FA3=1 ;;
+        --decode-grid) GRID=1 ;;
         --no-sanitize) SANITIZE=0 ;;
         --no-tests) TESTS=0 ;;
         --no-ops) OPS=0 ;;
@@ -315,6 +316,45 @@ if [ "$BENCH" = 1 ]; then
         fi
     fi
 fi
+# The decode grid (bench/cuda/decode_grid.txt: head configs, head dims, page
+# sizes, K/V dtypes, fixed and drawn lengths), ours and FlashInfer's: the
+# kernels of every shape compiled first, all at once (ours: a tiny cell per
+# shape; FlashInfer: --warm-grid), then each side timed alone.
+if [ "$BENCH" = 1 ] && [ "$GRID" = 1 ]; then
+    grid=bench/cuda/decode_grid.txt
+    stamp "decode grid: JIT of every shape's kernels, ours and FlashInfer's, in parallel"
+    pids=()
+    if [ "$FI" = 1 ]; then
+        python3 bench/cuda/bench_flashinfer.py --warm-grid "$grid" > "$OUT/fi_warm_grid.log" 2>&1 &
+        pids+=($!)
+    fi
+    while read -r heads d ps kvd cells; do
+        case "$heads" in ''|\#*) continue ;; esac
+        ./build/bench_decode --heads "$heads" --head-dim "$d" --page-size "$ps" --kv-dtype "$kvd" \
+            --cells "1x$ps" --pool 64 --reps 30 > /dev/null 2>&1 &
+        pids+=($!)
+    done < "$grid"
+    wait "${pids[@]}"
+    grep -h "warm" "$OUT/fi_warm_grid.log" 2>/dev/null
+    stamp "decode grid: ours"
+    : > "$OUT/bench_decode_grid.json"
+    while read -r heads d ps kvd cells; do
+        case "$heads" in ''|\#*) continue ;; esac
+        rm -f "$OUT/grid_part.json"
+        ./build/bench_decode --heads "$heads" --head-dim "$d" --page-size "$ps" --kv-dtype "$kvd" \
+            --cells "$cells" --json "$OUT/grid_part.json" >> "$OUT/bench_decode_grid.log" 2>&1 \
+            || { status=1; echo "bench_decode $heads d $d page $ps $kvd FAILED"; }
+        cat "$OUT/grid_part.json" >> "$OUT/bench_decode_grid.json" 2>/dev/null
+    done < "$grid"
+    grep -E "heads|^decode" "$OUT/bench_decode_grid.log"
+    if [ "$FI" = 1 ]; then
+        stamp "decode grid: FlashInfer (both decode paths)"
+        python3 bench/cuda/bench_flashinfer.py --decode-grid "$grid" \
+            --json "$OUT/bench_flashinfer_grid.json" > "$OUT/bench_flashinfer_grid.log" 2>&1 || status=1
+        grep -c '"peer": "flashinfer-decode"' "$OUT/bench_flashinfer_grid.log"
+    fi
+fi
+
 if [ "$BENCH" = 1 ] && [ "$VARIANTS" = 1 ]; then
     stamp "variant benchmark (JIT cold/warm, fused RoPE vs a separate pass)"
     ./build/bench_variant --json "$OUT/bench_variant.json" 2>&1 | tee "$OUT/bench_variant.log" \
