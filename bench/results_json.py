@@ -207,29 +207,36 @@ def gpu_records(d):
                                     "causal": bool(r.get("causal", 1)), **extra},
                                    r["us"], peer,
                                    {"tb_s": rnd(r["tb_s"], 3), "tflops": rnd(r["tflops"], 1)}))
-    prefill_rows = [r for f in sorted(glob.glob(os.path.join(d, "bench_prefill*.json")))
+    # prefill: bench_prefill*.json (bench_prefill_grid.json: the prefill grid)
+    fi_pgrid = json_lines(os.path.join(d, "bench_flashinfer_prefill_grid.json"))
+    prefill_rows = [(r, os.path.basename(f) == "bench_prefill_grid.json")
+                    for f in sorted(glob.glob(os.path.join(d, "bench_prefill*.json")))
                     for r in json_lines(f)]
-    for r in prefill_rows:
+    for r, grid in prefill_rows:
         paged = r["kv"].startswith("paged")
-        page = int(r["kv"][5:]) if paged else 0
+        page = (r["page"] if "page" in r else int(re.match(r"paged(\d+)", r["kv"]).group(1))) \
+            if paged else 0
         b, l = r["batch"], r["len"]
         kvf = "paged" if paged else "ragged"
         peers = {}
-        for x in fi:
+        for x in (fi_pgrid if grid else fi):
             heads = (x.get("h_qo", 32), x.get("h_kv", 8), x.get("d", 128))
             if (x.get("workload") == "prefill" and (x.get("batch"), x.get("len")) == (b, l) and
-                    heads == (r["h_qo"], r["h_kv"], r["d"])):
+                    heads == (r["h_qo"], r["h_kv"], r["d"]) and
+                    (not paged or x.get("page", 16) == page)):
                 m = re.fullmatch(r"flashinfer-(fa[23])-" + kvf, x["peer"])
                 if m:
                     peers["flashinfer-" + m.group(1)] = x["ms"] * 1e3
-        for x in torch:  # dense K/V
+        for x in ([] if grid else torch):  # dense K/V
             if (x.get("workload", "prefill") == "prefill" and (x.get("batch"), x.get("len")) == (b, l)
                     and (r["h_qo"], r["h_kv"], r["d"]) == (32, 8, 128)):
                 peers[x["peer"].replace("torch-sdpa-", "torch-")] = x["ms"] * 1e3
         recs.append(record("prefill", cell_name(f"{b}x{l}", r["h_qo"], r["h_kv"], r["d"], page,
-                                                r["dtype"], "causal" if r.get("causal") else ""),
+                                                r["dtype"], "causal" if r.get("causal") else "",
+                                                "grid" if grid else ""),
                            {**shape(r["h_qo"], r["h_kv"], r["d"], page, r["dtype"]), "batch": b,
-                            "q_len": l, "kv_len": l, "causal": bool(r.get("causal"))},
+                            "q_len": r.get("q_len", l), "kv_len": r.get("kv_len", l),
+                            "causal": bool(r.get("causal")), **({"set": "grid"} if grid else {})},
                            r["ms"] * 1e3, peers, {"tflops": rnd(r["tflops"], 1)}))
     for r in json_lines(os.path.join(d, "bench_overhead.json")):
         if r.get("workload") != "overhead":
@@ -545,6 +552,22 @@ def tables(recs, suite):
                                 ["heads", "d", "page", "K/V", "batch", "kv_len", "ours us", "TB/s",
                                  f"% of copy ({ceil} TB/s)"] + ph, rows, grid))
     elif suite == "prefill":
+        g = group(lambda r: r["params"].get("set") == "grid",
+                  key=lambda r: (r["params"]["head_dim"], -r["params"]["heads_qo"],
+                                 -r["params"]["heads_kv"], r["params"]["page_size"] == 0,
+                                 r["params"]["page_size"], r["cell"]))
+        if g:
+            ph, pc = peer_columns(g)
+            rows = [[f"paged {r['params']['page_size']}" if r["params"]["page_size"] else "ragged",
+                     f"{r['params']['heads_qo']}/{r['params']['heads_kv']} d "
+                     f"{r['params']['head_dim']}",
+                     f"{r['params']['batch']} x {r['params']['q_len']}" +
+                     ("" if r["params"]["q_len"] == r["params"]["kv_len"]
+                      else f" over {r['params']['kv_len']}"),
+                     f(r["ours_us"]), f(r["metric"].get("tflops"))] + pc(r) for r in g]
+            out.append(md_table("Prefill grid, causal", ["KV", "heads", "batch x new tokens (over keys)",
+                                                         "ours us", "TFLOP/s"] + ph, rows, g))
+        rs = [r for r in rs if r["params"].get("set") != "grid"]
         g = group(lambda r: "density" not in r["params"] and "pos_encoding" not in r["params"],
                   key=lambda r: (r["params"]["page_size"] == 0, r["params"]["head_dim"],
                                  -r["params"]["batch"]))

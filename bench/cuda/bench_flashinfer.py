@@ -24,6 +24,9 @@ inputs and timing:
            head dims, page sizes, K/V dtypes, fixed and drawn lengths), random
            pages from a 4 GiB pool per shape, both decode paths; the rows carry
            "grid": 1 and their shape.
+  --prefill-grid FILE  the prefill grid (bench/cuda/prefill_grid.txt: heads, head
+           dims, page sizes; drawn lengths and chunks over cached prefixes),
+           paged and ragged, fa2 (and fa3 with --fa3).
 
 Timing as ours: a CUDA graph of one run per plan, replayed, device events
 around each replay, median of 30 after warm-up (eager events where a capture
@@ -33,6 +36,7 @@ measurement to --json.
   bench_flashinfer.py [--json FILE] [--decode [--kv-dtype e4m3|e5m2]] [--contiguous] [--prefill]
                       [--mixed [--mix NAME]] [--fa3] [--cells 1x1024,...]
                       [--heads HQ/HKV] [--head-dim D] [--decode-grid FILE]
+                      [--prefill-grid FILE]
   bench_flashinfer.py --warm decode|prefill|attention|fa3
       build (JIT) one FlashInfer module on a tiny problem, then exit: run
       several at once before timing anything (tests/gpu/run_device.sh).
@@ -254,52 +258,102 @@ def bench_decode_grid(path):
 # ----------------------------------------------------------------- prefill
 
 
+def cell_label(lo, hi, prefix):
+    """A prefill cell's length as bench_prefill.c names it: L, "U(lo,hi)" or
+    "Q+P" (a chunk of Q tokens over a cached prefix of P)."""
+    if prefix:
+        return f"{lo}+{prefix}"
+    return lo if lo == hi else f"U({lo},{hi})"
+
+
+def prefill_cell(B, lo, hi, prefix, backends, gen, shape=(HQ, HKV, D, PS), tags=None):
+    """FlashInfer's paged and ragged prefill (each backend) on B requests of
+    lengths U(lo, hi) (draw_lengths: bench_prefill.c's requests) over cached
+    prefixes of `prefix` keys, causal; random values, random pages."""
+    hq, hkv, d, ps = shape
+    qlens = draw_lengths(B, lo, hi)
+    kvlens = [q + prefix for q in qlens]
+    label = cell_label(lo, hi, prefix)
+    T, K = sum(qlens), sum(kvlens)
+    q = rand_bf16(T, hq, d)
+    o = torch.empty_like(q)
+    k = rand_bf16(K, hkv, d)
+    v = rand_bf16(K, hkv, d)
+    pairs = sum(x * (y - x) + x * (x + 1) / 2 for x, y in zip(qlens, kvlens))
+    flops = 4.0 * hq * d * pairs
+    qo_indptr = torch.tensor([0] + qlens, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(DEV)
+    kv_indptr_r = torch.tensor([0] + kvlens, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(DEV)
+    kv_indptr_p, perm, last = page_table(kvlens, False, gen, sum((x + ps - 1) // ps for x in kvlens), ps)
+    kp = rand_bf16(perm.numel(), ps, hkv, d)
+    vp = rand_bf16(perm.numel(), ps, hkv, d)
+    q_len = qlens[0] if lo == hi else label
+    kv_len = kvlens[0] if lo == hi else label
+    for backend in backends:
+        for kvf in ("paged", "ragged"):
+            name = f"flashinfer-{backend}-{kvf}"
+            try:
+                if kvf == "paged":
+                    w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws(256), "NHD", backend=backend)
+                    w.plan(qo_indptr, kv_indptr_p, perm, last, hq, hkv, d, ps, causal=True,
+                           q_data_type=BF16, kv_data_type=BF16)
+                    fn = lambda: w.run(q, (kp, vp), out=o)
+                else:
+                    w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws(256), "NHD", backend=backend)
+                    w.plan(qo_indptr, kv_indptr_r, hq, hkv, d, causal=True, q_data_type=BF16,
+                           kv_data_type=BF16)
+                    fn = lambda: w.run(q, k, v, out=o)
+                us, mode = time_replay([fn])
+                assert torch.isfinite(o[-4:].float()).all(), "non-finite output"
+            except Exception as e:
+                print(f"{name} {B}x{label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                continue
+            tf = flops / (us * 1e-6) / 1e12
+            emit({"peer": name, "workload": "prefill", "kv": kvf, "batch": B, "len": label,
+                  "q_len": q_len, "kv_len": kv_len, "h_qo": hq, "h_kv": hkv, "d": d,
+                  "page": ps if kvf == "paged" else 0, **(tags or {}),
+                  "ms": round(us / 1e3, 4), "tflops": round(tf, 2), "timing": mode})
+    del q, o, k, v, kp, vp
+    torch.cuda.empty_cache()
+
+
 def bench_prefill(backends, cells, HQ=HQ, HKV=HKV, D=D):
+    """bench_prefill.c's six cells (page 16)."""
     gen = torch.Generator().manual_seed(11)
     for B, L in PREFILL:
-        if cells and f"{B}x{L}" not in cells:
+        if not cells or f"{B}x{L}" in cells:
+            prefill_cell(B, L, L, 0, backends, gen, (HQ, HKV, D, PS))
+
+
+def read_prefill_grid(path):
+    """bench/cuda/prefill_grid.txt: (heads_qo, heads_kv, head_dim, page_size,
+    [(B, lo, hi, prefix), ...]) per line."""
+    grid = []
+    for line in open(path):
+        line = line.split("#")[0].split()
+        if not line:
             continue
-        T = B * L
-        q = rand_bf16(T, HQ, D)
-        o = torch.empty_like(q)
-        k = rand_bf16(T, HKV, D)
-        v = rand_bf16(T, HKV, D)
-        flops = 4.0 * HQ * D * B * L * (L + 1) / 2
-        qo_indptr = (torch.arange(B + 1, dtype=torch.int32) * L).to(DEV)
-        npages = T // PS
-        perm = torch.randperm(npages, generator=gen).to(torch.int32).to(DEV)
-        kv_indptr_p = (torch.arange(B + 1, dtype=torch.int32) * (L // PS)).to(DEV)
-        last = torch.full((B,), PS, dtype=torch.int32, device=DEV)
-        # the paged cache holds the same tokens, page perm[j] = the j-th 16 tokens
-        kp = torch.empty(npages, PS, HKV, D, dtype=BF16, device=DEV)
-        vp = torch.empty_like(kp)
-        kp[perm.long()] = k.view(npages, PS, HKV, D)
-        vp[perm.long()] = v.view(npages, PS, HKV, D)
-        for backend in backends:
-            for kvf in ("paged", "ragged"):
-                name = f"flashinfer-{backend}-{kvf}"
-                try:
-                    if kvf == "paged":
-                        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws(256), "NHD", backend=backend)
-                        w.plan(qo_indptr, kv_indptr_p, perm, last, HQ, HKV, D, PS, causal=True,
-                               q_data_type=BF16, kv_data_type=BF16)
-                        fn = lambda: w.run(q, (kp, vp), out=o)
-                    else:
-                        w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws(256), "NHD", backend=backend)
-                        w.plan(qo_indptr, qo_indptr, HQ, HKV, D, causal=True, q_data_type=BF16,
-                               kv_data_type=BF16)
-                        fn = lambda: w.run(q, k, v, out=o)
-                    us, mode = time_replay([fn])
-                    assert torch.isfinite(o[-4:].float()).all(), "non-finite output"
-                except Exception as e:
-                    print(f"{name} {B}x{L}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-                    continue
-                tf = flops / (us * 1e-6) / 1e12
-                emit({"peer": name, "workload": "prefill", "kv": kvf, "batch": B, "len": L,
-                      "h_qo": HQ, "h_kv": HKV, "d": D,
-                      "ms": round(us / 1e3, 4), "tflops": round(tf, 2), "timing": mode})
-        del q, o, k, v, kp, vp
-        torch.cuda.empty_cache()
+        heads, d, ps, cells = line
+        hq, hkv = map(int, heads.split("/"))
+        cs = []
+        for c in cells.split(","):
+            b, ls = c.split("x")
+            if "+" in ls:
+                ql, pre = ls.split("+")
+                cs.append((int(b), int(ql), int(ql), int(pre)))
+            else:
+                lo, hi = (ls.split("-") + [ls])[:2]
+                cs.append((int(b), int(lo), int(hi), 0))
+        grid.append((hq, hkv, int(d), int(ps), cs))
+    return grid
+
+
+def bench_prefill_grid(backends, path):
+    """The prefill grid, as tests/gpu/run_device.sh --prefill-grid runs
+    bench_prefill.c on it; rows carry "grid": 1."""
+    gen = torch.Generator().manual_seed(11)
+    for hq, hkv, d, ps, cells in read_prefill_grid(path):
+        for b, lo, hi, pre in cells:
+            prefill_cell(b, lo, hi, pre, backends, gen, (hq, hkv, d, ps), {"grid": 1})
 
 
 # ------------------------------------------------------------------- mixed
@@ -413,6 +467,9 @@ def main():
         bench_prefill(["fa2"] + (["fa3"] if "--fa3" in a else []), cells, hq, hkv, d)
     if "--decode" in a and "--contiguous" in a:
         bench_decode(cells, True, kv)
+    if "--prefill-grid" in a:
+        bench_prefill_grid(["fa2"] + (["fa3"] if "--fa3" in a else []),
+                           a[a.index("--prefill-grid") + 1])
     if "--decode-grid" in a:
         del kv
         torch.cuda.empty_cache()

@@ -20,7 +20,8 @@
 #   tests/gpu/run_device.sh [--quick] [--no-bench] [--no-harness] [--no-decode]
 #                           [--no-torch] [--no-flashinfer] [--fa3]
 #                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
-#                           [--no-variants] [--no-python] [--decode-grid] [--commit HASH]
+#                           [--no-variants] [--no-python] [--decode-grid] [--prefill-grid]
+#                           [--commit HASH]
 # --commit: the commit the record names (default: git's HEAD, where the tree
 # is a git checkout).
 set -uo pipefail
@@ -33,7 +34,7 @@ OUT=${LOGS:-/tmp/fi-logs} # every log below goes here
 mkdir -p "$OUT" "$PACK"
 pack() { tar czf "$PACK/logs.tgz.tmp" -C "$OUT" . 2>/dev/null && mv "$PACK/logs.tgz.tmp" "$PACK/logs.tgz"; }
 trap pack EXIT # and at every stage (stamp): a run killed at its time limit keeps its logs
-QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 GRID=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
+QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 GRID=0 PGRID=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
 COMMIT=""
 while [ $# -gt 0 ]; do
     a=$1
@@ -51,6 +52,7 @@ while [ $# -gt 0 ]; do
         --no-flashinfer) FI=0 ;;
         --fa3) FA3=1 ;;
         --decode-grid) GRID=1 ;;
+        --prefill-grid) PGRID=1 ;;
         --no-sanitize) SANITIZE=0 ;;
         --no-tests) TESTS=0 ;;
         --no-ops) OPS=0 ;;
@@ -316,6 +318,18 @@ if [ "$BENCH" = 1 ]; then
         fi
     fi
 fi
+# One line of a grid: build/$1 (bench_decode or bench_prefill) with the
+# line's arguments, its JSON appended to $OUT/$1_grid.json, its log to
+# $OUT/$1_grid.log.
+grid_run() {
+    local prog=$1
+    shift
+    rm -f "$OUT/grid_part.json"
+    ./build/"$prog" "$@" --json "$OUT/grid_part.json" >> "$OUT/${prog}_grid.log" 2>&1 \
+        || { status=1; echo "$prog $* FAILED"; }
+    cat "$OUT/grid_part.json" >> "$OUT/${prog}_grid.json" 2>/dev/null
+}
+
 # The decode grid (bench/cuda/decode_grid.txt: head configs, head dims, page
 # sizes, K/V dtypes, fixed and drawn lengths), ours and FlashInfer's: the
 # kernels of every shape compiled first, all at once (ours: a tiny cell per
@@ -340,11 +354,8 @@ if [ "$BENCH" = 1 ] && [ "$GRID" = 1 ]; then
     : > "$OUT/bench_decode_grid.json"
     while read -r heads d ps kvd cells; do
         case "$heads" in ''|\#*) continue ;; esac
-        rm -f "$OUT/grid_part.json"
-        ./build/bench_decode --heads "$heads" --head-dim "$d" --page-size "$ps" --kv-dtype "$kvd" \
-            --cells "$cells" --json "$OUT/grid_part.json" >> "$OUT/bench_decode_grid.log" 2>&1 \
-            || { status=1; echo "bench_decode $heads d $d page $ps $kvd FAILED"; }
-        cat "$OUT/grid_part.json" >> "$OUT/bench_decode_grid.json" 2>/dev/null
+        grid_run bench_decode --heads "$heads" --head-dim "$d" --page-size "$ps" --kv-dtype "$kvd" \
+            --cells "$cells"
     done < "$grid"
     grep -E "heads|^decode" "$OUT/bench_decode_grid.log"
     if [ "$FI" = 1 ]; then
@@ -352,6 +363,26 @@ if [ "$BENCH" = 1 ] && [ "$GRID" = 1 ]; then
         python3 bench/cuda/bench_flashinfer.py --decode-grid "$grid" \
             --json "$OUT/bench_flashinfer_grid.json" > "$OUT/bench_flashinfer_grid.log" 2>&1 || status=1
         grep -c '"peer": "flashinfer-decode"' "$OUT/bench_flashinfer_grid.log"
+    fi
+fi
+
+# The prefill grid (bench/cuda/prefill_grid.txt), ours (paged and ragged)
+# and FlashInfer's (fa2, and fa3 where its module built), each timed alone.
+if [ "$BENCH" = 1 ] && [ "$PGRID" = 1 ]; then
+    grid=bench/cuda/prefill_grid.txt
+    stamp "prefill grid: ours"
+    : > "$OUT/bench_prefill_grid.json"
+    while read -r heads d ps cells; do
+        case "$heads" in ''|\#*) continue ;; esac
+        grid_run bench_prefill --heads "$heads" --head-dim "$d" --page-size "$ps" --cells "$cells"
+    done < "$grid"
+    grep -E "^prefill" "$OUT/bench_prefill_grid.log"
+    if [ "$FI" = 1 ]; then
+        stamp "prefill grid: FlashInfer"
+        python3 bench/cuda/bench_flashinfer.py --prefill-grid "$grid" ${fa3:-} \
+            --json "$OUT/bench_flashinfer_prefill_grid.json" > "$OUT/bench_flashinfer_prefill_grid.log" 2>&1 \
+            || status=1
+        grep -c '"workload": "prefill"' "$OUT/bench_flashinfer_prefill_grid.log"
     fi
 fi
 
