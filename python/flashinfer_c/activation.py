@@ -1,10 +1,11 @@
 """Gated activations as FlashInfer's flashinfer.activation computes them, on
-torch tensors (torch's own ops, any device) and numpy arrays: input
-[..., 2d] -> act(input[..., :d]) * input[..., d:], in float32, the result in
-the input's dtype (written into `out` when given).
+numpy arrays and torch tensors: input [..., 2d] -> act(input[..., :d]) *
+input[..., d:], in float32, the result in the input's dtype (written into
+`out` when given).
 
-numpy arrays and torch CPU tensors run the C library's kernels; torch
-tensors on a GPU keep torch's expression.
+numpy arrays and torch CPU tensors run the C library's CPU kernels, torch
+CUDA tensors its CUDA kernels (on the tensors' device and torch's current
+stream); torch tensors on another device keep torch's expression.
 """
 
 import math
@@ -30,11 +31,12 @@ def _gated(input, out, kind):
     d = input.shape[-1] // 2
     if input.shape[-1] % 2:
         raise ValueError(f"input's last dimension {input.shape[-1]} must be even (gate, up)")
-    if is_on(input, ("cpu", 0)):  # host arrays: the C library's kernels
+    if is_on(input, ("cpu", 0)) or (is_torch(input) and input.is_cuda):  # the C library's kernels
         shape = tuple(input.shape[:-1]) + (d,)
         out = _C.new_out(input, shape) if out is None else _C.out_checked(out, "out")
+        device = _C.device_checked(input, [("out", out)])
         v = _C.Views()
-        _C.call(_C_NAMES[kind], ("cpu", 0), v(input, "input"), v(out, "out"))
+        _C.call(_C_NAMES[kind], device, v(input, "input"), v(out, "out"))
         return out
     if is_torch(input):
         import torch.nn.functional as F

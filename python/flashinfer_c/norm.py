@@ -1,6 +1,5 @@
-"""RMSNorm as FlashInfer's flashinfer.norm computes it, on torch tensors (any
-device, torch's own ops) and numpy arrays: the arithmetic in float32, the
-result in the input's dtype.
+"""RMSNorm as FlashInfer's flashinfer.norm computes it, on numpy arrays and
+torch tensors: the arithmetic in float32, the result in the input's dtype.
 
     rmsnorm(x, w)                  x / sqrt(mean(x^2) + eps) * w
     gemma_rmsnorm(x, w)            x / sqrt(mean(x^2) + eps) * (1 + w)
@@ -11,10 +10,11 @@ result in the input's dtype.
     fused_add_rmsnorm_quant(out, x, r, w, scale)
     layernorm(x, gamma, beta)
 
-numpy arrays and torch CPU tensors run the C library's kernels (f32
-arithmetic, each row read and written once); torch tensors on a GPU keep
-torch's own expression for the four RMSNorms, while the FP8 forms and
-layernorm run the C library's CUDA kernels.
+numpy arrays and torch CPU tensors run the C library's CPU kernels, torch
+CUDA tensors its CUDA kernels (f32 arithmetic, each row read and written
+once, on the tensors' device and torch's current stream); torch tensors on
+another device keep torch's own expression for the four RMSNorms (the FP8
+forms and layernorm raise there).
 """
 
 import numpy as np
@@ -24,15 +24,18 @@ from . import _serving as _C
 
 
 def _native(x):
-    """Host arrays (numpy, torch CPU) go to the C library's kernels; torch
-    tensors on a GPU keep the torch expression."""
-    return is_on(x, ("cpu", 0))
+    """Arrays the C library's backends take: host arrays (numpy, torch CPU)
+    and torch CUDA tensors; torch tensors elsewhere keep the torch expression."""
+    return is_on(x, ("cpu", 0)) or (is_torch(x) and x.is_cuda)
 
 
 def _c_norm(name, input, *rest):
+    """C op `name` on input's device: rest is (value, name) pairs, the
+    arrays named, plain numbers with name None."""
+    device = _C.device_checked(input, [(n, a) for a, n in rest if n])
     v = _C.Views()
     args = [v(a, n) if n else a for a, n in rest]
-    _C.call(name, ("cpu", 0), v(input, "input"), *args)
+    _C.call(name, device, v(input, "input"), *args)
 
 
 def _rms(x, weight, eps, gemma):

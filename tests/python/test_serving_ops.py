@@ -1,5 +1,8 @@
 """flashinfer_c.norm / activation / sampling / topk against torch references
-(FlashInfer's own test formulas), on torch CPU tensors and numpy arrays."""
+(FlashInfer's own test formulas), on torch CPU tensors, numpy arrays and,
+where there is a GPU, torch CUDA tensors (the C library's CUDA kernels,
+whose results are its CPU backend's: the same references hold, the same
+tokens for the same seed)."""
 
 import math
 
@@ -8,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_close
+from conftest import DEVICE, GPU_MARKS, Backend, assert_close
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -19,8 +22,24 @@ def rms_ref(x, w, eps=1e-6, gemma=False):
     return y * (1.0 + w.double() if gemma else w.double())
 
 
+class GpuBackend(Backend):
+    """Hands the library torch tensors on the GPU tests' device."""
+
+    def __init__(self):
+        super().__init__("cuda")
+
+    def __call__(self, t):
+        return None if t is None else t.to(DEVICE)
+
+
+@pytest.fixture(params=["torch", "numpy", pytest.param("cuda", marks=GPU_MARKS)])
+def backend(request):
+    return GpuBackend() if request.param == "cuda" else Backend(request.param)
+
+
 def as_torch(x):
-    return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
+    """A result as a host torch tensor."""
+    return x.cpu() if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
 
 
 # ------------------------------------------------------------------ norms
