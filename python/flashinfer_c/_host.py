@@ -7,10 +7,22 @@ is refused with a message rather than silently narrowed.
 
 import numpy as np
 
+from . import _arrays
 from ._arrays import DTypeError, is_torch
 
 _INT32 = np.dtype(np.int32)
-_count_nonzero = np.count_nonzero
+# numpy's C function under np.count_nonzero (which adds a Python dispatch layer)
+_count_nonzero = getattr(
+    getattr(getattr(np, "_core", None), "multiarray", None), "count_nonzero", np.count_nonzero
+)
+
+
+def _host_view(x):
+    """x, or the numpy view of x where x is an exact host torch.Tensor not
+    requiring grad (to_numpy's result for it, without its checks)."""
+    if type(x) is _arrays._torch_tensor and x.is_cpu and not x.requires_grad:
+        return x.numpy()
+    return x
 
 
 def to_numpy(x):
@@ -31,16 +43,22 @@ def i32(x, name, length=None, convert=False):
     convert=True narrows other integer dtypes (for calls where FlashInfer
     converts them itself); otherwise only int32 is accepted.
     """
-    if type(x) is np.ndarray and x.dtype is _INT32 and x.ndim == 1 and x.flags.c_contiguous:
+    a = x
+    if type(x) is not np.ndarray and type(x) is _arrays._torch_tensor and x.is_cpu and (
+        not x.requires_grad
+    ):
+        a = x.numpy()  # a host tensor's view: then the numpy case
+    if type(a) is np.ndarray and a.dtype is _INT32 and a.ndim == 1 and a.flags.c_contiguous:
         # already what the C library reads (the common case: no conversion)
-        if length is not None and x.shape[0] != length:
-            raise ValueError(f"{name} has {x.shape[0]} entries, expected {length}")
-        return x
+        if length is not None and a.shape[0] != length:
+            raise ValueError(f"{name} has {a.shape[0]} entries, expected {length}")
+        return a
     if not (is_torch(x) or isinstance(x, np.ndarray)):
         raise TypeError(
             f"{name} must be an int32 torch.Tensor or numpy.ndarray, got {type(x).__name__}"
         )
-    a = to_numpy(x)
+    if a is x:
+        a = to_numpy(x)
     if a.dtype != np.int32:
         if not convert or a.dtype.kind not in "iu":
             hint = ".int()" if is_torch(x) else ".astype(np.int32)"
@@ -83,17 +101,43 @@ def copy_into(buf, a, name):
         buf[:n] = a
 
 
+class CheckedIndptr:
+    """An indptr its caller has checked as indptr() does (BatchAttention
+    hands the prefill wrapper's plan() one so, for page_table to take as it is)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+
 def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
     """(indptr, indices, last_page_len) of a paged KV cache, checked against each other."""
     # As FlashInfer's kernels, an indptr may start past 0: its requests' pages
     # are kv_indices[indptr[0]:indptr[-1]] (vLLM plans its prefills so, with
     # the slice of its decode-then-prefill indptr and the whole page table).
-    ptr = indptr(kv_indptr, names[0], allow_offset=True)
+    if type(kv_indptr) is CheckedIndptr:
+        ptr = kv_indptr.array
+    else:
+        ptr = indptr(kv_indptr, names[0], allow_offset=True)
     n = ptr.shape[0] - 1
     if batch is not None and n != batch:
         raise ValueError(f"{names[0]} has {n + 1} entries, expected batch_size + 1 = {batch + 1}")
     last = i32(kv_last_page_len, names[2], n)
     start, end = ptr.item(0), ptr.item(-1)
+    # Only the entries the batch uses are read (and copied from a device);
+    # a host tensor is sliced as numpy (a view), cheaper than torch's slice.
+    # The C plan references the page table until the next plan (it does not
+    # copy it); FlashInfer's plan copies it, so callers may reuse their arrays
+    # at once. A copy of our own (C-contiguous) keeps that promise.
+    a = kv_indices if type(kv_indices) is np.ndarray else _host_view(kv_indices)
+    if type(a) is np.ndarray and a.dtype is _INT32 and a.ndim == 1:
+        # host int32 (the common case): only the length is left to check
+        if a.shape[0] < end:
+            raise ValueError(f"{names[1]} has {a.shape[0]} entries but {names[0]}[-1]={end}")
+        if start:
+            ptr = ptr - np.int32(start)
+        return ptr, a[start:end].copy(), last
     torch_indices = type(kv_indices) is not np.ndarray and is_torch(kv_indices)
     if not (torch_indices or isinstance(kv_indices, np.ndarray)):
         raise TypeError(
@@ -104,8 +148,6 @@ def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
         raise ValueError(f"{names[1]} must be 1-D, got shape {tuple(kv_indices.shape)}")
     if kv_indices.shape[0] < end:
         raise ValueError(f"{names[1]} has {kv_indices.shape[0]} entries but {names[0]}[-1]={end}")
-    # Only the entries the batch uses are read (and copied from a device);
-    # a host tensor is sliced as numpy (a view), cheaper than torch's slice.
     if torch_indices and kv_indices.is_cpu:
         a = to_numpy(kv_indices)
         if a.dtype is _INT32:
@@ -113,9 +155,6 @@ def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
     idx = i32(kv_indices[start:end], names[1])
     if start:
         ptr = ptr - np.int32(start)
-    # The C plan references the page table until the next plan (it does not
-    # copy it); FlashInfer's plan copies it, so callers may reuse their arrays
-    # at once. A copy of our own keeps that promise.
     return ptr, idx.copy(), last
 
 

@@ -175,6 +175,10 @@ for _name, (_res, _args) in _SIGNATURES.items():
 plan_run_addr = lib["fi_plan_run"]
 plan_run_addr.restype = _status
 plan_run_addr.argtypes = [c_void_p, c_void_p]
+# plan()'s likewise: fi_plan_update on the plan's own fi_batch by address.
+plan_update_addr = lib["fi_plan_update"]
+plan_update_addr.restype = _status
+plan_update_addr.argtypes = [c_void_p, c_void_p]
 
 
 # ------------------------------------------------------------------ errors

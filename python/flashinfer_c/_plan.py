@@ -26,7 +26,7 @@ from . import _structs as S
 from . import _context
 from ._arrays import FI_NAME, DTypeError, c_int32, fill_view, numpy_data, pack_view
 from ._arrays import numpy_data_or_0 as _ptr0
-from ._lib import check, fn, plan_run_addr
+from ._lib import check, fn, plan_run_addr, plan_update_addr
 
 # Byte offsets of fi_run_args' fields (for pack_view).
 _OFF = {name: getattr(S.RunArgs, name).offset for name, _ in S.RunArgs._fields_}
@@ -285,13 +285,14 @@ class Plan:
         self.batch_size = 0
         self.captured = False  # a CUDA graph holds a run of this C plan
         self._stream = None  # the torch stream the C plan last ran on (CUDA)
+        self._upload_raw = None  # its raw handle (None: not known; see update())
         self._batch = None  # the last batch's host arrays (for scaled siblings)
         self._version = 0
         self._siblings = {}
         self._synced = -1  # for a sibling: the parent's _version it was planned for
         self._destroy = fn.plan_destroy
         self._batch_struct = S.Batch()  # fi_plan_update's argument, rewritten per plan()
-        self._batch_ref = ctypes.byref(self._batch_struct)
+        self._batch_addr = ctypes.addressof(self._batch_struct)
         # The argument block of fi_plan_run, made once and rewritten in place
         # by each run() (pack_view): run() builds no ctypes objects.
         self._args = S.RunArgs()
@@ -348,6 +349,10 @@ class Plan:
         self.total_qo = 0
         if device[0] == "cpu":
             status = self._c_update(batch)
+        elif self._upload_raw is not None and self._upload_raw == _context.raw_current_stream(
+            device[1]
+        ):
+            status = self._c_update(batch)  # uploads on the current stream: ordered already
         else:
             status = ordered_upload(device, self._upload_streams(), lambda: self._c_update(batch))
         if status:
@@ -486,8 +491,9 @@ class Plan:
         )
 
     def _c_update(self, batch):
-        ref = self._batch_ref if batch is self._batch_struct else ctypes.byref(batch)
-        return fn.plan_update(self.handle, ref)
+        if batch is self._batch_struct:
+            return plan_update_addr(self.handle, self._batch_addr)
+        return fn.plan_update(self.handle, ctypes.byref(batch))
 
     def _c_run(self, args):
         return fn.plan_run(self.handle, ctypes.byref(args))
@@ -499,9 +505,11 @@ class Plan:
 
     def _ran_on(self, stream):
         self._stream = stream  # where the C plan uploads its next batch
+        self._upload_raw = stream.cuda_stream
 
     def _reset_streams(self):
         self._stream = None  # a new C plan uploads on the default stream until it runs
+        self._upload_raw = None
 
     def _sibling(self):
         return Plan(self.ctx, self.fixed, self.fixed_names)

@@ -61,7 +61,7 @@ class BatchAttention:
         self._logits_soft_cap = float(logits_soft_cap or 0.0)
         self._wrapper.plan(
             qo_indptr,
-            ptr,
+            _host.CheckedIndptr(ptr),  # checked above: not again
             kv_indices,
             last,
             num_qo_heads,
@@ -112,10 +112,52 @@ class BatchAttention:
         )
 
 
+_INT32_MAX = 2**31 - 1
+_count_nonzero = _host._count_nonzero
+_PAGE_SIZE_ROWS = {}
+
+
 def _last_page_lens(ptr, lens, page_size):
     """Each request's last_page_len (int32) from its pages and KV length,
     checked: 1..page_size tokens on a request's last page, 0 for a request
-    without pages (whose length must be 0). In int64 (no int32 overflow)."""
+    without pages (whose length must be 0).
+
+    ptr: a checked kv_indptr (starts at 0, non-decreasing); lens: int32.
+    Where every request has pages and page_size * ptr[-1] fits in int32 (a
+    serving batch), in int32 with few numpy calls (each costs about a
+    microsecond, the arithmetic nothing); else in int64 (_last_page_lens_any)."""
+    n = lens.shape[0]
+    if type(page_size) is not int or page_size < 1 or ptr.item(-1) * page_size > _INT32_MAX:
+        return _last_page_lens_any(ptr, lens, page_size)
+    pages = np.subtract(ptr[1:], ptr[:-1])
+    if _count_nonzero(pages) != n:
+        return _last_page_lens_any(ptr, lens, page_size)
+    ps, ps_u32 = _page_size_row(n, page_size)
+    d = np.multiply(pages, ps)  # <= page_size * ptr[-1]: no overflow
+    np.subtract(d, lens, out=d)  # page_size - last, which may wrap...
+    # ...but 1 <= last <= page_size exactly where 0 <= d < page_size as uint32
+    # (d's true value lies within (-2**31, 2**32): no other value reads so)
+    if _count_nonzero(np.greater_equal(d.view(np.uint32), ps_u32)):
+        return _last_page_lens_any(ptr, lens, page_size)
+    return np.subtract(ps, d, out=d)
+
+
+def _page_size_row(n, page_size):
+    """[page_size] * n as int32 and as uint32, cached (read-only): numpy
+    takes an array operand faster than a Python int it must convert."""
+    key = (n, page_size)
+    row = _PAGE_SIZE_ROWS.get(key)
+    if row is None:
+        if len(_PAGE_SIZE_ROWS) > 64:
+            _PAGE_SIZE_ROWS.clear()
+        ps = np.full(n, page_size, dtype=np.int32)
+        ps.flags.writeable = False
+        row = _PAGE_SIZE_ROWS[key] = (ps, ps.view(np.uint32))
+    return row
+
+
+def _last_page_lens_any(ptr, lens, page_size):
+    """_last_page_lens of any batch, in int64 (no int32 overflow)."""
     pages = np.subtract(ptr[1:], ptr[:-1], dtype=np.int64)
     last = lens - (pages - 1) * page_size
     if pages.size and (

@@ -286,12 +286,15 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
             ("paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len"),
             batch,
         )
-        mask_indptr = self._plan_mask(
-            custom_mask,
-            packed_custom_mask,
-            lambda: np.diff(qo),
-            lambda: _host.kv_lengths(kv_indptr, last, page_size),
-        )
+        if custom_mask is None and packed_custom_mask is None:
+            self._mask = mask_indptr = None  # _plan_mask's result, without its call
+        else:
+            mask_indptr = self._plan_mask(
+                custom_mask,
+                packed_custom_mask,
+                lambda: np.diff(qo),
+                lambda: _host.kv_lengths(kv_indptr, last, page_size),
+            )
         if self._use_cuda_graph:
             self._graph_bounds(
                 batch, int(qo[-1]), len(self._paged_kv_indices_buf), "paged_kv_indices_buf"

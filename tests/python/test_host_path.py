@@ -457,3 +457,76 @@ def test_batch_attention_fast_run(xp):
     with pytest.raises(ValueError, match=r"kv_len_arr\[1\]=17 does not fit"):
         w.plan(xp.host(qo), xp.host(indptr), xp.host(indices), xp.host(bad), HQ, HK, D, D,
                PAGE, causal=True, q_data_type="float32", kv_data_type="float32")
+
+
+# ------------------------------------------------------------ plan()'s host work
+
+
+def test_batch_attention_last_page_lens_paths_agree():
+    """BatchAttention.plan() derives last_page_len in int32 where every request
+    has pages and page_size * pages fits; any other batch takes the int64
+    form. Both give the same lengths or the same error, on edges included."""
+    from flashinfer_c.attention import _last_page_lens, _last_page_lens_any
+
+    g = npref.rng(21)
+    cases = []
+    for trial in range(400):
+        n = int(g.integers(0, 12))
+        ps = int(g.choice([1, 3, 16, 64]))
+        pages = g.integers(0 if trial % 3 == 0 else 1, 5, n)
+        ptr = np.concatenate([[0], np.cumsum(pages)]).astype(np.int32)
+        lens = ((pages - 1) * ps + g.integers(-1, ps + 2, n)).astype(np.int32)
+        if n and trial % 5 == 0:
+            lens[g.integers(0, n)] = g.choice([-(2**31), 2**31 - 1, -1, 0])
+        cases.append((ptr, lens, ps))
+    # page_size * pages at the int32 limit, and past it
+    big = 2**31 - 1
+    for ps in (big, 2**30, 2**16):
+        for total in (1, 2):
+            ptr = np.array([0, total], np.int32)
+            for length in (1, ps, ps * total if ps * total <= big else big, big, -(2**31)):
+                cases.append((ptr, np.array([length], np.int32), ps))
+    cases.append((np.array([0, 1], np.int32), np.array([5], np.int32), np.int64(16)))
+
+    def result(f, ptr, lens, ps):
+        try:
+            r = f(ptr, lens, ps)
+        except ValueError as e:
+            return "error", str(e)
+        return r.dtype, r.tolist()
+
+    for ptr, lens, ps in cases:
+        assert result(_last_page_lens, ptr, lens, ps) == result(
+            _last_page_lens_any, ptr, lens, ps
+        ), (ptr, lens, ps)
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_plans_of_new_shapes_after_cached_ones(xp, strided):
+    """plan() reuses what it cached from the last plan() (Spec, query indptr,
+    page-size rows): later plans of other batch sizes, lengths (requests
+    without pages among them) and page-table strides still compute right."""
+    g = npref.rng(22)
+    w = fi.BatchAttention("NHD", device=xp.device)
+    d = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(xp))
+    for kv_lens in ([20, 1, 40], [20, 1, 40], [7, 0, 33, 16], [5], [0, 9, 0], [16, 17, 3]):
+        table, caches = batch(g, kv_lens, layers=1)
+        indptr, indices, last = table
+        if strided:  # the page table as every other entry of a larger array
+            spread = np.zeros(2 * len(indices), np.int32)
+            spread[::2] = indices
+            host_indices = xp.host(spread)[::2]
+        else:
+            host_indices = xp.host(indices)
+        kv = xp.arr(caches[0])
+        qo = npref.indptr_of([2] * len(kv_lens))
+        w.plan(xp.host(qo), xp.host(indptr), host_indices, xp.host(np.array(kv_lens, np.int32)),
+               HQ, HK, D, D, PAGE, causal=True, q_data_type="float32",
+               kv_data_type="float32")
+        q = npref.randn(g, int(qo[-1]), HQ, D)
+        o, _ = w.run(xp.arr(q), kv)
+        npref.assert_close(xp.np(o), reference(q, caches[0], table, qo, causal=True)[0])
+        d.plan(xp.host(indptr), host_indices, xp.host(last), HQ, HK, D, PAGE,
+               q_data_type="float32")
+        q1 = npref.randn(g, len(kv_lens), HQ, D)
+        npref.assert_close(xp.np(d.run(xp.arr(q1), kv)), reference(q1, caches[0], table)[0])
