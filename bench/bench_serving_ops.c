@@ -190,6 +190,7 @@ int main(int argc, char **argv) {
     printf("%-22s %6s %7s %10s %8s\n", "op", "rows", "cols", "ms", "GB/s");
     FILE *f = json ? fopen(json, "w") : NULL;
     if (f) fprintf(f, "{\"describe\": \"%s\", \"read_gbs\": %.2f, \"cells\": [", fi_context_describe(ctx), bw);
+    int written = 0;
     for (int i = 0; i < nc; i++) {
         double ms = 0.0;
         if (time_cell(ctx, &cells[i], &ms)) continue;
@@ -198,9 +199,10 @@ int main(int argc, char **argv) {
                (long long)cells[i].rows, (long long)cells[i].cols, ms, gbs);
         fflush(stdout);
         if (f)
-            fprintf(f, "%s{\"op\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"ms\": %.4f}",
-                    i ? ", " : "", op_names[cells[i].op], (long long)cells[i].rows,
-                    (long long)cells[i].cols, ms);
+            fprintf(f, "%s{\"op\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"ms\": %.4f, "
+                       "\"gbs\": %.2f}",
+                    written++ ? ", " : "", op_names[cells[i].op], (long long)cells[i].rows,
+                    (long long)cells[i].cols, ms, gbs);
     }
     if (f) fprintf(f, "]}\n"), fclose(f);
     fi_context_destroy(ctx);

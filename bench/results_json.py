@@ -25,10 +25,11 @@ Commands (the run scripts call the first two):
       bench_serving.json and bench_serving_peers.json: the serving ops,
       bench_balance.json: the host CPU's split-KV balance).
   results_json.py cpu --ours A.json ... [--torch B.json ...] [--plan P.json]
-                  [--balance Q.json] [--variant V.json] --out FILE [...]
+                  [--balance Q.json] [--variant V.json] [--serving S.json] --out FILE [...]
       bench_cpu rounds (per cell each side keeps its best median: a shared
       machine only ever slows a round down), torch's CPU SDPA rounds
-      (bench/torch_cpu_sdpa.py), bench_plan, bench_balance, bench_variant_cpu.
+      (bench/torch_cpu_sdpa.py), bench_plan, bench_balance, bench_variant_cpu,
+      bench_serving_ops (with torch's times: bench/torch_cpu_serving.py --json).
   results_json.py table FILE [--suite S]
       the markdown tables of docs/BENCHMARKS.md (and run_device.sh's report).
   results_json.py check FILE ...
@@ -327,6 +328,29 @@ def best_cells(runs):
             if c["ms"] > 0 and (k not in best or c["ms"] < best[k]["ms"]):
                 best[k] = c
     return best
+
+
+# bench_serving_ops.c's ops on bf16 rows (the rest: f32 probabilities)
+CPU_SERVING_BF16 = ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul")
+
+
+def cpu_serving_records(serving):
+    """bench_serving_ops' cells (with torch's times where
+    bench/torch_cpu_serving.py added them): suite ops."""
+    recs = []
+    threads = serving.get("threads")
+    if threads is None:  # bench_serving_ops' own file: "cpu: 2 threads, ..."
+        m = re.search(r"(\d+) thread", serving.get("describe", ""))
+        threads = int(m.group(1)) if m else None
+    for c in serving["cells"]:
+        dt = "bf16" if c["op"] in CPU_SERVING_BF16 else "f32"
+        t = c.get("torch_ms")
+        recs.append(record("ops", f"cpu-{c['op']}-{c['rows']}x{c['cols']}-{dt}",
+                           {**shape(0, 0, 0, 0, dt), "kv_len": 0, "op": c["op"], "rows": c["rows"],
+                            "cols": c["cols"], "threads": threads},
+                           c["ms"] * 1e3, {"torch": t * 1e3} if t else None,
+                           {"gb_s": rnd(c.get("gbs"), 1)}))
+    return recs
 
 
 def cpu_records(ours, torch, plan, balance, variant):
@@ -709,6 +733,7 @@ def main():
     c.add_argument("--plan")
     c.add_argument("--balance")
     c.add_argument("--variant")
+    c.add_argument("--serving")
     for p in (g, c):
         p.add_argument("--out", required=True)
         p.add_argument("--commit")
@@ -728,6 +753,8 @@ def main():
         load = lambda p: json.load(open(p)) if p else None
         recs = cpu_records(ours, [json.load(open(p)) for p in a.torch], load(a.plan),
                            load(a.balance), load(a.variant))
+        if a.serving:
+            recs += cpu_serving_records(json.load(open(a.serving)))
         write(recs, a.out, a.commit or git_commit(), a.machine or cpu_machine(ours), a.fresh)
     elif a.cmd == "table":
         recs = json_lines(a.file)

@@ -4,8 +4,9 @@
 # and torch's CPU SDPA (bench/torch_cpu_sdpa.py) on the same shapes,
 # alternating, for several rounds (per cell each side keeps its best median:
 # a shared machine only ever slows a round down); then bench_plan (the host
-# cost of fi_plan_update), bench_balance (split-KV on and off) and
-# bench_variant_cpu (a variant's JIT and hook kernel). Writes
+# cost of fi_plan_update), bench_balance (split-KV on and off),
+# bench_serving_ops beside torch's CPU serving ops (bench/torch_cpu_serving.py)
+# and bench_variant_cpu (a variant's JIT and hook kernel). Writes
 # bench/results/<platform>/latest.json (bench/results_json.py), prints its
 # tables (docs/BENCHMARKS.md) and redraws the plots (bench/plot.py, into
 # docs/img/) where matplotlib is installed.
@@ -60,7 +61,7 @@ platform=${platform:-$(cpu_platform)}
 out=${out:-bench/results/$platform/latest.json}
 
 make -s BUILD="$BUILD" "$BUILD/bench_cpu" "$BUILD/bench_plan" "$BUILD/bench_balance" \
-  "$BUILD/bench_variant_cpu"
+  "$BUILD/bench_variant_cpu" "$BUILD/bench_serving_ops"
 if [[ $torch = 1 ]]; then
   [[ -x .venv-bench/bin/python ]] || python3 -m venv .venv-bench
   .venv-bench/bin/python -c "import numpy" 2>/dev/null || .venv-bench/bin/pip install -q numpy
@@ -87,6 +88,15 @@ echo "bench_plan, bench_balance"
 "$BUILD/bench_plan" --json "$tmp/plan.json" >/dev/null
 "$BUILD/bench_balance" --threads "$threads" --reps "$reps" --json "$tmp/balance.json" >/dev/null
 args+=(--plan "$tmp/plan.json" --balance "$tmp/balance.json")
+echo "bench_serving_ops$([[ $torch = 1 ]] && echo " and torch's CPU serving ops")"
+"$BUILD/bench_serving_ops" --threads "$threads" --json "$tmp/serving.json" >/dev/null
+if [[ $torch = 1 ]]; then
+  .venv-bench/bin/python bench/torch_cpu_serving.py --from "$tmp/serving.json" --threads "$threads" \
+    --json "$tmp/serving_torch.json" >/dev/null
+  args+=(--serving "$tmp/serving_torch.json")
+else
+  args+=(--serving "$tmp/serving.json")
+fi
 if [[ $variant = 1 ]]; then
   echo "bench_variant_cpu"
   "$BUILD/bench_variant_cpu" --reps 3 --cold 1 --threads "$threads" --json "$tmp/variant.json" \
@@ -94,7 +104,7 @@ if [[ $variant = 1 ]]; then
   args+=(--variant "$tmp/variant.json")
 fi
 python3 bench/results_json.py cpu "${args[@]}" --out "$out"
-python3 bench/results_json.py table "$out" --suite cpu-decode --suite cpu-prefill --suite host
+python3 bench/results_json.py table "$out" --suite cpu-decode --suite cpu-prefill --suite host --suite ops
 # The plots of docs/BENCHMARKS.md (docs/img/) from the records, where a
 # python with matplotlib is at hand; a run written elsewhere (--out) is no
 # record of bench/results/ and leaves them alone.
