@@ -40,11 +40,14 @@ measurement to --json.
   bench_flashinfer.py --warm decode|prefill|attention|fa3
       build (JIT) one FlashInfer module on a tiny problem, then exit: run
       several at once before timing anything (tests/gpu/run_device.sh).
-  bench_flashinfer.py --warm-grid FILE
-      the same for the decode grid's modules (each head dim and K/V dtype).
+  bench_flashinfer.py --warm-grid FILE | --warm-prefill-grid FILE [--fa3]
+      the same for the decode grid's modules (each head dim and K/V dtype,
+      both paths) or the prefill grid's (each head dim and backend), one
+      process per module, all at once.
 """
 import json
 import math
+import subprocess
 import sys
 import time
 
@@ -227,17 +230,29 @@ def read_grid(path):
     return grid
 
 
-def warm_decode_grid(path):
+def warm_decode_grid(path, pair=None):
     """FlashInfer's decode modules of every (head dim, K/V dtype) of the grid
-    (both paths) built now, on one tiny cell each."""
+    (both paths) built now, on one tiny cell each: one process per pair, all
+    at once (each module's build is mostly serial); `pair`: that one alone."""
     gen = torch.Generator().manual_seed(7)
-    seen = set()
+    shapes = {}
     for hq, hkv, d, ps, kvd, _ in read_grid(path):
-        if (d, kvd) in seen:
-            continue
-        seen.add((d, kvd))
-        decode_cell(1, ps, ps, kv_pool(4, ps, hkv, d), kvd, False, gen, (hq, hkv, d, ps))
-    print(f"flashinfer warm decode grid: {len(seen)} (head dim, K/V dtype) pairs", flush=True)
+        shapes.setdefault((d, kvd), (hq, hkv, d, ps))
+    if pair is None:
+        t0 = time.time()
+        bad = run_children([["--warm-grid", path, "--pair", str(i)] for i in range(len(shapes))])
+        print(f"flashinfer warm decode grid: {len(shapes)} (head dim, K/V dtype) pairs, "
+              f"{bad} failed, {time.time() - t0:.1f} s", flush=True)
+        return
+    (d, kvd), (hq, hkv, _, ps) = list(shapes.items())[pair]
+    decode_cell(1, ps, ps, kv_pool(4, ps, hkv, d), kvd, False, gen, (hq, hkv, d, ps))
+
+
+def run_children(arg_lists):
+    """This script once per argument list, all at once; the number that
+    failed."""
+    procs = [subprocess.Popen([sys.executable, __file__] + a) for a in arg_lists]
+    return sum(p.wait() != 0 for p in procs)
 
 
 def bench_decode_grid(path):
@@ -356,6 +371,22 @@ def bench_prefill_grid(backends, path):
             prefill_cell(b, lo, hi, pre, backends, gen, (hq, hkv, d, ps), {"grid": 1})
 
 
+def warm_prefill_grid(backends, path, pair=None):
+    """FlashInfer's prefill modules (paged and ragged) of every head dim of
+    the prefill grid and each backend, one process each, all at once."""
+    dims = sorted({d for _, _, d, _, _ in read_prefill_grid(path)})
+    pairs = [(d, b) for d in dims for b in backends]
+    if pair is None:
+        t0 = time.time()
+        bad = run_children([["--warm-prefill-grid", path, "--pair", str(i)] + (["--fa3"] if "fa3" in backends else [])
+                            for i in range(len(pairs))])
+        print(f"flashinfer warm prefill grid: {len(pairs)} (head dim, backend) pairs, "
+              f"{bad} failed, {time.time() - t0:.1f} s", flush=True)
+        return
+    d, backend = pairs[pair]
+    prefill_cell(1, 64, 64, 0, [backend], torch.Generator().manual_seed(11), (HQ, HKV, d, PS))
+
+
 # ------------------------------------------------------------------- mixed
 
 
@@ -439,8 +470,12 @@ def main():
     if "--warm" in a:
         warm(a[a.index("--warm") + 1])
         return
+    pair = int(a[a.index("--pair") + 1]) if "--pair" in a else None
     if "--warm-grid" in a:
-        warm_decode_grid(a[a.index("--warm-grid") + 1])
+        warm_decode_grid(a[a.index("--warm-grid") + 1], pair)
+        return
+    if "--warm-prefill-grid" in a:
+        warm_prefill_grid(["fa2"] + (["fa3"] if "--fa3" in a else []), a[a.index("--warm-prefill-grid") + 1], pair)
         return
     global out_file
     if "--json" in a:

@@ -21,7 +21,9 @@
 #                           [--no-torch] [--no-flashinfer] [--fa3]
 #                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
 #                           [--no-variants] [--no-python] [--decode-grid] [--prefill-grid]
-#                           [--commit HASH]
+#                           [--no-cells] [--commit HASH]
+# --no-cells: of the benchmarks, the grids alone (not the decode, prefill,
+# mixed and serving-ops cells, host overhead and balance).
 # --commit: the commit the record names (default: git's HEAD, where the tree
 # is a git checkout).
 set -uo pipefail
@@ -34,7 +36,7 @@ OUT=${LOGS:-/tmp/fi-logs} # every log below goes here
 mkdir -p "$OUT" "$PACK"
 pack() { tar czf "$PACK/logs.tgz.tmp" -C "$OUT" . 2>/dev/null && mv "$PACK/logs.tgz.tmp" "$PACK/logs.tgz"; }
 trap pack EXIT # and at every stage (stamp): a run killed at its time limit keeps its logs
-QUICK="" BENCH=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 GRID=0 PGRID=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
+QUICK="" BENCH=1 CELLS=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 GRID=0 PGRID=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
 COMMIT=""
 while [ $# -gt 0 ]; do
     a=$1
@@ -43,6 +45,7 @@ while [ $# -gt 0 ]; do
         --commit) COMMIT=${1:?--commit HASH}; shift ;;
         --quick) QUICK="--quick" ;;
         --no-bench) BENCH=0 ;;
+        --no-cells) CELLS=0 ;;
         --no-harness) HARNESS=0 ;;
         --no-decode) DECODE=0 ;;
         --no-torch) TORCH=0 ;;
@@ -105,6 +108,19 @@ if [ "$BENCH" = 1 ] && [ "$FI" = 1 ] && python3 -c "import flashinfer" 2>/dev/nu
     # the serving ops' modules (norm, activation, sampling, topk, rope)
     timeout 400 python3 bench/cuda/bench_serving_peers.py --warm > "$OUT/fi_warm_serving.log" 2>&1 &
     fi_pids+=("serving:$!")
+    # the grids' modules: each (head dim, K/V dtype) of the decode grid, each
+    # (head dim, backend) of the prefill grid, a process each
+    if [ "$GRID" = 1 ]; then
+        python3 bench/cuda/bench_flashinfer.py --warm-grid bench/cuda/decode_grid.txt \
+            > "$OUT/fi_warm_grid.log" 2>&1 &
+        grid_pid=$!
+    fi
+    if [ "$PGRID" = 1 ]; then
+        timeout "$([ "$FA3" = 1 ] && echo "${FI_FA3_TIMEOUT:-240}" || echo 0)" \
+            python3 bench/cuda/bench_flashinfer.py --warm-prefill-grid bench/cuda/prefill_grid.txt \
+            $([ "$FA3" = 1 ] && echo --fa3) > "$OUT/fi_warm_prefill_grid.log" 2>&1 &
+        pgrid_pid=$!
+    fi
 elif [ "$BENCH" = 1 ] && [ "$FI" = 1 ]; then
     python3 -c "import flashinfer" 2>&1 | tail -3
     echo "FlashInfer not importable (install its wheels, PYTHONPATH): not timed"
@@ -119,6 +135,17 @@ if ! make -j"$JOBS" -s lib gpu build/test_attention build/test_cascade build/tes
     tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 grep -E "^aot:" "$OUT/build.log"
+
+# the command line on a GPU machine: what `fi info` reports of the device
+# and the cache; `fi warmup`'s whole default list (--dry-run) and its bf16
+# d 128 part compiled into an empty cache
+stamp "fi info, fi warmup (into an empty cache)"
+make -s build/fi >> "$OUT/build.log" 2>&1
+./build/fi info 2>&1 | tee "$OUT/fi_info.log" || status=1
+{ ./build/fi warmup --dry-run | tail -4
+  FLASHINFER_CACHE_DIR=$(mktemp -d) ./build/fi warmup --head-dims 128 --dtypes bf16 -j "$JOBS"; } \
+    > "$OUT/fi_warmup.log" 2>&1 || status=1
+tail -6 "$OUT/fi_warmup.log"
 
 if [ "$TESTS" = 1 ]; then
     stamp "test_aot (AOT cubins vs NVRTC, bit for bit); its NVRTC side compiled first, $JOBS at once"
@@ -142,47 +169,41 @@ if [ "$TESTS" = 1 ] && [ "$OPS" = 1 ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
+# sanitize LOG SECONDS WHAT TOOL-ARGS... -- PROGRAM ARGS...: one
+# compute-sanitizer run into $OUT/LOG, its summary lines shown, its first
+# reports where it fails
+sanitize() {
+    local log=$1 secs=$2 what=$3
+    shift 3
+    stamp "compute-sanitizer $what"
+    timeout "$secs" compute-sanitizer --error-exitcode 3 "$@" > "$OUT/$log" 2>&1
+    local rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_[a-z_]*:|^  total" "$OUT/$log"
+    if [ "$rc" != 0 ]; then
+        echo "compute-sanitizer $what FAILED (exit $rc)"
+        grep -m 20 -E "=====|FAIL" "$OUT/$log"
+        status=1
+    fi
+}
+
 if [ "$SANITIZE" = 1 ]; then
     # decode with a split request (+ merge), prefill on tensor cores (paged,
     # causal), ragged group 8, against the oracle; small shapes
     for tool in memcheck racecheck; do
-        stamp "compute-sanitizer --tool $tool: build/test_aot --one"
-        timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 3 ./build/test_aot --one \
-            > "$OUT/sanitize_$tool.log" 2>&1
-        rc=$?
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test_aot:" "$OUT/sanitize_$tool.log"
-        if [ "$rc" != 0 ]; then
-            echo "compute-sanitizer $tool FAILED (exit $rc)"; grep -m 20 -E "=====" "$OUT/sanitize_$tool.log"
-            status=1
-        fi
+        sanitize "sanitize_$tool.log" 90 "--tool $tool: build/test_aot --one" --tool "$tool" \
+            ./build/test_aot --one
     done
     # the serving ops on small shapes (every op, dtype and layout), and
     # device-tensor values the CPU refuses: handled inside the buffers
-    stamp "compute-sanitizer --tool memcheck: build/test_cuda_serving, small shapes"
-    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 ./build/test_cuda_serving --quick \
+    sanitize sanitize_serving.log 300 "--tool memcheck: build/test_cuda_serving, small shapes" \
+        --tool memcheck ./build/test_cuda_serving --quick \
         --filter /h7/ --filter /d7/ --filter /v7/ --filter /v9/ --filter /v37/ --filter _v50/ \
-        --filter r5_n40_k5/ --filter h4_2_d64 --filter bad_input/device_values \
-        > "$OUT/sanitize_serving.log" 2>&1
-    rc=$?
-    grep -E "ERROR SUMMARY|test_cuda_serving:|^  total" "$OUT/sanitize_serving.log"
-    if [ "$rc" != 0 ]; then
-        echo "compute-sanitizer memcheck (serving ops) FAILED (exit $rc)"
-        grep -m 20 -E "=====|FAIL" "$OUT/sanitize_serving.log"
-        status=1
-    fi
+        --filter r5_n40_k5/ --filter h4_2_d64 --filter bad_input/device_values
     # device page tables with ids out of range: clamped inside the cache
-    stamp "compute-sanitizer --tool memcheck: build/test_cuda --table"
-    # (--report-api-errors no: the test makes the driver refuse a host address on purpose)
-    timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
-        ./build/test_cuda --table \
-        > "$OUT/sanitize_table.log" 2>&1
-    rc=$?
-    grep -E "ERROR SUMMARY|test_cuda" "$OUT/sanitize_table.log"
-    if [ "$rc" != 0 ]; then
-        echo "compute-sanitizer memcheck (device tables) FAILED (exit $rc)"
-        grep -m 20 -E "=====|FAIL" "$OUT/sanitize_table.log"
-        status=1
-    fi
+    # (--report-api-errors no: the test makes the driver refuse a host
+    # address on purpose)
+    sanitize sanitize_table.log 120 "--tool memcheck: build/test_cuda --table" \
+        --tool memcheck --report-api-errors no ./build/test_cuda --table
 fi
 
 if [ "$VARIANTS" = 1 ]; then
@@ -229,7 +250,24 @@ if [ "$PYTHON" = 1 ]; then
     grep "SUMMARY" "$OUT/python.log" || tail -5 "$OUT/python.log"
 fi
 
-if [ "$BENCH" = 1 ]; then
+# FlashInfer's background module builds waited for (once); fa3="--fa3"
+# where its fa3 module built
+fi_waited=0 fa3=""
+wait_fi_modules() {
+    [ "$FI" = 1 ] && [ "$fi_waited" = 0 ] || return 0
+    fi_waited=1
+    stamp "FlashInfer: waiting for its module builds"
+    for mp in "${fi_pids[@]}"; do
+        if wait "${mp#*:}"; then
+            [ "${mp%%:*}" = fa3 ] && fa3="--fa3"
+        else
+            echo "FlashInfer module ${mp%%:*} did not build:"; tail -5 "$OUT/fi_warm_${mp%%:*}.log"
+        fi
+    done
+    cat "$OUT"/fi_warm_*.log | grep "warm"
+}
+
+if [ "$BENCH" = 1 ] && [ "$CELLS" = 1 ]; then
     stamp "prefill benchmark (the prefill cells, tensor-core kernel)"
     ./build/bench_prefill --json "$OUT/bench_prefill.json" 2>&1 | tee "$OUT/bench_prefill.log" \
         | grep -v "^|" || status=1
@@ -268,18 +306,7 @@ if [ "$BENCH" = 1 ]; then
             --json "$OUT/bench_torch.json" > "$OUT/bench_torch.log" 2>&1
         grep -vE "^torch (flash|cudnn)" "$OUT/bench_torch.log" | head -20
     fi
-    if [ "$FI" = 1 ]; then
-        stamp "FlashInfer: waiting for its module builds"
-        fa3=""
-        for mp in "${fi_pids[@]}"; do
-            if wait "${mp#*:}"; then
-                [ "${mp%%:*}" = fa3 ] && fa3="--fa3"
-            else
-                echo "FlashInfer module ${mp%%:*} did not build:"; tail -5 "$OUT/fi_warm_${mp%%:*}.log"
-            fi
-        done
-        cat "$OUT"/fi_warm_*.log | grep "warm"
-    fi
+    wait_fi_modules
     stamp "serving ops benchmark (norms, activations, softmax, sampling, top-k, RoPE cache: GB/s)"
     ./build/bench_serving --json "$OUT/bench_serving.json" 2>&1 | tee "$OUT/bench_serving.log" \
         | grep -v "^|" || status=1
@@ -333,15 +360,12 @@ grid_run() {
 # The decode grid (bench/cuda/decode_grid.txt: head configs, head dims, page
 # sizes, K/V dtypes, fixed and drawn lengths), ours and FlashInfer's: the
 # kernels of every shape compiled first, all at once (ours: a tiny cell per
-# shape; FlashInfer: --warm-grid), then each side timed alone.
+# shape; FlashInfer's: --warm-grid, started with its other modules), then
+# each side timed alone.
 if [ "$BENCH" = 1 ] && [ "$GRID" = 1 ]; then
     grid=bench/cuda/decode_grid.txt
     stamp "decode grid: JIT of every shape's kernels, ours and FlashInfer's, in parallel"
-    pids=()
-    if [ "$FI" = 1 ]; then
-        python3 bench/cuda/bench_flashinfer.py --warm-grid "$grid" > "$OUT/fi_warm_grid.log" 2>&1 &
-        pids+=($!)
-    fi
+    pids=(${grid_pid:-})
     while read -r heads d ps kvd cells; do
         case "$heads" in ''|\#*) continue ;; esac
         ./build/bench_decode --heads "$heads" --head-dim "$d" --page-size "$ps" --kv-dtype "$kvd" \
@@ -378,7 +402,10 @@ if [ "$BENCH" = 1 ] && [ "$PGRID" = 1 ]; then
     done < "$grid"
     grep -E "^prefill" "$OUT/bench_prefill_grid.log"
     if [ "$FI" = 1 ]; then
-        stamp "prefill grid: FlashInfer"
+        wait_fi_modules
+        stamp "prefill grid: FlashInfer (waiting for its modules)"
+        [ -n "${pgrid_pid:-}" ] && wait "$pgrid_pid"
+        grep -h "warm" "$OUT/fi_warm_prefill_grid.log"
         python3 bench/cuda/bench_flashinfer.py --prefill-grid "$grid" ${fa3:-} \
             --json "$OUT/bench_flashinfer_prefill_grid.json" > "$OUT/bench_flashinfer_prefill_grid.log" 2>&1 \
             || status=1
