@@ -23,6 +23,12 @@
 
 enum { NT = 1024 }; /* threads per block of every kernel here */
 
+/* spec with the arguments k over `rows` rows, on the grid described above. */
+static fi_status launch_rows(fi_context *ctx, const fi_kernel_spec *spec, int64_t rows, void *k,
+                             void *stream) {
+    return fi_cuda_sv_launch(ctx, spec, fi_cuda_sv_row_blocks(ctx, rows), 1, NT, k, stream);
+}
+
 /* The i32 / f32 parameter tensor of p, or NULL. */
 static const void *param_data(const fi_tensor *t) { return t ? t->data : NULL; }
 static int64_t param_stride(const fi_tensor *t) { return t ? t->stride[0] : 0; }
@@ -40,7 +46,7 @@ fi_status fi_cuda_softmax(fi_context *ctx, const fi_softmax_args *a, void *strea
     k.rows = x->shape[0], k.vocab = x->shape[1];
     fi_kernel_spec spec;
     fi_cuda_sv_softmax_spec((int)x->dtype, (int)o->dtype, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, fi_cuda_sv_row_blocks(ctx, k.rows), 1, NT, &k, stream);
+    return launch_rows(ctx, &spec, k.rows, &k, stream);
 }
 
 fi_status fi_cuda_sample(fi_context *ctx, const fi_sample_args *a, void *stream) {
@@ -63,7 +69,7 @@ fi_status fi_cuda_sample(fi_context *ctx, const fi_sample_args *a, void *stream)
     k.rows = x->shape[0], k.vocab = x->shape[1], k.batch = a->batch;
     fi_kernel_spec spec;
     fi_cuda_sv_sample_spec((int)x->dtype, a->logits, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, fi_cuda_sv_row_blocks(ctx, a->batch), 1, NT, &k, stream);
+    return launch_rows(ctx, &spec, a->batch, &k, stream);
 }
 
 fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream) {
@@ -80,7 +86,7 @@ fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream)
     k.in_place = x->data == o->data; /* the very same view (core-checked) */
     fi_kernel_spec spec;
     fi_cuda_sv_filter_spec((int)a->op, (int)x->dtype, (int)o->dtype, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, fi_cuda_sv_row_blocks(ctx, k.rows), 1, NT, &k, stream);
+    return launch_rows(ctx, &spec, k.rows, &k, stream);
 }
 
 fi_status fi_cuda_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream) {
@@ -101,7 +107,7 @@ fi_status fi_cuda_chain_speculative(fi_context *ctx, const fi_spec_args *a, void
     k.batch = dp->shape[0], k.n = dp->shape[1], k.vocab = dp->shape[2];
     fi_kernel_spec spec;
     fi_cuda_sv_spec_spec((int)dp->dtype, (int)tp->dtype, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, fi_cuda_sv_row_blocks(ctx, k.batch), 1, NT, &k, stream);
+    return launch_rows(ctx, &spec, k.batch, &k, stream);
 }
 
 fi_status fi_cuda_top_k(fi_context *ctx, const fi_topk_args *a, void *stream) {
@@ -126,5 +132,5 @@ fi_status fi_cuda_top_k(fi_context *ctx, const fi_topk_args *a, void *stream) {
     k.rows = a->rows, k.k = a->k;
     fi_kernel_spec spec;
     fi_cuda_sv_topk_spec((int)x->dtype, a->indptr != NULL, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, fi_cuda_sv_row_blocks(ctx, a->rows), 1, NT, &k, stream);
+    return launch_rows(ctx, &spec, a->rows, &k, stream);
 }

@@ -19,18 +19,37 @@
 
 #include "../../kernels/serving_args.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ specs */
 
-static void spec_begin(fi_kernel_spec *s, const char *file, int kind) {
+/* One -D option of a serving kernel: -D<key>=<val>. */
+typedef struct sv_opt {
+    const char *key;
+    int val;
+} sv_opt;
+
+#define NOPT(o) ((int)(sizeof(o) / sizeof((o)[0])))
+
+/* s: the kernel of family `kind` in kernels/<file> with the n options opt,
+ * its entry point named by fmt. The -D come in this order (FI_SV_KIND, the
+ * options, FI_SV_NAME): the JIT cache key hashes them in order. */
+static void sv_spec(fi_kernel_spec *s, const char *file, int kind, const sv_opt *opt, int n,
+                    const char *fmt, ...) FI_PRINTF(6, 7);
+static void sv_spec(fi_kernel_spec *s, const char *file, int kind, const sv_opt *opt, int n,
+                    const char *fmt, ...) {
     memset(s, 0, sizeof *s);
     s->entry_file = file;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->name, sizeof s->name, fmt, ap);
+    va_end(ap);
     fi_cuda_spec_define(s, "-DFI_SV_KIND=%d", kind);
+    for (int i = 0; i < n; i++) fi_cuda_spec_define(s, "-D%s=%d", opt[i].key, opt[i].val);
+    fi_cuda_spec_define(s, "-DFI_SV_NAME=%s", s->name);
 }
-
-static void spec_end(fi_kernel_spec *s) { fi_cuda_spec_define(s, "-DFI_SV_NAME=%s", s->name); }
 
 /* A dtype code in a name: its number, or n for none. */
 static char code(int t) { return t < 0 ? 'n' : (char)('0' + t); }
@@ -39,89 +58,61 @@ static char code(int t) { return t < 0 ? 'n' : (char)('0' + t); }
 void fi_cuda_sv_norm_spec(fi_sv_norm_form form, int xt, int rt, int wt, int bt, int ot, int vec,
                           fi_kernel_spec *s) {
     static const char *const forms[] = {"rms", "gemma", "layer"};
-    spec_begin(s, "serving.cuh", 1);
-    snprintf(s->name, sizeof s->name, "fi_sv_norm_%s_x%dr%cw%db%co%d_v%d", forms[form], xt,
-             code(rt), wt, code(bt), ot, vec != 0);
-    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
-    fi_cuda_spec_define(s, "-DFI_SV_RT=%d", rt);
-    fi_cuda_spec_define(s, "-DFI_SV_WT=%d", wt);
-    fi_cuda_spec_define(s, "-DFI_SV_BT=%d", bt);
-    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
-    fi_cuda_spec_define(s, "-DFI_SV_LAYER=%d", form == FI_SV_LAYER);
-    fi_cuda_spec_define(s, "-DFI_SV_GEMMA=%d", form == FI_SV_GEMMA);
-    fi_cuda_spec_define(s, "-DFI_SV_VEC=%d", vec != 0);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_XT", xt}, {"FI_SV_RT", rt}, {"FI_SV_WT", wt},
+                          {"FI_SV_BT", bt}, {"FI_SV_OT", ot},
+                          {"FI_SV_LAYER", form == FI_SV_LAYER},
+                          {"FI_SV_GEMMA", form == FI_SV_GEMMA}, {"FI_SV_VEC", vec != 0}};
+    sv_spec(s, "serving.cuh", 1, opt, NOPT(opt), "fi_sv_norm_%s_x%dr%cw%db%co%d_v%d", forms[form],
+            xt, code(rt), wt, code(bt), ot, vec != 0);
 }
 
 /* fi_sv_silu_and_mul_x2o2_v1 */
 void fi_cuda_sv_act_spec(int kind, int xt, int ot, int vec, fi_kernel_spec *s) {
     static const char *const kinds[] = {"silu", "gelu", "gelu_tanh"};
-    spec_begin(s, "serving.cuh", 2);
-    snprintf(s->name, sizeof s->name, "fi_sv_%s_and_mul_x%do%d_v%d", kinds[kind], xt, ot,
-             vec != 0);
-    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
-    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
-    fi_cuda_spec_define(s, "-DFI_SV_ACT=%d", kind);
-    fi_cuda_spec_define(s, "-DFI_SV_VEC=%d", vec != 0);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_XT", xt}, {"FI_SV_OT", ot}, {"FI_SV_ACT", kind},
+                          {"FI_SV_VEC", vec != 0}};
+    sv_spec(s, "serving.cuh", 2, opt, NOPT(opt), "fi_sv_%s_and_mul_x%do%d_v%d", kinds[kind], xt,
+            ot, vec != 0);
 }
 
 /* fi_sv_rope_cache_q2k2_neox */
 void fi_cuda_sv_rope_spec(int qt, int kt, int neox, fi_kernel_spec *s) {
-    spec_begin(s, "serving.cuh", 3);
-    snprintf(s->name, sizeof s->name, "fi_sv_rope_cache_q%dk%d_%s", qt, kt,
-             neox ? "neox" : "gptj");
-    fi_cuda_spec_define(s, "-DFI_SV_QT=%d", qt);
-    fi_cuda_spec_define(s, "-DFI_SV_KT=%d", kt);
-    fi_cuda_spec_define(s, "-DFI_SV_NEOX=%d", neox != 0);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_QT", qt}, {"FI_SV_KT", kt}, {"FI_SV_NEOX", neox != 0}};
+    sv_spec(s, "serving.cuh", 3, opt, NOPT(opt), "fi_sv_rope_cache_q%dk%d_%s", qt, kt,
+            neox ? "neox" : "gptj");
 }
 
 /* fi_sv_softmax_x2o0 */
 void fi_cuda_sv_softmax_spec(int xt, int ot, fi_kernel_spec *s) {
-    spec_begin(s, "sampling.cuh", 4);
-    snprintf(s->name, sizeof s->name, "fi_sv_softmax_x%do%d", xt, ot);
-    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
-    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_XT", xt}, {"FI_SV_OT", ot}};
+    sv_spec(s, "sampling.cuh", 4, opt, NOPT(opt), "fi_sv_softmax_x%do%d", xt, ot);
 }
 
 /* fi_sv_sample_probs_x0 (the filters are run-time flags) */
 void fi_cuda_sv_sample_spec(int xt, int logits, fi_kernel_spec *s) {
-    spec_begin(s, "sampling.cuh", 5);
-    snprintf(s->name, sizeof s->name, "fi_sv_sample_%s_x%d", logits ? "logits" : "probs", xt);
-    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
-    fi_cuda_spec_define(s, "-DFI_SV_LOGITS=%d", logits != 0);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_XT", xt}, {"FI_SV_LOGITS", logits != 0}};
+    sv_spec(s, "sampling.cuh", 5, opt, NOPT(opt), "fi_sv_sample_%s_x%d",
+            logits ? "logits" : "probs", xt);
 }
 
 /* fi_sv_top_k_renorm_x0o0 */
 void fi_cuda_sv_filter_spec(int op, int xt, int ot, fi_kernel_spec *s) {
     static const char *const ops[] = {"top_k_renorm", "top_p_renorm", "top_k_mask"};
-    spec_begin(s, "sampling.cuh", 6);
-    snprintf(s->name, sizeof s->name, "fi_sv_%s_x%do%d", ops[op], xt, ot);
-    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
-    fi_cuda_spec_define(s, "-DFI_SV_OT=%d", ot);
-    fi_cuda_spec_define(s, "-DFI_SV_OP=%d", op);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_XT", xt}, {"FI_SV_OT", ot}, {"FI_SV_OP", op}};
+    sv_spec(s, "sampling.cuh", 6, opt, NOPT(opt), "fi_sv_%s_x%do%d", ops[op], xt, ot);
 }
 
 /* fi_sv_chain_spec_d0t0 */
 void fi_cuda_sv_spec_spec(int dt, int tt, fi_kernel_spec *s) {
-    spec_begin(s, "sampling.cuh", 7);
-    snprintf(s->name, sizeof s->name, "fi_sv_chain_spec_d%dt%d", dt, tt);
-    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", dt);
-    fi_cuda_spec_define(s, "-DFI_SV_TT=%d", tt);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_XT", dt}, {"FI_SV_TT", tt}};
+    sv_spec(s, "sampling.cuh", 7, opt, NOPT(opt), "fi_sv_chain_spec_d%dt%d", dt, tt);
 }
 
 /* fi_sv_top_k_x0_dense */
 void fi_cuda_sv_topk_spec(int xt, int ragged, fi_kernel_spec *s) {
-    spec_begin(s, "sampling.cuh", 8);
-    snprintf(s->name, sizeof s->name, "fi_sv_top_k_x%d_%s", xt, ragged ? "ragged" : "dense");
-    fi_cuda_spec_define(s, "-DFI_SV_XT=%d", xt);
-    fi_cuda_spec_define(s, "-DFI_SV_RAGGED=%d", ragged != 0);
-    spec_end(s);
+    const sv_opt opt[] = {{"FI_SV_XT", xt}, {"FI_SV_RAGGED", ragged != 0}};
+    sv_spec(s, "sampling.cuh", 8, opt, NOPT(opt), "fi_sv_top_k_x%d_%s", xt,
+            ragged ? "ragged" : "dense");
 }
 
 enum { F32 = FI_DTYPE_F32, F16 = FI_DTYPE_F16, BF16 = FI_DTYPE_BF16, E4M3 = FI_DTYPE_E4M3,

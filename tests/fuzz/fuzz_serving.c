@@ -21,9 +21,8 @@ static double out_tol(fi_dtype d) {
 
 /* A rows tensor [lead..., H] (1-3 leading dims, some 0) with values in
  * [-a, a]; `pad` elements after each row (a strided view). */
-static int rows_tensor(fz *f, tu_rng *rng, tu_buf *b, fi_dtype dt, int32_t nlead,
-                       const int64_t *lead, int64_t h, int64_t pad, double a) {
-    (void)f;
+static int rows_tensor(tu_rng *rng, tu_buf *b, fi_dtype dt, int32_t nlead, const int64_t *lead,
+                       int64_t h, int64_t pad, double a) {
     int64_t shape[4], pads[4] = {0, 0, 0, 0};
     for (int32_t i = 0; i < nlead; i++) shape[i] = lead[i];
     shape[nlead] = h, pads[nlead] = pad;
@@ -75,11 +74,11 @@ static void fuzz_norm(fz *f, fi_context *ctx, tu_rng *rng) {
     int64_t hw = fz_one_in(f, 16) ? h + 1 : h; /* a weight of the wrong length */
     tu_buf x, r, w, g, o;
     memset(&r, 0, sizeof r), memset(&o, 0, sizeof o);
-    if (rows_tensor(f, rng, &x, xt, nl, lead, h, pad, 2.0) ||
-        (fused && rows_tensor(f, rng, &r, rt, nl, lead, h, 0, 2.0)) ||
+    if (rows_tensor(rng, &x, xt, nl, lead, h, pad, 2.0) ||
+        (fused && rows_tensor(rng, &r, rt, nl, lead, h, 0, 2.0)) ||
         fz_tensor(&w, float_dt[fz_pick(f, 3)], 1, &hw, rng, 1.5) ||
         fz_tensor(&g, float_dt[fz_pick(f, 3)], 1, &h, rng, 1.0) ||
-        rows_tensor(f, rng, &o, ot, nl, lead, h, 0, 1.0)) {
+        rows_tensor(rng, &o, ot, nl, lead, h, 0, 1.0)) {
         tu_buf_free(&x), tu_buf_free(&r), tu_buf_free(&w), tu_buf_free(&g), tu_buf_free(&o);
         return;
     }
@@ -145,8 +144,8 @@ static void fuzz_act(fz *f, fi_context *ctx, tu_rng *rng) {
     const int64_t in_w = fz_one_in(f, 16) ? 2 * d + 1 : 2 * d; /* odd: refused */
     const fi_dtype it = float_dt[fz_pick(f, 3)], ot = float_dt[fz_pick(f, 3)];
     tu_buf x, o;
-    if (rows_tensor(f, rng, &x, it, nl, lead, in_w, fz_one_in(f, 3) ? 3 : 0, 6.0) ||
-        rows_tensor(f, rng, &o, ot, nl, lead, d, 0, 1.0)) {
+    if (rows_tensor(rng, &x, it, nl, lead, in_w, fz_one_in(f, 3) ? 3 : 0, 6.0) ||
+        rows_tensor(rng, &o, ot, nl, lead, d, 0, 1.0)) {
         tu_buf_free(&x), tu_buf_free(&o);
         return;
     }

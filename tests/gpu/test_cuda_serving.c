@@ -48,6 +48,7 @@
 #include "../util.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -218,7 +219,16 @@ static int cb_fp8(const cbufs *c, int i, const char *what) {
 
 typedef int (*case_fn)(tu_rng *rng, const void *cfg);
 
-static void run_case(const char *category, const char *name, case_fn fn, const void *cfg) {
+/* One case, named "<category>/<fmt...>" (its seed comes from the name). */
+static void run_case(const char *category, case_fn fn, const void *cfg, const char *fmt, ...)
+    TU_PRINTF(4, 5);
+static void run_case(const char *category, case_fn fn, const void *cfg, const char *fmt, ...) {
+    char name[192];
+    const int n = snprintf(name, sizeof name, "%s/", category);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name + n, sizeof name - (size_t)n, fmt, ap);
+    va_end(ap);
     if (!tu_begin_case(name)) return;
     const uint64_t seed = tu_case_seed(name);
     tu_rng rng;
@@ -230,6 +240,32 @@ static void run_case(const char *category, const char *name, case_fn fn, const v
     if (r == SKIP) tu_note("no CUDA device: the CPU half ran alone");
     tu_record(category, name, r == SKIP ? TU_SKIP : r ? TU_PASS : TU_FAIL);
 }
+
+/* A suite's cases as nested loops over up to GRID_MAX indices, the first
+ * outermost: for (grid g = {.ext = {7, 8, 3}}; grid_next(&g);) visits
+ * g.i[0] x g.i[1] x g.i[2] in [0, 7) x [0, 8) x [0, 3), the last fastest.
+ * The extents end at the first 0. */
+enum { GRID_MAX = 5 };
+typedef struct grid {
+    int ext[GRID_MAX], i[GRID_MAX];
+    bool started;
+} grid;
+
+static bool grid_next(grid *g) {
+    int n = 0;
+    while (n < GRID_MAX && g->ext[n] > 0) n++;
+    if (!g->started) {
+        g->started = true;
+        return n > 0;
+    }
+    for (int d = n - 1; d >= 0; d--) {
+        if (++g->i[d] < g->ext[d]) return true;
+        g->i[d] = 0;
+    }
+    return false;
+}
+
+#define LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* A fill of buffer i's view, uniform in [lo, hi). */
 static void fill(tu_rng *rng, cbufs *c, int i, double lo, double hi) {
@@ -309,36 +345,31 @@ static int case_norm(tu_rng *rng, const void *p) {
 
 static void suite_norm(void) {
     static const int64_t hiddens[] = {1, 7, 8, 100, 4097, 16384, 16392, 20000};
-    char name[192];
-    for (int op = N_RMS; op <= N_FUSED_QUANT; op++)
-        for (int hi = 0; hi < 8; hi++)
-            for (int di = 0; di < 3; di++)
-                for (int layout = 0; layout < 3; layout++) {
-                    if (tu_opt.quick && (layout != (hi + di) % 3 || hi == 6)) continue;
-                    if (hiddens[hi] >= 16384 && layout == STRIDED && di) continue;
-                    const bool quant = op == N_QUANT || op == N_FUSED_QUANT;
-                    norm_cfg c = {(norm_op)op, hiddens[hi] >= 4097 ? 3 : 9, 0, hiddens[hi],
-                                  fdt[di], fdt[(di + layout) % 3],
-                                  quant ? (di == 2 ? FI_DTYPE_E5M2 : FI_DTYPE_E4M3) : fdt[(di + hi) % 3],
-                                  layout, 0, 0, 0, 0, 0, 0};
-                    snprintf(name, sizeof name, "norm/%s/x%s_w%s_to_%s/h%lld/%s", norm_names[op],
-                             tu_dtype_name(c.xt), tu_dtype_name(c.wt), tu_dtype_name(c.ot),
-                             (long long)c.hidden, layout_names[layout]);
-                    run_case("norm", name, case_norm, &c);
-                }
+    for (grid g = {.ext = {LEN(norm_names), LEN(hiddens), LEN(fdt), LEN(layout_names)}};
+         grid_next(&g);) {
+        const int op = g.i[0], hi = g.i[1], di = g.i[2], layout = g.i[3];
+        if (tu_opt.quick && (layout != (hi + di) % 3 || hi == 6)) continue;
+        if (hiddens[hi] >= 16384 && layout == STRIDED && di) continue;
+        const bool quant = op == N_QUANT || op == N_FUSED_QUANT;
+        norm_cfg c = {(norm_op)op, hiddens[hi] >= 4097 ? 3 : 9, 0, hiddens[hi],
+                      fdt[di], fdt[(di + layout) % 3],
+                      quant ? (di == 2 ? FI_DTYPE_E5M2 : FI_DTYPE_E4M3) : fdt[(di + hi) % 3],
+                      layout, 0, 0, 0, 0, 0, 0};
+        run_case("norm", case_norm, &c, "%s/x%s_w%s_to_%s/h%lld/%s", norm_names[op],
+                 tu_dtype_name(c.xt), tu_dtype_name(c.wt), tu_dtype_name(c.ot),
+                 (long long)c.hidden, layout_names[layout]);
+    }
     for (int di = 0; di < 3; di++) { /* per-head norm of [tokens, heads, dim]; out = input */
         norm_cfg c = {N_RMS, 5, 3, 64, fdt[di], fdt[di], fdt[di], di == 1, 0, 0, 0, 0, 0, 0};
-        snprintf(name, sizeof name, "norm/rmsnorm/%s/3d_heads", tu_dtype_name(c.xt));
-        run_case("norm", name, case_norm, &c);
+        run_case("norm", case_norm, &c, "rmsnorm/%s/3d_heads", tu_dtype_name(c.xt));
         norm_cfg d = {di == 2 ? N_LAYER : N_RMS, 6, 0, 136, fdt[di], fdt[di], fdt[di], di == 1,
                       1, 0, 0, 0, 0, 0};
-        snprintf(name, sizeof name, "norm/%s/%s/h136/in_place", norm_names[d.op],
+        run_case("norm", case_norm, &d, "%s/%s/h136/in_place", norm_names[d.op],
                  tu_dtype_name(d.xt));
-        run_case("norm", name, case_norm, &d);
     }
     norm_cfg big = {N_FUSED, 40, 0, 16384, FI_DTYPE_BF16, FI_DTYPE_BF16, FI_DTYPE_BF16, 0, 0,
                     0, 0, 0, 0, 0};
-    run_case("norm", "norm/fused_add_rmsnorm/bf16/large_r40_h16384", case_norm, &big);
+    run_case("norm", case_norm, &big, "fused_add_rmsnorm/bf16/large_r40_h16384");
 }
 
 /* ================================================================== act */
@@ -378,18 +409,13 @@ static int case_act(tu_rng *rng, const void *p) {
 static void suite_act(void) {
     static const char *const kinds[] = {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"};
     static const int64_t ds[] = {1, 7, 256, 4097, 8192};
-    char name[160];
-    for (int k = 0; k < 3; k++)
-        for (int di = 0; di < 3; di++)
-            for (int dd = 0; dd < 5; dd++)
-                for (int layout = 0; layout < 3; layout++) {
-                    if (tu_opt.quick && layout != (dd + di) % 3) continue;
-                    act_cfg c = {k, dd >= 3 ? 5 : 13, ds[dd], fdt[di], fdt[(di + layout) % 3], layout};
-                    snprintf(name, sizeof name, "act/%s/%s_to_%s/d%lld/%s", kinds[k],
-                             tu_dtype_name(c.xt), tu_dtype_name(c.ot), (long long)c.d,
-                             layout_names[layout]);
-                    run_case("act", name, case_act, &c);
-                }
+    for (grid g = {.ext = {LEN(kinds), LEN(fdt), LEN(ds), LEN(layout_names)}}; grid_next(&g);) {
+        const int k = g.i[0], di = g.i[1], dd = g.i[2], layout = g.i[3];
+        if (tu_opt.quick && layout != (dd + di) % 3) continue;
+        act_cfg c = {k, dd >= 3 ? 5 : 13, ds[dd], fdt[di], fdt[(di + layout) % 3], layout};
+        run_case("act", case_act, &c, "%s/%s_to_%s/d%lld/%s", kinds[k], tu_dtype_name(c.xt),
+                 tu_dtype_name(c.ot), (long long)c.d, layout_names[layout]);
+    }
 }
 
 /* =========================================================== rope cache */
@@ -444,20 +470,17 @@ static int case_rope(tu_rng *rng, const void *p) {
 static void suite_rope(void) {
     static const int64_t shapes[][5] = {
         {1, 1, 1, 2, 2}, {7, 4, 2, 64, 64}, {5, 3, 1, 128, 64}, {9, 8, 8, 130, 96}, {300, 32, 8, 128, 128}};
-    char name[192];
-    for (int si = 0; si < 5; si++)
-        for (int di = 0; di < 3; di++)
-            for (int mode = 0; mode < 5; mode++) {
-                if (tu_opt.quick && (mode + si + di) % 3) continue;
-                rope_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
-                              shapes[si][4], fdt[di], fdt[(di + mode) % 3], mode & 1,
-                              mode == 4 ? MISALIGNED : mode >= 2 ? STRIDED : CONTIG, mode == 3};
-                snprintf(name, sizeof name, "rope_cache/q%s_k%s/h%lld_%lld_d%lld_r%lld/%s_%s%s",
-                         tu_dtype_name(c.qt), tu_dtype_name(c.kt), (long long)c.hq,
-                         (long long)c.hk, (long long)c.dim, (long long)c.rot,
-                         c.neox ? "neox" : "gptj", layout_names[c.layout], c.in_place ? "_in_place" : "");
-                run_case("rope_cache", name, case_rope, &c);
-            }
+    for (grid g = {.ext = {LEN(shapes), LEN(fdt), 5}}; grid_next(&g);) {
+        const int si = g.i[0], di = g.i[1], mode = g.i[2];
+        if (tu_opt.quick && (mode + si + di) % 3) continue;
+        rope_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], shapes[si][4],
+                      fdt[di], fdt[(di + mode) % 3], mode & 1,
+                      mode == 4 ? MISALIGNED : mode >= 2 ? STRIDED : CONTIG, mode == 3};
+        run_case("rope_cache", case_rope, &c, "q%s_k%s/h%lld_%lld_d%lld_r%lld/%s_%s%s",
+                 tu_dtype_name(c.qt), tu_dtype_name(c.kt), (long long)c.hq, (long long)c.hk,
+                 (long long)c.dim, (long long)c.rot, c.neox ? "neox" : "gptj",
+                 layout_names[c.layout], c.in_place ? "_in_place" : "");
+    }
 }
 
 /* ============================================================== softmax */
@@ -502,22 +525,17 @@ static int case_softmax(tu_rng *rng, const void *p) {
 
 static void suite_softmax(void) {
     static const int64_t vs[] = {1, 7, 1000, 5000, 131072, 262144};
-    char name[160];
-    for (int vi = 0; vi < 6; vi++)
-        for (int di = 0; di < 3; di++)
-            for (int mode = 0; mode < 4; mode++) {
-                if ((mode == 2 && vs[vi] < 7) || (tu_opt.quick && (vi + di + mode) % 2)) continue;
-                softmax_cfg c = {vi >= 4 ? 2 : 6, vs[vi], fdt[di],
-                                 di == 0 ? FI_DTYPE_F32 : fdt[(di + mode) % 3],
-                                 mode == 1 ? STRIDED : mode == 3 ? MISALIGNED : CONTIG, mode == 1,
-                                 mode == 2};
-                if (c.nonfinite) c.rows = 6;
-                snprintf(name, sizeof name, "softmax/%s_to_%s/v%lld/%s", tu_dtype_name(c.xt),
-                         tu_dtype_name(c.ot), (long long)c.v,
-                         mode == 0 ? "scalar" : mode == 1 ? "per_row_strided"
-                         : mode == 2 ? "nonfinite" : "misaligned");
-                run_case("softmax", name, case_softmax, &c);
-            }
+    static const char *const modes[] = {"scalar", "per_row_strided", "nonfinite", "misaligned"};
+    for (grid g = {.ext = {LEN(vs), LEN(fdt), LEN(modes)}}; grid_next(&g);) {
+        const int vi = g.i[0], di = g.i[1], mode = g.i[2];
+        if ((mode == 2 && vs[vi] < 7) || (tu_opt.quick && (vi + di + mode) % 2)) continue;
+        softmax_cfg c = {vi >= 4 ? 2 : 6, vs[vi], fdt[di],
+                         di == 0 ? FI_DTYPE_F32 : fdt[(di + mode) % 3],
+                         mode == 1 ? STRIDED : mode == 3 ? MISALIGNED : CONTIG, mode == 1, mode == 2};
+        if (c.nonfinite) c.rows = 6;
+        run_case("softmax", case_softmax, &c, "%s_to_%s/v%lld/%s", tu_dtype_name(c.xt),
+                 tu_dtype_name(c.ot), (long long)c.v, modes[mode]);
+    }
 }
 
 /* ============================================================= sampling */
@@ -630,31 +648,26 @@ static int case_sample(tu_rng *rng, const void *p) {
 
 static void suite_sample(void) {
     static const int64_t vs[] = {1, 5, 37, 1000, 4100, 20000, 131072, 262144};
-    char name[192];
-    for (int op = S_PROBS; op <= S_TOP_K_TOP_P_LOGITS; op++)
-        for (int vi = 0; vi < 8; vi++)
-            for (int di = 0; di < 3; di++)
-                for (int mode = 0; mode < 4; mode++) {
-                    const bool pair = op == S_TOP_K_TOP_P || op == S_TOP_K_TOP_P_LOGITS;
-                    for (int order = 0; order < (pair ? 2 : 1); order++) {
-                        if (vi >= 6 && (mode == 1 || (vi + di + order + op) % 3)) continue;
-                        if (tu_opt.quick && ((mode + di + vi + order) % 3 || (vi == 7 && op % 2)))
-                            continue;
-                        sample_cfg c;
-                        memset(&c, 0, sizeof c);
-                        c.op = (sample_op)op, c.rows = vi >= 5 ? 5 : 13, c.v = vs[vi];
-                        c.dtype = fdt[di];
-                        c.layout = mode == 1 ? STRIDED : mode == 3 ? MISALIGNED : CONTIG;
-                        c.per_row = mode >= 1, c.use_indices = mode == 2, c.zeros = di != 2;
-                        c.order = (fi_filter_order)order;
-                        snprintf(name, sizeof name, "sample/%s%s/%s/v%lld/%s", sample_names[op],
-                                 pair ? (order ? "/joint" : "/top_k_first") : "",
-                                 tu_dtype_name(c.dtype), (long long)c.v,
-                                 mode == 0 ? "scalar" : mode == 1 ? "per_row_strided"
-                                 : mode == 2 ? "per_row_indices" : "per_row_misaligned");
-                        run_case("sample", name, case_sample, &c);
-                    }
-                }
+    static const char *const modes[] = {"scalar", "per_row_strided", "per_row_indices",
+                                        "per_row_misaligned"};
+    /* the filter order: both for the top-k + top-p pairs, else top-k first alone */
+    for (grid g = {.ext = {LEN(sample_names), LEN(vs), LEN(fdt), LEN(modes), 2}}; grid_next(&g);) {
+        const int op = g.i[0], vi = g.i[1], di = g.i[2], mode = g.i[3], order = g.i[4];
+        const bool pair = op == S_TOP_K_TOP_P || op == S_TOP_K_TOP_P_LOGITS;
+        if (order && !pair) continue;
+        if (vi >= 6 && (mode == 1 || (vi + di + order + op) % 3)) continue;
+        if (tu_opt.quick && ((mode + di + vi + order) % 3 || (vi == 7 && op % 2))) continue;
+        sample_cfg c;
+        memset(&c, 0, sizeof c);
+        c.op = (sample_op)op, c.rows = vi >= 5 ? 5 : 13, c.v = vs[vi];
+        c.dtype = fdt[di];
+        c.layout = mode == 1 ? STRIDED : mode == 3 ? MISALIGNED : CONTIG;
+        c.per_row = mode >= 1, c.use_indices = mode == 2, c.zeros = di != 2;
+        c.order = (fi_filter_order)order;
+        run_case("sample", case_sample, &c, "%s%s/%s/v%lld/%s", sample_names[op],
+                 pair ? (order ? "/joint" : "/top_k_first") : "", tu_dtype_name(c.dtype),
+                 (long long)c.v, modes[mode]);
+    }
 }
 
 /* ================================================================ stats */
@@ -755,12 +768,10 @@ static void suite_stats(void) {
         {S_TOP_K_TOP_P_LOGITS, 5, 0.6f, 0.0f, FI_FILTER_TOP_K_FIRST, kp_flips},
         {S_TOP_K_TOP_P_LOGITS, 5, 0.6f, 0.0f, FI_FILTER_JOINT, kp_flips},
     };
-    char name[160];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (int i = 0; i < LEN(cases); i++) {
         const bool pair = cases[i].op >= S_TOP_K_TOP_P;
-        snprintf(name, sizeof name, "stats/%s%s", sample_names[cases[i].op],
+        run_case("stats", case_stats, &cases[i], "%s%s", sample_names[cases[i].op],
                  pair ? (cases[i].order ? "/joint" : "/top_k_first") : "");
-        run_case("stats", name, case_stats, &cases[i]);
     }
 }
 
@@ -817,24 +828,18 @@ static int case_filter(tu_rng *rng, const void *p) {
 static void suite_filter(void) {
     static const char *const names[] = {"top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits"};
     static const int64_t vs[] = {1, 9, 600, 20000, 262144};
-    char name[160];
-    for (int op = 0; op < 3; op++)
-        for (int vi = 0; vi < 5; vi++)
-            for (int di = 0; di < 3; di++)
-                for (int mode = 0; mode < 4; mode++) {
-                    if ((vi == 4 && (mode == 1 || (op + di + mode) % 3)) ||
-                        (tu_opt.quick && (vi + di + mode) % 3))
-                        continue;
-                    const filter_cfg c = {op, vi == 4 ? 2 : 6, vs[vi], fdt[di],
-                                          mode == 1 ? STRIDED : mode == 3 ? MISALIGNED : CONTIG,
-                                          mode >= 1,
-                                          mode == 2 && (op == F_TOP_K_MASK || di == 0)};
-                    snprintf(name, sizeof name, "filter/%s/%s/v%lld/%s%s", names[op],
-                             tu_dtype_name(c.dtype), (long long)c.v,
-                             mode == 0 ? "scalar" : "per_row_", mode == 0 ? "" : mode == 1 ? "strided"
-                             : mode == 3 ? "misaligned" : c.in_place ? "in_place" : "contiguous");
-                    run_case("filter", name, case_filter, &c);
-                }
+    for (grid g = {.ext = {LEN(names), LEN(vs), LEN(fdt), 4}}; grid_next(&g);) {
+        const int op = g.i[0], vi = g.i[1], di = g.i[2], mode = g.i[3];
+        if ((vi == 4 && (mode == 1 || (op + di + mode) % 3)) || (tu_opt.quick && (vi + di + mode) % 3))
+            continue;
+        const filter_cfg c = {op, vi == 4 ? 2 : 6, vs[vi], fdt[di],
+                              mode == 1 ? STRIDED : mode == 3 ? MISALIGNED : CONTIG, mode >= 1,
+                              mode == 2 && (op == F_TOP_K_MASK || di == 0)};
+        run_case("filter", case_filter, &c, "%s/%s/v%lld/%s%s", names[op], tu_dtype_name(c.dtype),
+                 (long long)c.v, mode == 0 ? "scalar" : "per_row_",
+                 mode == 0 ? "" : mode == 1 ? "strided" : mode == 3 ? "misaligned"
+                 : c.in_place ? "in_place" : "contiguous");
+    }
 }
 
 /* ================================================================= spec */
@@ -904,18 +909,15 @@ static int case_spec(tu_rng *rng, const void *p) {
 
 static void suite_spec(void) {
     static const int64_t shapes[][3] = {{3, 1, 4}, {9, 3, 50}, {5, 5, 1000}, {2, 0, 7}, {4, 3, 131072}};
-    char name[160];
-    for (int si = 0; si < 5; si++)
-        for (int di = 0; di < 3; di++)
-            for (int layout = 0; layout < 3; layout++) {
-                if ((si == 4 || tu_opt.quick) && (di + layout + si) % 3) continue;
-                spec_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2], fdt[di],
-                              fdt[(di + layout) % 3], layout, 0};
-                snprintf(name, sizeof name, "spec/d%s_t%s/b%lld_n%lld_v%lld/%s", tu_dtype_name(c.dt),
-                         tu_dtype_name(c.tt), (long long)c.batch, (long long)c.n, (long long)c.v,
-                         layout_names[layout]);
-                run_case("spec", name, case_spec, &c);
-            }
+    for (grid g = {.ext = {LEN(shapes), LEN(fdt), LEN(layout_names)}}; grid_next(&g);) {
+        const int si = g.i[0], di = g.i[1], layout = g.i[2];
+        if ((si == 4 || tu_opt.quick) && (di + layout + si) % 3) continue;
+        spec_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2], fdt[di], fdt[(di + layout) % 3],
+                      layout, 0};
+        run_case("spec", case_spec, &c, "d%s_t%s/b%lld_n%lld_v%lld/%s", tu_dtype_name(c.dt),
+                 tu_dtype_name(c.tt), (long long)c.batch, (long long)c.n, (long long)c.v,
+                 layout_names[layout]);
+    }
 }
 
 /* ================================================================= topk */
@@ -980,23 +982,19 @@ static int case_topk(tu_rng *rng, const void *p) {
 static void suite_topk(void) {
     static const int64_t shapes[][2] = {{3, 1}, {5, 40}, {4, 3000}, {3, 20000}, {2, 262144}};
     static const int32_t ks[] = {1, 5, 45, 2048, 5000};
-    char name[160];
-    for (int si = 0; si < 5; si++)
-        for (int ki = 0; ki < 5; ki++)
-            for (int di = 0; di < 3; di++)
-                for (int mode = 0; mode < 5; mode++) {
-                    if ((si == 4 && (mode == 1 || (ki + di + mode) % 3)) ||
-                        (tu_opt.quick && (si + ki + di + mode) % 3))
-                        continue;
-                    topk_cfg c = {shapes[si][0], shapes[si][1], ks[ki], fdt[di],
-                                  mode == 1 ? STRIDED : mode == 4 ? MISALIGNED : CONTIG,
-                                  mode == 3, mode == 2, di == 0 && mode == 0};
-                    snprintf(name, sizeof name, "topk/%s/r%lld_n%lld_k%d/%s", tu_dtype_name(c.dtype),
-                             (long long)c.rows, (long long)c.cols, c.k,
-                             mode == 0 ? "dense_nan" : mode == 1 ? "strided" : mode == 2 ? "lengths_offsets"
-                             : mode == 3 ? "ragged" : "misaligned");
-                    run_case("topk", name, case_topk, &c);
-                }
+    static const char *const modes[] = {"dense_nan", "strided", "lengths_offsets", "ragged",
+                                        "misaligned"};
+    for (grid g = {.ext = {LEN(shapes), LEN(ks), LEN(fdt), LEN(modes)}}; grid_next(&g);) {
+        const int si = g.i[0], ki = g.i[1], di = g.i[2], mode = g.i[3];
+        if ((si == 4 && (mode == 1 || (ki + di + mode) % 3)) ||
+            (tu_opt.quick && (si + ki + di + mode) % 3))
+            continue;
+        topk_cfg c = {shapes[si][0], shapes[si][1], ks[ki], fdt[di],
+                      mode == 1 ? STRIDED : mode == 4 ? MISALIGNED : CONTIG, mode == 3, mode == 2,
+                      di == 0 && mode == 0};
+        run_case("topk", case_topk, &c, "%s/r%lld_n%lld_k%d/%s", tu_dtype_name(c.dtype),
+                 (long long)c.rows, (long long)c.cols, c.k, modes[mode]);
+    }
 }
 
 /* ================================================================ graph */
@@ -1107,9 +1105,8 @@ static int case_graph(tu_rng *rng, const void *p) {
 
 static void suite_graph(void) {
     static const int warm = 0, cold = 1;
-    run_case("graph", "graph/warm/norms+act+softmax+sampling+top_k", case_graph, &warm);
-    run_case("graph", "graph/cold_jit_inside_capture/norms+act+softmax+sampling+top_k", case_graph,
-             &cold);
+    run_case("graph", case_graph, &warm, "warm/norms+act+softmax+sampling+top_k");
+    run_case("graph", case_graph, &cold, "cold_jit_inside_capture/norms+act+softmax+sampling+top_k");
 }
 
 /* ============================================================ bad input */
