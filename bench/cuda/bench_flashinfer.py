@@ -281,7 +281,8 @@ def cell_label(lo, hi, prefix):
     return lo if lo == hi else f"U({lo},{hi})"
 
 
-def prefill_cell(B, lo, hi, prefix, backends, gen, shape=(HQ, HKV, D, PS), tags=None):
+def prefill_cell(B, lo, hi, prefix, backends, gen, shape=(HQ, HKV, D, PS), tags=None,
+                 formats=("paged", "ragged")):
     """FlashInfer's paged and ragged prefill (each backend) on B requests of
     lengths U(lo, hi) (draw_lengths: bench_prefill.c's requests) over cached
     prefixes of `prefix` keys, causal; random values, random pages."""
@@ -304,7 +305,7 @@ def prefill_cell(B, lo, hi, prefix, backends, gen, shape=(HQ, HKV, D, PS), tags=
     q_len = qlens[0] if lo == hi else label
     kv_len = kvlens[0] if lo == hi else label
     for backend in backends:
-        for kvf in ("paged", "ragged"):
+        for kvf in formats:
             name = f"flashinfer-{backend}-{kvf}"
             try:
                 if kvf == "paged":
@@ -366,9 +367,13 @@ def bench_prefill_grid(backends, path):
     """The prefill grid, as tests/gpu/run_device.sh --prefill-grid runs
     bench_prefill.c on it; rows carry "grid": 1."""
     gen = torch.Generator().manual_seed(11)
+    seen = set()
     for hq, hkv, d, ps, cells in read_prefill_grid(path):
+        # ragged KV has no pages: timed on the first line of its heads and dim
+        formats = ("paged",) if (hq, hkv, d) in seen else ("paged", "ragged")
+        seen.add((hq, hkv, d))
         for b, lo, hi, pre in cells:
-            prefill_cell(b, lo, hi, pre, backends, gen, (hq, hkv, d, ps), {"grid": 1})
+            prefill_cell(b, lo, hi, pre, backends, gen, (hq, hkv, d, ps), {"grid": 1}, formats)
 
 
 def warm_prefill_grid(backends, path, pair=None):

@@ -396,9 +396,14 @@ if [ "$BENCH" = 1 ] && [ "$PGRID" = 1 ]; then
     grid=bench/cuda/prefill_grid.txt
     stamp "prefill grid: ours"
     : > "$OUT/bench_prefill_grid.json"
+    seen=" "
     while read -r heads d ps cells; do
         case "$heads" in ''|\#*) continue ;; esac
-        grid_run bench_prefill --heads "$heads" --head-dim "$d" --page-size "$ps" --cells "$cells"
+        # ragged KV has no pages: timed on the first line of its heads and dim
+        only=()
+        case "$seen" in *" $heads/$d "*) only=(--paged-only) ;; esac
+        seen="$seen$heads/$d "
+        grid_run bench_prefill --heads "$heads" --head-dim "$d" --page-size "$ps" --cells "$cells" "${only[@]}"
     done < "$grid"
     grep -E "^prefill" "$OUT/bench_prefill_grid.log"
     if [ "$FI" = 1 ]; then
