@@ -588,8 +588,7 @@ FI_ATTN_NAME(const fi_attn_args a) {
     fi_worker_range(a, gridDim.x, blockIdx.x, ib, ie);
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
-            if (a.tc_min_rows > 0 && fi_item_rows(items, n, GROUP) >= a.tc_min_rows)
-                continue; /* attention_tc.cuh's */
+            if (fi_item_on_tc(a, items, n, GROUP)) continue; /* attention_tc.cuh's */
             run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
         }
 }

@@ -7,8 +7,9 @@
  *
  * Launched beside the CUDA-core kernel (attention.cuh) on the same grid
  * (x = workers, y = KV heads), 128 threads: this kernel takes the items with
- * at least a.tc_min_rows packed rows, the CUDA-core kernel the others
- * (a.tc_min_rows == 0: this kernel does nothing).
+ * at least a.tc_min_rows packed rows and the prefill tails (work.cuh
+ * fi_item_on_tc), the CUDA-core kernel the others (a.tc_min_rows == 0: this
+ * kernel does nothing).
  *
  * One (item, KV head): packed rows p = token * GROUP + head-in-group, as in
  * attention.cuh, in blocks of BM = 128 rows; warp w owns rows [32w, 32w+32)
@@ -756,7 +757,7 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
     fi_worker_range(a, gridDim.x, blockIdx.x, ib, ie);
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
-            if (fi_item_rows(items, n, GROUP) < a.tc_min_rows) continue; /* the CUDA-core kernel's */
+            if (!fi_item_on_tc(a, items, n, GROUP)) continue; /* the CUDA-core kernel's */
             run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
         }
 }

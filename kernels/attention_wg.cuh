@@ -159,7 +159,7 @@ FI_DEV void for_each_block(const fi_attn_args &a, F f) {
     fi_worker_range(a, gridDim.x, blockIdx.x, ib, ie);
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
-            if (fi_item_rows(items, n, GROUP) < a.tc_min_rows) continue; /* the CUDA-core kernel's */
+            if (!fi_item_on_tc(a, items, n, GROUP)) continue; /* the CUDA-core kernel's */
             const Item it = fi_item_load(items, n, hkv, GROUP);
             for (int rb = 0; rb < it.rows; rb += BM) f(it, rb);
         }

@@ -228,14 +228,20 @@ static size_t pack(fi_plan *plan, fi_cuda_plan *ps, char *base) {
     for (int32_t n = 0; n < ni; n++) {
         const fi_work_item *it = &s->items[n];
         const int32_t r = it->request;
-        rec[n] = (fi_item_rec){it->request, it->q_start, it->q_end, it->kv_start, it->kv_end,
-                               it->partial_row, plan->qo_indptr[r],
-                               plan->qo_indptr[r + 1] - plan->qo_indptr[r], plan->kv_len[r],
-                               plan->kv_indptr[r], {0, 0}};
+        const int32_t qo_len = plan->qo_indptr[r + 1] - plan->qo_indptr[r];
         const int64_t rows = (int64_t)(it->q_end - it->q_start) * group;
         const int64_t keys = it->kv_end - it->kv_start;
-        tc |= rows >= tc_rows;
-        cc |= rows < tc_rows;
+        /* a prefill request's last tokens stay with its other tiles on the
+         * tensor cores: on the CUDA-core kernel such a tail (a few rows
+         * over the request's whole key span) ran alone after the batch,
+         * and made any batch of ragged prefills leave the Hopper kernel */
+        const bool tail = ps->tc_path && rows < tc_rows &&
+                          (int64_t)qo_len * group > FI_CUDA_DTC_MAX_ROWS;
+        rec[n] = (fi_item_rec){it->request, it->q_start, it->q_end, it->kv_start, it->kv_end,
+                               it->partial_row, plan->qo_indptr[r], qo_len, plan->kv_len[r],
+                               plan->kv_indptr[r], tail, 0};
+        tc |= rows >= tc_rows || tail;
+        cc |= rows < tc_rows && !tail;
         if (rows > FI_CUDA_DTC_MAX_ROWS) {
             wide = true;
             wide_row_keys += (double)rows * (double)keys;
