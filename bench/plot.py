@@ -10,7 +10,9 @@ decode (a panel per batch size, time against kv_len), prefill (paged and
 ragged KV against the request length; TFLOP/s, as the cells differ in
 tokens: each side's FLOPs over its time), cascade (a panel per batch,
 time against the shared prefix), cpu-decode and cpu-prefill (a panel per
-dtype). Needs matplotlib.
+dtype), and the grids (h200-decode-grid, h200-prefill-grid: FlashInfer's
+best time over ours for every cell, a bar each, grouped by shape). Needs
+matplotlib.
 """
 import argparse
 import glob
@@ -81,10 +83,54 @@ def figure(panels, title, path):
     print("wrote", path)
 
 
+def grid_figure(rows, shape, cell, title, path):
+    """One bar per record of a grid: the fastest peer's time over ours (> 1:
+    ours faster), bars grouped by shape(record) in the grid's order, each
+    labelled cell(record)."""
+    rows = [r for r in rows if r["peers"]]
+    if not rows:
+        return
+    ratio = [min(r["peers"].values()) / r["ours_us"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.17 * len(rows)), 4.2))
+    ax.bar(range(len(rows)), ratio, color=["#3a7d44" if x >= 0.995 else "#b03a2e" for x in ratio])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([cell(r) for r in rows], rotation=90, fontsize=5)
+    starts = [i for i in range(len(rows)) if i == 0 or shape(rows[i]) != shape(rows[i - 1])]
+    for i in starts:
+        if i:
+            ax.axvline(i - 0.5, color="grey", linewidth=0.5)
+        ax.text(i - 0.4, max(ratio) * 1.03, "\n".join(shape(rows[i]).split()),
+                fontsize=5.5, va="bottom")
+    ax.set_ylim(0, max(ratio) * 1.22)
+    ax.set_ylabel("FlashInfer's best time / ours", fontsize=8)
+    commits = sorted({r["commit"] for r in rows})
+    ax.set_title(f"{title} ({', '.join(commits)})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    print("wrote", path)
+
+
 def plots(platform, recs, out):
     def sel(suite, **kv):
         return [r for r in recs if r["suite"] == suite and
                 all(r["params"].get(k) == v for k, v in kv.items())]
+
+    def shape(r):
+        q = r["params"]
+        return f"{q['heads_qo']}/{q['heads_kv']} d{q['head_dim']} p{q['page_size']} {q['kv_dtype']}"
+
+    grid = [r for r in recs if r["params"].get("set") == "grid"]
+    recs = [r for r in recs if r["params"].get("set") != "grid"]
+    grid_figure([r for r in grid if r["suite"] == "decode"], shape,
+                lambda r: f"{r['params']['batch']}x{r['params']['kv_len']}",
+                f"{platform}: decode grid, random pages", os.path.join(out, f"{platform}-decode-grid.png"))
+    grid_figure([r for r in grid if r["suite"] == "prefill"],
+                lambda r: shape(r).replace(" p0 ", " ragged "),
+                lambda r: f"{r['params']['batch']}x{r['cell'].split('-')[0].split('x', 1)[1]}",
+                f"{platform}: prefill grid, causal, vs FlashInfer fa2",
+                os.path.join(out, f"{platform}-prefill-grid.png"))
 
     for kv in ("bf16", "e4m3"):
         dec = [r for r in sel("decode", pages="random", page_table="host", kv_dtype=kv)

@@ -21,7 +21,10 @@
 #                           [--no-torch] [--no-flashinfer] [--fa3]
 #                           [--no-sanitize] [--no-tests] [--no-ops] [--no-cascade]
 #                           [--no-variants] [--no-python] [--decode-grid] [--prefill-grid]
-#                           [--no-cells] [--commit HASH]
+#                           [--no-cells] [--no-aot] [--commit HASH]
+# --no-aot: the library without its AOT cubins (AOT=0: every kernel by
+# NVRTC into the cache, seconds on the machine's cores where nvcc's AOT set
+# takes minutes); test_aot then has nothing to compare.
 # --no-cells: of the benchmarks, the grids alone (not the decode, prefill,
 # mixed and serving-ops cells, host overhead and balance).
 # --commit: the commit the record names (default: git's HEAD, where the tree
@@ -36,7 +39,7 @@ OUT=${LOGS:-/tmp/fi-logs} # every log below goes here
 mkdir -p "$OUT" "$PACK"
 pack() { tar czf "$PACK/logs.tgz.tmp" -C "$OUT" . 2>/dev/null && mv "$PACK/logs.tgz.tmp" "$PACK/logs.tgz"; }
 trap pack EXIT # and at every stage (stamp): a run killed at its time limit keeps its logs
-QUICK="" BENCH=1 CELLS=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 GRID=0 PGRID=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
+QUICK="" BENCH=1 CELLS=1 AOT=1 HARNESS=1 DECODE=1 TORCH=1 FI=1 FA3=0 GRID=0 PGRID=0 SANITIZE=1 TESTS=1 OPS=1 CASCADE=1 VARIANTS=1 PYTHON=1
 COMMIT=""
 while [ $# -gt 0 ]; do
     a=$1
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
         --quick) QUICK="--quick" ;;
         --no-bench) BENCH=0 ;;
         --no-cells) CELLS=0 ;;
+        --no-aot) AOT=0 ;;
         --no-harness) HARNESS=0 ;;
         --no-decode) DECODE=0 ;;
         --no-torch) TORCH=0 ;;
@@ -62,6 +66,7 @@ while [ $# -gt 0 ]; do
         *) echo "unknown option $a"; exit 2 ;;
     esac
 done
+export AOT # the sub-scripts' makes build the library the same way
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export FLASHINFER_CACHE_DIR=${FLASHINFER_CACHE_DIR:-/tmp/flashinfer-c-cache}
 export PATH=$PATH:/usr/local/cuda/bin
@@ -130,7 +135,7 @@ fi
 stamp "build (make gpu: library with the AOT kernels)"
 # (the cascade tests too: run_cascade.sh's own make, without the gpu goal,
 # would rebuild the library without its AOT table)
-if ! make -j"$JOBS" -s lib gpu build/test_attention build/test_cascade build/test_bsr build/bench_balance \
+if ! make -j"$JOBS" -s AOT="$AOT" lib gpu build/test_attention build/test_cascade build/test_bsr build/bench_balance \
         > "$OUT/build.log" 2>&1; then
     tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
@@ -140,7 +145,7 @@ grep -E "^aot:" "$OUT/build.log"
 # and the cache; `fi warmup`'s whole default list (--dry-run) and its bf16
 # d 128 part compiled into an empty cache
 stamp "fi info, fi warmup (into an empty cache)"
-make -s build/fi >> "$OUT/build.log" 2>&1
+make -s AOT="$AOT" build/fi >> "$OUT/build.log" 2>&1
 ./build/fi info 2>&1 | tee "$OUT/fi_info.log" || status=1
 { ./build/fi warmup --dry-run | tail -4
   FLASHINFER_CACHE_DIR=$(mktemp -d) ./build/fi warmup --head-dims 128 --dtypes bf16 -j "$JOBS"; } \
@@ -295,7 +300,7 @@ if [ "$BENCH" = 1 ] && [ "$CELLS" = 1 ]; then
         ./build/bench_decode --contiguous --json "$OUT/bench_decode_contig.json" 2>&1 \
             | tee "$OUT/bench_contig.log" | grep -v "^|"
         stamp "the decode cells' reads alone (bench_gather: loads only, the access pattern's ceiling)"
-        { make -s build/bench_gather && ./build/bench_gather --json "$OUT/bench_gather.json"; } \
+        { make -s AOT="$AOT" build/bench_gather && ./build/bench_gather --json "$OUT/bench_gather.json"; } \
             > "$OUT/bench_gather.log" 2>&1 || status=1
         grep -E "copy of|65536 \| random" "$OUT/bench_gather.log"
         sed -n '/in flight per CTA/,$p' "$OUT/bench_gather.log" | grep "^| [0-9]"
