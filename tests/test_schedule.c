@@ -76,6 +76,7 @@ static void random_scenario(tu_rng *g, scenario *sc) {
     in->num_workers = tu_rng_int(g, 0, 2) == 0 ? tu_rng_int(g, 1, 4) : tu_rng_int(g, 1, 264);
     fi_sched_policy *pol = &in->policy;
     pol->split_workers = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 1, in->num_workers) : 0;
+    pol->split_max_chunks = tu_rng_int(g, 0, 3) == 0 ? tu_rng_int(g, 1, 128) : 0;
     memcpy(pol->q_tiles, tile_sets[t], sizeof pol->q_tiles);
     pol->num_q_tiles = tile_counts[t];
     pol->cost_per_q_row = tu_rng_int(g, 0, 4) == 0 ? 0.0 : tu_rng_range(g, 0.0, 10.0);
@@ -617,6 +618,46 @@ static void case_decode_budget(int32_t count) {
             bad = 1;
         }
         tu_record("decode never hits the row budget", name, bad ? TU_FAIL : TU_PASS);
+        fi_schedule_free(&s);
+    }
+}
+
+/* policy.split_max_chunks: no decode request is cut into more chunks than
+ * that, however many slots there are (a merge reads each chunk in turn). */
+static void case_max_chunks(int32_t count) {
+    static int32_t qo[MAX_B + 1], kv[MAX_B], chunks[MAX_B];
+    char name[64];
+    for (int32_t k = 0; k < count; k++) {
+        snprintf(name, sizeof name, "max-chunks/%d", (int)k);
+        if (!tu_selected(name)) continue;
+        tu_rng g;
+        tu_rng_seed(&g, tu_case_seed(name));
+        int32_t B = tu_rng_int(&g, 1, k % 2 ? 4 : 64), N = tu_rng_int(&g, 1, 528);
+        int32_t cap = tu_rng_int(&g, 1, 128);
+        for (int32_t r = 0; r < B; r++) {
+            qo[r + 1] = qo[r] + 1;
+            kv[r] = tu_rng_int(&g, 0, 1) ? tu_rng_int(&g, 1, 4000) : tu_rng_int(&g, 1, 300000);
+            chunks[r] = 0;
+        }
+        fi_schedule_input in = {.batch_size = B, .qo_indptr = qo, .kv_len = kv, .group_size = 8,
+                                .num_kv_heads = 1, .causal = true, .window_left = -1,
+                                .num_workers = N, .policy = {.q_tiles = {128}, .num_q_tiles = 1,
+                                                             .cost_per_q_row = 1, .cost_per_key = 1,
+                                                             .split_max_chunks = cap}};
+        fi_schedule_limits lim;
+        fi_schedule_limits_for(&lim, B, B, N);
+        fi_schedule s;
+        double ratio;
+        int bad = fi_schedule_init(&s, &lim) || fi_schedule_build(&s, &in) ||
+                  check_schedule(&s, &in, &ratio);
+        for (int32_t i = 0; !bad && i < s.num_items; i++) chunks[s.items[i].request]++;
+        for (int32_t r = 0; !bad && r < B; r++)
+            if (chunks[r] > cap) {
+                tu_note("B %d, N %d, cap %d: request %d (%d keys) in %d chunks", B, N, cap, r,
+                        kv[r], chunks[r]);
+                bad = 1;
+            }
+        tu_record("split_max_chunks bounds a request's chunks", name, bad ? TU_FAIL : TU_PASS);
         fi_schedule_free(&s);
     }
 }
@@ -1376,6 +1417,7 @@ int main(int argc, char **argv) {
     case_fixed_split_invariance(n / 4);
     case_bounds();
     case_decode_budget(n / 10);
+    case_max_chunks(n / 10);
     case_weighted_chunks(n / 20);
     case_equal_pieces(n / 20);
     case_reference_lpt(n / 20);

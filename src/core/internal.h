@@ -87,6 +87,10 @@ typedef struct fi_sched_policy {
     /* > 0: items that run at once, for the chunk bound ceil(S /
      * split_workers) (<= num_workers; 0: num_workers). */
     int32_t split_workers;
+    /* > 0: automatic split-KV cuts the longest span into at most about
+     * this many chunks (the chunk bound at least its weighted length over
+     * this): a merge reads each chunk's partial state in turn. */
+    int32_t split_max_chunks;
     /* Each worker's queue in generation order (request, tokens, keys)
      * instead of longest first; the same items on each worker. */
     bool queues_in_request_order;

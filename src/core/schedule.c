@@ -544,6 +544,8 @@ static int32_t choose_chunk(const fi_schedule_input *in, int32_t T, const survey
                      : (int64_t)ceil(sv->wspan_sum / (double)N);
     const int64_t least = fi_schedule_min_chunk(sv->wspan_sum, N);
     if (L0 < least) L0 = least;
+    const int32_t most = in->policy.split_max_chunks;
+    if (most > 0 && L0 < (int64_t)ceil(sv->max_wspan / most)) L0 = (int64_t)ceil(sv->max_wspan / most);
     L0 = (L0 + al - 1) / al * al;
     *extra = 0;
     if (sv->max_wspan <= (double)L0 || L0 > INT32_MAX / 2) return 0;

@@ -98,6 +98,12 @@ static void set_policy(fi_plan *plan, const fi_cuda_plan *ps) {
      * several waves and a wide merge). */
     const int32_t slots = ps->cc->sm_count * ps->blocks_per_sm / (int32_t)ps->grid_y;
     pol->split_workers = slots > 1 ? slots : 1;
+    /* ... but a request over few KV heads (8/1: 264 slots) into no more
+     * than 64 chunks: the merge of a row reads its chunks' partial states
+     * 4 at a time, one after another (persistent.cuh), and 128-256 chunks
+     * of 128-256 keys made a 1 x 16k-64k decode merge-bound (0.57x of
+     * FlashInfer's on the decode grid) */
+    pol->split_max_chunks = 64;
     /* Each worker's queue in request order, not longest first: the CTAs
      * then sweep the requests together, and a request's causal tiles, which
      * read the same keys, share them in L2. */
