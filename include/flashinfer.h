@@ -331,7 +331,7 @@ typedef struct fi_attention_params {
     uint32_t struct_size;
     int32_t num_qo_heads;
     int32_t num_kv_heads;   /* num_qo_heads % num_kv_heads == 0 */
-    int32_t head_dim_qk;    /* 64, 128, 256; the CPU backend also 80, 96, 192, 512 */
+    int32_t head_dim_qk;    /* 64, 80, 96, 128, 192, 256, 512 (CPU and CUDA) */
     int32_t head_dim_vo;    /* idem, independently of head_dim_qk */
     fi_kv_format kv_format;
     int32_t page_size;      /* tokens per page (paged format) */

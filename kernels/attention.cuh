@@ -13,9 +13,14 @@
  * Keys go in tiles of BN, gathered from their pages by 16-byte cp.async into
  * shared memory, STAGES tiles in flight. Thread layout per tile:
  *
- *   TX = max(D_qk, D_vo) / 8 lanes share one key (each holds EQ = D_qk / TX
- *   q elements and EV = D_vo / TX o elements of every row), so a warp works
- *   on 32 / TX keys at once and the CTA on NG = 4 * 32 / TX "key groups".
+ *   TX lanes share one key (each holds EQ = D_qk / TX q elements and
+ *   EV = D_vo / TX o elements of every row), so a warp works on 32 / TX keys
+ *   at once and the CTA on NG = 4 * 32 / TX "key groups". TX is
+ *   max(D_qk, D_vo) / 8 rounded up to a power of two, at most 32 and
+ *   dividing both dims (d 64: 8, 128: 16, 256: 32, so 8 elements a lane;
+ *   80: 16 lanes of 5, 96: 16 of 6, 192: 32 of 6, 512: 32 of 16). A lane's
+ *   elements are one contiguous run where EQ is a power of two, else
+ *   power-of-two parts (lane_dim: 5 = 4 + 1), each one aligned vector load.
  *   Group g owns keys [g * KPG, (g + 1) * KPG) of each tile and keeps its own
  *   online-softmax state (m, l, o) for all RM rows; at the end of the item
  *   the NG states are merged through shared memory in a fixed order.
@@ -27,9 +32,10 @@
  *   o = o 2^(m - m') + p . v
  *
  * Configuration (-D, all required by the host; defaults are for editors):
- *   FI_DQK, FI_DVO    head dims (64, 128, 256)
+ *   FI_DQK, FI_DVO    head dims (64, 80, 96, 128, 192, 256, 512, any pair)
  *   FI_QT, FI_KVT, FI_OT  dtype codes (fi_dtype values)
- *   FI_GROUP          H_qo / H_kv;  FI_ROWS rows per block (1..8)
+ *   FI_GROUP          H_qo / H_kv;  FI_ROWS rows per block (1..8; fewer
+ *                     where a lane holds more than 8 elements: RM)
  *   FI_PAGED          1 paged, 0 ragged KV, 2 paged with the page table in
  *                     device memory (ids clamped: work.cuh fi_page_id)
  *   FI_MASK           0 none, 1 causal, 2 custom bits
@@ -70,12 +76,13 @@
 namespace fi_attn {
 
 __host__ __device__ constexpr int pow2_floor(int x) { return x >= 2 ? 2 * pow2_floor(x / 2) : 1; }
+__host__ __device__ constexpr int pow2_ceil(int x) { return x > 1 ? 2 * pow2_ceil((x + 1) / 2) : 1; }
 __host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
 __host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
 
 constexpr int DQK = FI_DQK, DVO = FI_DVO;
 constexpr int QT = FI_QT, KT = FI_KVT, OT = FI_OT;
-constexpr int GROUP = FI_GROUP, RM = FI_ROWS;
+constexpr int GROUP = FI_GROUP;
 constexpr bool PAGED = FI_PAGED != 0;
 constexpr bool DEVICE_TABLE = FI_PAGED == 2;
 constexpr bool CAUSAL = FI_MASK == 1, CUSTOM = FI_MASK == 2;
@@ -86,9 +93,15 @@ constexpr bool SOFTMAX = fi_v::SOFTMAX;
 constexpr bool ROW_KV = fi_v::KEY || fi_v::VALUE; /* f32 K/V rows per tile */
 
 constexpr int NT = 128, NWARP = NT / 32;
-constexpr int TX = imax(DQK, DVO) / 8;       /* lanes per key: 8, 16, 32 */
+/* lanes per key: 8, 16, 32 (the lowest set bit of a dim: the largest power
+ * of two dividing it) */
+constexpr int TX = imin(imin(pow2_ceil((imax(DQK, DVO) + 7) / 8), 32), imin(DQK & -DQK, DVO & -DVO));
 constexpr int EQ = DQK / TX, EV = DVO / TX;  /* elements per lane */
 constexpr int KG = 32 / TX, NG = NWARP * KG; /* key groups per warp, per CTA */
+/* rows per block: FI_ROWS, fewer where a lane holds more than 8 elements
+ * of a row (d 512: 16 elements, 4 rows), so that q and o stay within 64
+ * registers each */
+constexpr int RM = imin(FI_ROWS, 64 / imax(EQ, EV));
 constexpr int KB = fi_dtype_bytes<KT>::value;
 constexpr int KROW = DQK * KB, VROW = DVO * KB;           /* bytes per key */
 /* Row hooks: 2 stages, and the f32 rows of K / V beside them (ROWF bytes
@@ -102,24 +115,75 @@ enum : int {
 constexpr int KPG = imin(pow2_floor(imax(TILE_BYTES / (KROW + VROW) / NG, 1)), 128 / NG);
 constexpr int BN = NG * KPG;                 /* keys per tile (<= 16 KB of K+V) */
 constexpr int KSUB = imin(KPG, 4);           /* keys per softmax update */
-constexpr int STAGES = ROW_KV ? 2 : 3;
 constexpr int STAGE_BYTES = BN * (KROW + VROW);
 constexpr int KCH = KROW / 16, VCH = VROW / 16, CH = imax(KCH, VCH);
 /* row hooks' f32 rows: K [BN][DQK], V [BN][DVO] after the stages */
 constexpr int KBUF_BYTES = fi_v::KEY ? BN * DQK * 4 : 0;
 constexpr int VBUF_BYTES = fi_v::VALUE ? BN * DVO * 4 : 0;
+/* 3 stages (2 with row hooks), fewer where a tile of one key per group
+ * does not fit them in 48 KB (f32 K/V of d 80 x 512: 8 keys of 2368 bytes) */
+__host__ __device__ constexpr int stages_fit(int s) {
+    return s > 1 && s * STAGE_BYTES + KBUF_BYTES + VBUF_BYTES > 48 * 1024 ? stages_fit(s - 1) : s;
+}
+constexpr int STAGES = stages_fit(ROW_KV ? 2 : 3);
 /* final merge: o [NG][RM][DVO], m, l, w [NG][RM], inv, lse [RM], then the
  * output hook's rows [RM][DVO] */
 constexpr int RED_BYTES = 4 * (NG * RM * DVO + 3 * NG * RM + 2 * RM + (fi_v::OUTPUT ? RM * DVO : 0));
 constexpr int SMEM_BYTES = imax(STAGES * STAGE_BYTES + KBUF_BYTES + VBUF_BYTES, RED_BYTES);
 static_assert(RM * DQK * 4 <= STAGES * STAGE_BYTES, "q rows of the query hook");
-constexpr int MIN_BLOCKS = RM <= 2 ? 4 : RM <= 4 ? 3 : 2; /* registers: q, o, s per row */
+/* registers: q, o, s per row (RW: RM rows at 8 elements a lane) */
+constexpr int RW = (RM * imax(EQ, EV) + 7) / 8;
+constexpr int MIN_BLOCKS = RW <= 2 ? 4 : RW <= 4 ? 3 : 2;
 constexpr float LOG2E = 1.4426950408889634f;
 
 static_assert(TX >= 8 && TX <= 32 && EQ >= 1 && EV >= 1, "head dims");
+static_assert(DQK % TX == 0 && DVO % TX == 0 && DQK % 16 == 0 && DVO % 16 == 0, "head dims");
 static_assert(RM >= 1 && RM <= 8, "rows per block");
 static_assert(KPG % KSUB == 0, "sub-tiles");
 static_assert(SMEM_BYTES <= 48 * 1024, "static shared memory");
+
+/* Lane layout of a row of D = TX * E elements. E a power of two: lane c
+ * holds [c E, c E + E). Otherwise E splits into power-of-two parts, widest
+ * first (5 = 4 + 1, 6 = 4 + 2, 3 = 2 + 1), and each half row into regions
+ * by part: part w of lane c sits at D / 2 * (c / (TX / 2)) + TX / 2 * o +
+ * (c % (TX / 2)) * w, o the lane's elements before it, so that each part is
+ * one aligned vector load (a lane of 16-bit d 80: 8 bytes and 2), and the
+ * RoPE partner of a lane's element e (d +- D / 2) is element e of lane
+ * c ^ TX / 2, as in the contiguous layout. */
+__host__ __device__ constexpr bool is_pow2(int x) { return (x & (x - 1)) == 0; }
+/* a half row's start (D / 2 = TX / 2 * E) aligned for the widest part */
+static_assert(is_pow2(EQ) || (TX / 2) % pow2_floor(EQ) == 0, "lane parts of q/k");
+static_assert(is_pow2(EV) || (TX / 2) % pow2_floor(EV) == 0, "lane parts of v/o");
+
+/* The dim of lane c's element e (e < E; called with a constant e, which
+ * folds it to c * w + k). Element e's part: the highest bit in which e
+ * (< E) and E differ is its width w, E's bits above it its offset o. */
+template <int D, int E>
+FI_DEV int lane_dim(int c, int e) {
+    if constexpr (is_pow2(E)) {
+        return c * E + e;
+    } else {
+        const int w = 1 << (31 - __clz(E ^ e)), o = E & ~(2 * w - 1);
+        return (c / (TX / 2)) * (D / 2) + (TX / 2) * o + (c % (TX / 2)) * w + (e - o);
+    }
+}
+
+/* Lane c's E elements (E not a power of two: the parts) of a row of D
+ * (dtype T, 16-byte aligned) as f32. A power-of-two E is one
+ * fi_load_vec<T, E> at c E, written at the call sites. */
+template <int T, int E, int W = 32, int O = 0>
+FI_DEV void load_parts(const char *half, int cl, float *out) {
+    if constexpr (W > 0) {
+        constexpr bool in = (E & W) != 0;
+        if constexpr (in) fi_load_vec<T, W>(half + ((TX / 2) * O + cl * W) * fi_dtype_bytes<T>::value, out + O);
+        load_parts<T, E, W / 2, in ? O + W : O>(half, cl, out);
+    }
+}
+template <int T, int D, int E>
+FI_DEV void load_lane_parts(const char *row, int c, float *out) {
+    static_assert(!is_pow2(E), "one load");
+    load_parts<T, E>(row + (c / (TX / 2)) * (D / 2) * fi_dtype_bytes<T>::value, c % (TX / 2), out);
+}
 
 /* What stays fixed while one (item, KV head) runs. */
 using Item = fi_item;
@@ -266,7 +330,7 @@ FI_DEV void load_q(const fi_attn_args &a, const Item &it, int rb, int c,
         const char *base = a.q + (it.qo_base + it.q0 + t) * a.q_tok + (int64_t)head * a.q_head;
 #pragma unroll
         for (int e = 0; e < EQ; e++) {
-            int d = c * EQ + e;
+            int d = lane_dim<DQK, EQ>(c, e);
             float x;
             if constexpr (fi_v::QUERY) {
                 x = ((const float *)smem)[r * DQK + d];
@@ -350,11 +414,14 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
         for (int i = 0; i < KSUB; i++) {
             const int key = g * KPG + kb + i;
             float kf[EQ];
-            if constexpr (fi_v::KEY) fi_load_vec<FI_T_F32, EQ>((const char *)(kbuf + key * DQK + c * EQ), kf);
-            else fi_load_vec<KT, EQ>((const char *)ks + key * KROW + c * EQ * KB, kf);
+            if constexpr (fi_v::KEY && is_pow2(EQ)) fi_load_vec<FI_T_F32, EQ>((const char *)(kbuf + key * DQK + c * EQ), kf);
+            else if constexpr (fi_v::KEY) load_lane_parts<FI_T_F32, DQK, EQ>((const char *)(kbuf + key * DQK), c, kf);
+            else if constexpr (is_pow2(EQ)) fi_load_vec<KT, EQ>((const char *)ks + key * KROW + c * EQ * KB, kf);
+            else load_lane_parts<KT, DQK, EQ>((const char *)ks + key * KROW, c, kf);
             if constexpr (ROPE) {
                 float kp[EQ];
-                fi_load_vec<KT, EQ>((const char *)ks + key * KROW + (c ^ (TX / 2)) * EQ * KB, kp);
+                if constexpr (is_pow2(EQ)) fi_load_vec<KT, EQ>((const char *)ks + key * KROW + (c ^ (TX / 2)) * EQ * KB, kp);
+                else load_lane_parts<KT, DQK, EQ>((const char *)ks + key * KROW, c ^ (TX / 2), kp);
                 const int pos = j0 + key;
 #pragma unroll
                 for (int e = 0; e < EQ; e++) kf[e] = fi_rope_pair(kf[e], kp[e], c < TX / 2, S.freq[e], pos);
@@ -429,8 +496,10 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
         for (int i = 0; i < KSUB; i++) {
             const int key = g * KPG + kb + i;
             float vf[EV];
-            if constexpr (fi_v::VALUE) fi_load_vec<FI_T_F32, EV>((const char *)(vbuf + key * DVO + c * EV), vf);
-            else fi_load_vec<KT, EV>((const char *)vs + key * VROW + c * EV * KB, vf);
+            if constexpr (fi_v::VALUE && is_pow2(EV)) fi_load_vec<FI_T_F32, EV>((const char *)(vbuf + key * DVO + c * EV), vf);
+            else if constexpr (fi_v::VALUE) load_lane_parts<FI_T_F32, DVO, EV>((const char *)(vbuf + key * DVO), c, vf);
+            else if constexpr (is_pow2(EV)) fi_load_vec<KT, EV>((const char *)vs + key * VROW + c * EV * KB, vf);
+            else load_lane_parts<KT, DVO, EV>((const char *)vs + key * VROW, c, vf);
 #pragma unroll
             for (int r = 0; r < RM; r++)
 #pragma unroll
@@ -456,7 +525,7 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
 #pragma unroll
     for (int r = 0; r < RM; r++) {
 #pragma unroll
-        for (int e = 0; e < EV; e++) red_o[(g * RM + r) * DVO + c * EV + e] = S.o[r][e];
+        for (int e = 0; e < EV; e++) red_o[(g * RM + r) * DVO + lane_dim<DVO, EV>(c, e)] = S.o[r][e];
         if (c == 0) {
             red_m[g * RM + r] = S.m[r];
             red_l[g * RM + r] = S.l[r];
@@ -531,7 +600,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
     State S;
     if constexpr (ROPE) {
 #pragma unroll
-        for (int e = 0; e < EQ; e++) S.freq[e] = fi_rope_freq(a.rope_theta, a.rope_scale, (c * EQ + e) % (DQK / 2), DQK);
+        for (int e = 0; e < EQ; e++) S.freq[e] = fi_rope_freq(a.rope_theta, a.rope_scale, lane_dim<DQK, EQ>(c, e) % (DQK / 2), DQK);
     }
     Item it = item;
     it.mask_bit0 = fi_v::mask_bit0(VP, v.mask_offset, it.req);

@@ -12,7 +12,7 @@
  * sums the partial rows (LSE written as 0); an output hook runs once on each
  * merged row (a warp's row staged in shared memory, lane 0 calls it).
  *
- * Configuration: FI_DVO, FI_OT (output dtype code), FI_MERGE_NAME; FI_VARIANT,
+ * Configuration: FI_DVO (a multiple of 16: 64 to 512), FI_OT (output dtype code), FI_MERGE_NAME; FI_VARIANT,
  * FI_VHOOKS. persistent.cuh calls merge_pair() in its fused merge (no
  * FI_MERGE_NAME, no entry point).
  */
@@ -220,8 +220,11 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
 }
 
 /* Lanes per row for a CTA that merges many rows at once (persistent.cuh's
- * fused merge of a prefill tile): 8 float4 columns per lane. */
-constexpr int LPP_WIDE = DVO / 32;
+ * fused merge of a prefill tile): 8 float4 columns per lane (d 64: 2 lanes,
+ * 128: 4, 256: 8), rounded up to a power of two (d 80, 96: 4 lanes of 5 or
+ * 6 columns; 192: 8 of 6; 512: 16). */
+__host__ __device__ constexpr int lanes_for(int c4) { return c4 > 8 ? 2 * lanes_for((c4 + 1) / 2) : 1; }
+constexpr int LPP_WIDE = lanes_for(DVO / 4);
 } /* namespace fi_merge */
 
 #ifdef FI_MERGE_NAME

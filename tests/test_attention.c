@@ -13,8 +13,8 @@
  *               padded strides, page sizes
  *   variant     masks, window, soft-cap, ALiBi, RoPE, custom mask, sm_scale
  *   dtype       q/kv/o in f32/f16/bf16, FP8 KV with scales
- *   headdim     64/128/256 (and qk != vo) x GQA group 1/4/8
- *   headdim_wide 80/96/192/512 (and 192x128, 96x64) on the CPU; CUDA refuses them
+ *   headdim     64/128/256 (and qk != vo) x GQA group 1/4/8; 80/96/192/512
+ *               (and 192x128, 96x64) x dtypes, FP8, RoPE, masks, split-KV
  *   plan        split-KV on/off, fixed split, workers, layers, re-plan
  *   edge        empty requests, fully masked rows, 65536 keys, huge logits
  *   determinism bitwise reruns; fixed_split_size batch invariance
@@ -1309,6 +1309,81 @@ static void suite_dtype(backend *be) {
             }
 }
 
+/* Head dims beyond 64/128/256 that models use (80, 96: Phi, StarCoder-like;
+ * 192 x 128: DeepSeek's prefill; 512: latent-attention decode), part of the
+ * headdim suite on every backend: the CPU's SIMD tables (80, 96: AVX2 or
+ * generic; 192, 512: every table) and CUDA's CUDA-core kernel (lanes of 5,
+ * 6, 3 or 16 elements, kernels/attention.cuh), against the oracle. Then per
+ * dim the variants whose code follows the lane layout: FP8 K/V (rows of
+ * 80 bytes at e4m3 d 80), fused RoPE (pairs d, d + D/2: 40 apart at d 80),
+ * soft-cap + window on HND ragged KV, ALiBi + custom mask, a fixed
+ * split-KV (the merge of partial rows of D_vo floats), FP8 prefill; and
+ * at d 512 GQA-16 decodes (one KV head, 16 query heads: rows per block
+ * capped at 4 on CUDA). */
+static void headdim_wide(backend *be) {
+    int32_t dims[][2] = {{80, 80}, {96, 96}, {192, 192}, {512, 512}, {192, 128}, {96, 64}};
+    const size_t n = sizeof dims / sizeof dims[0];
+    fi_dtype dts[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
+    for (size_t d = 0; d < n; d++)
+        for (int t = 0; t < 3; t++)
+            for (int s = 0; s < 2; s++) {
+                case_spec c = default_spec("headdim", be);
+                c.dqk = dims[d][0]; c.dvo = dims[d][1];
+                c.hq = 8; c.hkv = 2;
+                c.q_dt = c.kv_dt = c.o_dt = dts[t];
+                c.mask = FI_MASK_CAUSAL;
+                c.format = s ? FI_KV_FORMAT_RAGGED : FI_KV_FORMAT_PAGED;
+                c.shape = s ? "mixed" : "decode";
+                c.quick = every(3);
+                submit(c);
+            }
+    for (size_t d = 0; d < n; d++)
+        for (int v = 0; v < 6; v++) {
+            case_spec c = default_spec("headdim", be);
+            c.dqk = dims[d][0]; c.dvo = dims[d][1];
+            switch (v) {
+            case 0: /* FP8 decode, GQA 8 */
+                c.q_dt = c.o_dt = FI_DTYPE_BF16; c.kv_dt = FI_DTYPE_E4M3;
+                c.k_scale = 0.5f; c.v_scale = 2.0f;
+                c.hq = 16; c.hkv = 2; c.shape = "decode";
+                break;
+            case 1: /* fused RoPE, causal */
+                c.mask = FI_MASK_CAUSAL; c.pos = FI_POS_ROPE_LLAMA;
+                break;
+            case 2: /* soft-cap and window, HND ragged, MHA */
+                c.mask = FI_MASK_CAUSAL; c.soft_cap = 2.5f; c.window_left = 13;
+                c.format = FI_KV_FORMAT_RAGGED; c.layout = FI_KV_LAYOUT_HND;
+                c.hq = c.hkv = 4;
+                break;
+            case 3: /* ALiBi and a custom mask, f32 */
+                c.mask = FI_MASK_CUSTOM; c.pos = FI_POS_ALIBI;
+                c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_F32;
+                break;
+            case 4: /* split-KV with a fixed split: partial rows merged */
+                c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_BF16;
+                c.fixed_split = 32; c.shape = "decode";
+                break;
+            default: /* FP8 prefill, GQA 8 */
+                c.kv_dt = FI_DTYPE_E5M2; c.k_scale = 0.25f; c.v_scale = 0.5f;
+                c.mask = FI_MASK_CAUSAL; c.hq = 8; c.hkv = 1; c.shape = "append";
+                break;
+            }
+            c.quick = every(3);
+            submit(c);
+        }
+    for (int t = 0; t < 2; t++) { /* latent-attention-like decode: 16 query heads, 1 KV head */
+        case_spec c = default_spec("headdim", be);
+        c.dqk = c.dvo = 512;
+        c.hq = 16; c.hkv = 1;
+        c.q_dt = c.o_dt = FI_DTYPE_BF16;
+        c.kv_dt = t ? FI_DTYPE_E4M3 : FI_DTYPE_BF16;
+        if (t) { c.k_scale = 0.5f; c.v_scale = 0.25f; }
+        c.shape = "decode";
+        c.quick = 1;
+        submit(c);
+    }
+}
+
 static void suite_headdim(backend *be) {
     int32_t dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {128, 64}, {64, 128}, {256, 128}};
     int32_t groups[][2] = {{4, 4}, {8, 2}, {8, 1}, {16, 2}};
@@ -1325,49 +1400,7 @@ static void suite_headdim(backend *be) {
                 c.quick = every(7);
                 submit(c);
             }
-}
-
-/* Head dims the CPU backend computes beyond 64/128/256 (80, 96: AVX2 or
- * generic tables; 192, 512: every table), against the oracle; the CUDA
- * backend refuses them with FI_STATUS_UNSUPPORTED (a plan of its own). */
-static void suite_headdim_wide(backend *be) {
-    int32_t dims[][2] = {{80, 80}, {96, 96}, {192, 192}, {512, 512}, {192, 128}, {96, 64}};
-    const size_t n = sizeof dims / sizeof dims[0];
-    if (be->device != FI_DEVICE_CPU) {
-        char name[96];
-        snprintf(name, sizeof name, "%s/headdim_wide/refused_d96", be->name);
-        if (!tu_backend_selected(be->device_name) || !tu_begin_case(name)) return;
-        fi_context *ctx = backend_context(be);
-        if (!ctx) {
-            tu_record("headdim_wide", name, TU_SKIP);
-            return;
-        }
-        fi_attention_params pa;
-        fi_attention_params_init(&pa);
-        pa.num_qo_heads = pa.num_kv_heads = 2;
-        pa.head_dim_qk = pa.head_dim_vo = 96;
-        pa.q_dtype = pa.kv_dtype = pa.o_dtype = FI_DTYPE_F16;
-        fi_plan *plan = NULL;
-        fi_status st = fi_plan_create(ctx, &pa, NULL, &plan);
-        fi_plan_destroy(plan);
-        if (st != FI_STATUS_UNSUPPORTED) tu_note("fi_plan_create(d96) = %s", fi_status_string(st));
-        tu_record("headdim_wide", name, st == FI_STATUS_UNSUPPORTED ? TU_PASS : TU_FAIL);
-        return;
-    }
-    fi_dtype dts[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
-    for (size_t d = 0; d < n; d++)
-        for (int t = 0; t < 3; t++)
-            for (int s = 0; s < 2; s++) {
-                case_spec c = default_spec("headdim_wide", be);
-                c.dqk = dims[d][0]; c.dvo = dims[d][1];
-                c.hq = 8; c.hkv = 2;
-                c.q_dt = c.kv_dt = c.o_dt = dts[t];
-                c.mask = FI_MASK_CAUSAL;
-                c.format = s ? FI_KV_FORMAT_RAGGED : FI_KV_FORMAT_PAGED;
-                c.shape = s ? "mixed" : "decode";
-                c.quick = every(3);
-                submit(c);
-            }
+    headdim_wide(be);
 }
 
 static void suite_plan(backend *be) {
@@ -1858,7 +1891,6 @@ int main(int argc, char **argv) {
         suite_variant(be);
         suite_dtype(be);
         suite_headdim(be);
-        suite_headdim_wide(be);
         suite_plan(be);
         suite_edge(be);
         suite_determinism(be);

@@ -80,11 +80,11 @@ fi_status fi_params_validate(const fi_attention_params *p) {
     if (!is_head_dim(p->head_dim_qk))
         return fi_error(FI_STATUS_UNSUPPORTED,
                         "head_dim_qk=%d: supported are 64, 80, 96, 128, 192, 256, 512 "
-                        "(CPU; 64, 128, 256 on CUDA)", (int)p->head_dim_qk);
+                        "(CPU and CUDA; head_dim_qk and head_dim_vo independently)", (int)p->head_dim_qk);
     if (!is_head_dim(p->head_dim_vo))
         return fi_error(FI_STATUS_UNSUPPORTED,
                         "head_dim_vo=%d: supported are 64, 80, 96, 128, 192, 256, 512 "
-                        "(CPU; 64, 128, 256 on CUDA)", (int)p->head_dim_vo);
+                        "(CPU and CUDA; head_dim_qk and head_dim_vo independently)", (int)p->head_dim_vo);
     if (p->kv_format != FI_KV_FORMAT_PAGED && p->kv_format != FI_KV_FORMAT_RAGGED)
         return INVALID("kv_format=%d is not a fi_kv_format", (int)p->kv_format);
     if (p->kv_format == FI_KV_FORMAT_PAGED && p->page_size <= 0)
@@ -146,7 +146,7 @@ fi_status fi_params_check_backend(const fi_backend *be, const fi_attention_param
     if (!ok)
         return fi_error(FI_STATUS_UNSUPPORTED,
                         "head dims %d x %d (qk x vo): the %s backend computes 64, 128 and 256 "
-                        "(the CPU backend also 80, 96, 192 and 512)", (int)dqk, (int)dvo,
+                        "(the CPU and CUDA backends also 80, 96, 192 and 512)", (int)dqk, (int)dvo,
                         be->name);
     return FI_OK;
 }

@@ -86,9 +86,27 @@ static const fi_attn_config attn_configs[] = {
     C(128, 128, BF16, BF16, BF16, 4, 4, 0, 1, 0, 0, 0), /* ragged */
     C(128, 128, F16, F16, F16, 1, 1, 0, 2, 0, 0, 1),
     C(64, 64, F32, F32, F32, 8, 8, 0, 0, 0, 0, 0),
+    /* head dims beyond 64/128/256 (CUDA cores; lanes of 5, 6, 3, 12, 16 elements) */
+    C(80, 80, BF16, BF16, BF16, 4, 4, 1, 1, 0, 0, 0),
+    C(80, 80, F16, F16, F16, 8, 8, 1, 0, 0, 0, 1),      /* RoPE pairs d, d + 40 */
+    C(80, 80, F16, E4M3, F16, 4, 4, 1, 0, 0, 0, 0),     /* FP8 rows of 80 bytes */
+    C(96, 96, F16, F16, F16, 8, 8, 1, 1, 0, 0, 0),
+    C(96, 96, BF16, BF16, BF16, 4, 4, 0, 1, 1, 1, 1),   /* ragged, window, soft-cap, RoPE */
+    C(96, 96, F32, F32, F32, 1, 1, 1, 0, 0, 0, 0),
+    C(192, 192, BF16, BF16, BF16, 4, 4, 1, 1, 0, 0, 0),
+    C(192, 192, F16, E5M2, F16, 8, 8, 1, 2, 0, 0, 2),   /* FP8, custom mask, ALiBi */
+    C(192, 128, BF16, BF16, BF16, 1, 1, 0, 1, 0, 0, 0), /* DeepSeek's prefill, MHA, ragged */
+    C(192, 128, BF16, BF16, BF16, 8, 8, 1, 1, 0, 0, 0),
+    C(512, 512, BF16, BF16, BF16, 8, 8, 1, 0, 0, 0, 0), /* rows capped at 4 */
+    C(512, 512, BF16, E4M3, BF16, 16, 8, 1, 0, 0, 0, 0),
+    C(512, 512, F16, F16, F16, 4, 4, 1, 1, 0, 1, 1),    /* RoPE, soft-cap */
+    C(512, 512, F32, F32, F32, 1, 1, 1, 0, 0, 0, 0),
+    C(96, 64, F16, F16, F16, 4, 4, 1, 1, 0, 0, 0),
+    C(80, 512, F32, F32, F32, 4, 4, 1, 0, 0, 0, 0),     /* 2 stages: 8 keys of 2368 bytes */
+    C(192, 80, BF16, BF16, BF16, 8, 8, 1, 0, 0, 0, 1),  /* lanes of 12 and 5, RoPE */
 };
 
-static const int merge_dims[] = {64, 128, 256};
+static const int merge_dims[] = {64, 128, 256, 80, 96, 192, 512};
 static const int merge_dtypes[] = {F32, F16, BF16};
 
 static double now(void) {
@@ -130,7 +148,8 @@ static void attention_specs(void) {
         fi_cuda_attn_spec(&attn_configs[i], &s);
         add(&s);
     }
-    for (int i = 0; i < 9; i++) {
+    enum { NMD = sizeof merge_dims / sizeof merge_dims[0] };
+    for (int i = 0; i < 3 * NMD; i++) {
         fi_cuda_merge_spec(merge_dims[i / 3], merge_dtypes[i % 3], &s);
         add(&s);
     }

@@ -86,15 +86,18 @@ def test_batch_decode_run_scales_and_out(fi):
     assert_close(out, 2.0 * ref_o, F16)
 
 
-@pytest.mark.parametrize("layout", ["NHD", "HND"])
-def test_batch_prefill_paged_causal(fi, layout):
+# head dims beyond 64/128/256 too (80, 96, 192, 512: the CUDA-core kernel)
+@pytest.mark.parametrize(
+    "layout, d", [("NHD", D), ("HND", D), ("NHD", 80), ("NHD", 96), ("NHD", 192), ("NHD", 512)]
+)
+def test_batch_prefill_paged_causal(fi, layout, d):
     qo_lens, kv_lens = [1, 17, 64, 5], [30, 17, 200, 5]
     qo_indptr = batches.indptr_of(qo_lens)
     indptr, indices, last = batches.page_table(kv_lens, PAGE)
-    kv = make_cache(int(indices.max()) + 1, PAGE, HK, D, F16, layout, True)
-    q = torch.randn(sum(qo_lens), HQ, D, dtype=F16)
+    kv = make_cache(int(indices.max()) + 1, PAGE, HK, d, F16, layout, True)
+    q = torch.randn(sum(qo_lens), HQ, d, dtype=F16)
     w = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(), layout)
-    w.plan(qo_indptr, indptr, indices, last, HQ, HK, D, PAGE, causal=True, q_data_type=F16)
+    w.plan(qo_indptr, indptr, indices, last, HQ, HK, d, PAGE, causal=True, q_data_type=F16)
     o, lse = w.run(on_gpu(q), on_gpu(kv), return_lse=True)
     for i in range(len(qo_lens)):
         k = batches.gather(kv[:, 0], indptr, indices, last, PAGE, i, layout)
@@ -125,20 +128,40 @@ def test_batch_prefill_custom_mask(fi):
         assert_close(o[rows], ref_o, F16, what=f"request {i}")
 
 
-def test_batch_prefill_ragged_causal(fi):
+# and DeepSeek's prefill shape: head_dim_qk 192, head_dim_vo 128
+@pytest.mark.parametrize("dqk, dvo", [(D, D), (192, 128)])
+def test_batch_prefill_ragged_causal(fi, dqk, dvo):
     qo_lens, kv_lens = [4, 50, 1], [4, 120, 33]
     qo_indptr, kv_indptr = batches.indptr_of(qo_lens), batches.indptr_of(kv_lens)
-    q = torch.randn(sum(qo_lens), HQ, D, dtype=F16)
-    k = torch.randn(sum(kv_lens), HK, D, dtype=F16)
-    v = torch.randn(sum(kv_lens), HK, D, dtype=F16)
+    q = torch.randn(sum(qo_lens), HQ, dqk, dtype=F16)
+    k = torch.randn(sum(kv_lens), HK, dqk, dtype=F16)
+    v = torch.randn(sum(kv_lens), HK, dvo, dtype=F16)
     w = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace())
-    w.plan(on_gpu(qo_indptr), on_gpu(kv_indptr), HQ, HK, D, causal=True, q_data_type=F16)
+    w.plan(on_gpu(qo_indptr), on_gpu(kv_indptr), HQ, HK, dqk, dvo, causal=True, q_data_type=F16)
     o = w.run(on_gpu(q), on_gpu(k), on_gpu(v))
+    assert o.shape == (sum(qo_lens), HQ, dvo)
     for i in range(len(qo_lens)):
         rows = slice(int(qo_indptr[i]), int(qo_indptr[i + 1]))
         keys = slice(int(kv_indptr[i]), int(kv_indptr[i + 1]))
         ref_o, _ = reference.attention(q[rows], k[keys], v[keys], causal=True)
         assert_close(o[rows], ref_o, F16, what=f"request {i}")
+
+
+@pytest.mark.parametrize("d", [80, 96, 192, 512])
+def test_batch_decode_wide_head_dims(fi, d):
+    """Head dims beyond 64/128/256 (the CUDA-core kernel), bf16, a long
+    request split over CTAs."""
+    dtype = torch.bfloat16
+    kv_lens = [3, 40, 700]
+    indptr, indices, last = batches.page_table(kv_lens, PAGE)
+    kv = make_cache(int(indices.max()) + 1, PAGE, HK, d, dtype, "NHD", True)
+    q = torch.randn(len(kv_lens), HQ, d, dtype=dtype)
+    w = fi.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    w.plan(indptr, indices, last, HQ, HK, d, PAGE, q_data_type=dtype)
+    o, lse = w.run(on_gpu(q), on_gpu(kv), return_lse=True)
+    ref_o, ref_lse = reference_decode(q, kv, indptr, indices, last, PAGE, "NHD")
+    assert_close(o, ref_o, dtype)
+    assert_lse_close(lse, ref_lse, dtype)
 
 
 def test_single_decode_and_prefill(fi):
