@@ -24,13 +24,17 @@ static bool tc_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
 
 /* The Hopper prefill kernel (attention_wg.cuh), on sm_90a in place of the
  * standalone tensor-core kernel: 16-bit Q and KV of one dtype, head dims 64,
- * 128 or 256, every mask and logits hook; not built-in RoPE, nor a user's
- * row or output hooks (attention_tc.cuh runs those). */
+ * 128 or 256, or 192 x 128 (DeepSeek's prefill; the kernel's 64-column
+ * panels), every mask and logits hook; not built-in RoPE, nor a user's row
+ * or output hooks (attention_tc.cuh runs those). Where only this kernel has
+ * tensor cores (d 256, 192 x 128) the persistent kernel has none, and
+ * batches with tensor-core items take the separate kernels (run.c). */
 static bool wg_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
     if (!t->wgmma || t->kernels == FI_CUDA_KERNELS_CUDA_CORES) return false;
     const bool dt = (c->qt == FI_DTYPE_F16 || c->qt == FI_DTYPE_BF16) && c->kvt == c->qt;
-    const bool dims = (c->dqk == 64 || c->dqk == 128 || c->dqk == 256) &&
-                      (c->dvo == 64 || c->dvo == 128 || c->dvo == 256);
+    const bool dims = ((c->dqk == 64 || c->dqk == 128 || c->dqk == 256) &&
+                       (c->dvo == 64 || c->dvo == 128 || c->dvo == 256)) ||
+                      (c->dqk == 192 && c->dvo == 128);
     const int rows = FI_VH_QUERY | FI_VH_KEY | FI_VH_VALUE | FI_VH_OUTPUT;
     return dt && dims && c->pos != FI_POS_ROPE_LLAMA && !(c->vhooks & rows);
 }
@@ -138,7 +142,8 @@ void fi_cuda_select(const fi_attn_config *c, int64_t max_rows, const fi_cuda_tun
          * blocks would be half idle */
         sel->prefill_separate = (tc || wg) && sel->tc_block == 128;
         /* where the persistent kernel has no tensor-core path (head dim
-         * 256), any batch with tensor-core items takes the separate kernels */
+         * 256, 192 x 128 on sm_90a), any batch with tensor-core items takes
+         * the separate kernels */
         sel->persist_tc = tc;
         /* the separate kernels also take the runs decode version 3 cannot
          * (K/V rows not 16-byte copyable, pages not a power of two); a plan
