@@ -66,11 +66,7 @@ typedef struct fi_item_rec {
     int32_t qo_len;                    /* the request's query tokens */
     int32_t kv_len;                    /* its keys */
     int32_t kv_base;                   /* kv_indptr[req]: pages (paged) or first token */
-    int32_t tc_tail;                   /* 1: fewer than tc_min_rows packed rows, the
-                                          tail of a request wider than a decode's
-                                          m16 tile: the separate path's
-                                          tensor-core kernel takes it (work.cuh) */
-    int32_t pad;
+    int32_t pad[2];
 } fi_item_rec;
 
 /* A partial row's merge, so that counting a row in and merging it need no

@@ -73,12 +73,14 @@ FI_DEV int fi_item_rows(const fi_item_rec *items, int n, int group) {
 
 /* Whether the separate path's tensor-core kernel (attention_tc.cuh,
  * attention_wg.cuh) runs item n, else the CUDA-core kernel does: items of
- * at least a.tc_min_rows packed rows, and the tails of prefill requests
- * (a request's last few tokens: a long key span the CUDA cores would run
- * alone, after the rest of the batch). */
+ * at least a.tc_min_rows packed rows, and the other items of requests that
+ * wide: a prefill's last few tokens, a long key span the CUDA cores would
+ * run alone after the rest of the batch (src/cuda/plan.c pack counts the
+ * same). */
 FI_DEV bool fi_item_on_tc(const fi_attn_args &a, const fi_item_rec *items, int n, int group) {
     if (a.tc_min_rows <= 0) return false;
-    return fi_item_rows(items, n, group) >= a.tc_min_rows || __ldg(&items[n].tc_tail) != 0;
+    return fi_item_rows(items, n, group) >= a.tc_min_rows ||
+           __ldg(&items[n].qo_len) * group >= a.tc_min_rows;
 }
 
 FI_DEV fi_item fi_item_load(const fi_item_rec *items, int n, int hkv, int group) {

@@ -186,10 +186,6 @@ typedef struct fi_backend {
     fi_warmup_list_fn *warmup_list;
     fi_warmup_compile_fn *warmup_compile;
 
-    /* Whether the backend's kernels compute head dims (D_qk, D_vo); both are
-     * already among fi_params_validate's (the union over backends). NULL =
-     * 64, 128 and 256 only. */
-    bool (*head_dims_supported)(int32_t head_dim_qk, int32_t head_dim_vo);
 } fi_backend;
 
 /* The table that serves `device` (src/backends.c); NULL for a value that is

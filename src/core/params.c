@@ -50,11 +50,10 @@ float fi_alibi_slope(int32_t h, int32_t num_heads) {
     return exp2f(-4.0f * (float)(2 * (h - n) + 1) / (float)n);
 }
 
-/* Head dims some backend computes (fi_params_check_backend: which one). */
+/* Head dims every backend computes. */
 static bool is_head_dim(int32_t d) {
     return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256 || d == 512;
 }
-static bool is_base_head_dim(int32_t d) { return d == 64 || d == 128 || d == 256; }
 static bool is_float_dtype(fi_dtype t) {
     return t == FI_DTYPE_F32 || t == FI_DTYPE_F16 || t == FI_DTYPE_BF16;
 }
@@ -80,11 +79,11 @@ fi_status fi_params_validate(const fi_attention_params *p) {
     if (!is_head_dim(p->head_dim_qk))
         return fi_error(FI_STATUS_UNSUPPORTED,
                         "head_dim_qk=%d: supported are 64, 80, 96, 128, 192, 256, 512 "
-                        "(CPU and CUDA; head_dim_qk and head_dim_vo independently)", (int)p->head_dim_qk);
+                        "(head_dim_qk and head_dim_vo independently)", (int)p->head_dim_qk);
     if (!is_head_dim(p->head_dim_vo))
         return fi_error(FI_STATUS_UNSUPPORTED,
                         "head_dim_vo=%d: supported are 64, 80, 96, 128, 192, 256, 512 "
-                        "(CPU and CUDA; head_dim_qk and head_dim_vo independently)", (int)p->head_dim_vo);
+                        "(head_dim_qk and head_dim_vo independently)", (int)p->head_dim_vo);
     if (p->kv_format != FI_KV_FORMAT_PAGED && p->kv_format != FI_KV_FORMAT_RAGGED)
         return INVALID("kv_format=%d is not a fi_kv_format", (int)p->kv_format);
     if (p->kv_format == FI_KV_FORMAT_PAGED && p->page_size <= 0)
@@ -136,17 +135,5 @@ fi_status fi_params_validate(const fi_attention_params *p) {
             if (!isfinite(p->alibi_slopes[h]))
                 return INVALID("alibi_slopes[%d]=%g is not finite", (int)h,
                                (double)p->alibi_slopes[h]);
-    return FI_OK;
-}
-
-fi_status fi_params_check_backend(const fi_backend *be, const fi_attention_params *p) {
-    int32_t dqk = p->head_dim_qk, dvo = p->head_dim_vo;
-    bool ok = be->head_dims_supported ? be->head_dims_supported(dqk, dvo)
-                                      : is_base_head_dim(dqk) && is_base_head_dim(dvo);
-    if (!ok)
-        return fi_error(FI_STATUS_UNSUPPORTED,
-                        "head dims %d x %d (qk x vo): the %s backend computes 64, 128 and 256 "
-                        "(the CPU and CUDA backends also 80, 96, 192 and 512)", (int)dqk, (int)dvo,
-                        be->name);
     return FI_OK;
 }

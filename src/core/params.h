@@ -6,9 +6,6 @@
 
 /* FI_OK, or a status and message naming the first bad field. */
 fi_status fi_params_validate(const fi_attention_params *params);
-/* Whether backend `be` computes the head dims of valid params (FI_OK, or
- * FI_STATUS_UNSUPPORTED naming the dims and the backend). */
-fi_status fi_params_check_backend(const fi_backend *be, const fi_attention_params *params);
 /* The same for a plan's config against its (valid) params (plan.c). */
 fi_status fi_plan_config_validate(const fi_plan_config *config,
                                   const fi_attention_params *params);

@@ -80,7 +80,6 @@ fi_status fi_plan_create_budget(fi_context *ctx, const fi_attention_params *para
     fi_status st = fi_context_check(ctx, "fi_plan_create");
     if (st) return st;
     if ((st = fi_params_validate(params))) return st;
-    if ((st = fi_params_check_backend(ctx->backend, params))) return st;
     fi_plan_config cfg;
     fi_plan_config_init(&cfg);
     if (config) cfg = *config;

@@ -42,7 +42,6 @@ static fi_status check_plan(fi_device_type device, const fi_attention_params *pa
                             const fi_backend **be, fi_plan_config *cfg) {
     fi_status st = find_backend(device, fn, be);
     if (!st) st = fi_params_validate(params);
-    if (!st) st = fi_params_check_backend(*be, params);
     if (st) return st;
     fi_plan_config_init(cfg);
     if (config) {

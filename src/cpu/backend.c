@@ -54,13 +54,6 @@ static fi_status cpu_context_init(fi_context *ctx) {
 }
 
 /* Variant plans compile their kernel here (variant_jit.c). */
-/* Every head dim fi_params_validate admits: the SIMD table is picked per
- * plan by its dims (fi_cpu_simd_for_dims). */
-static bool cpu_head_dims_supported(int32_t head_dim_qk, int32_t head_dim_vo) {
-    (void)head_dim_qk, (void)head_dim_vo;
-    return true;
-}
-
 static fi_status cpu_plan_init(struct fi_plan *plan) {
     return plan->params.variant ? fi_cpu_variant_plan_init(plan) : FI_OK;
 }
@@ -125,7 +118,6 @@ const fi_backend fi_cpu_backend = {
     .top_k = fi_cpu_top_k,
     .rope_cos_sin = fi_cpu_rope_cos_sin,
     .warmup_missing = fi_cpu_warmup_missing,
-    .head_dims_supported = cpu_head_dims_supported,
     .warmup_list = fi_cpu_warmup_list,
     .warmup_compile = fi_cpu_warmup_compile,
 };

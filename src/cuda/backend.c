@@ -121,14 +121,6 @@ static fi_status cuda_context_init(fi_context *ctx) {
     return FI_OK;
 }
 
-/* Every head dim fi_params_validate admits, in any (D_qk, D_vo) pair: the
- * CUDA-core kernel (kernels/attention.cuh) computes them all; select.c
- * picks the tensor-core kernels only for the dims they take. */
-static bool cuda_head_dims_supported(int32_t head_dim_qk, int32_t head_dim_vo) {
-    (void)head_dim_qk, (void)head_dim_vo;
-    return true;
-}
-
 /* One worker per SM: the plan's items are spread over SMs; each worker's
  * CTAs also split the KV heads (grid.y, chosen at plan creation). */
 static int32_t cuda_num_workers(const fi_context *ctx) {
@@ -194,5 +186,4 @@ const fi_backend fi_cuda_backend = {
     .warmup_missing = fi_cuda_warmup_missing,
     .warmup_list = fi_cuda_warmup_list,
     .warmup_compile = fi_cuda_warmup_compile,
-    .head_dims_supported = cuda_head_dims_supported,
 };

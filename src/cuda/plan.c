@@ -100,9 +100,8 @@ static void set_policy(fi_plan *plan, const fi_cuda_plan *ps) {
     pol->split_workers = slots > 1 ? slots : 1;
     /* ... but a request over few KV heads (8/1: 264 slots) into no more
      * than 64 chunks: the merge of a row reads its chunks' partial states
-     * 4 at a time, one after another (persistent.cuh), and 128-256 chunks
-     * of 128-256 keys made a 1 x 16k-64k decode merge-bound (0.57x of
-     * FlashInfer's on the decode grid) */
+     * 4 at a time, one after another (persistent.cuh), so more, shorter
+     * chunks make a long decode merge-bound (docs/BENCHMARKS.md) */
     pol->split_max_chunks = 64;
     /* Each worker's queue in request order, not longest first: the CTAs
      * then sweep the requests together, and a request's causal tiles, which
@@ -237,17 +236,14 @@ static size_t pack(fi_plan *plan, fi_cuda_plan *ps, char *base) {
         const int32_t qo_len = plan->qo_indptr[r + 1] - plan->qo_indptr[r];
         const int64_t rows = (int64_t)(it->q_end - it->q_start) * group;
         const int64_t keys = it->kv_end - it->kv_start;
-        /* a prefill request's last tokens stay with its other tiles on the
-         * tensor cores: on the CUDA-core kernel such a tail (a few rows
-         * over the request's whole key span) ran alone after the batch,
-         * and made any batch of ragged prefills leave the Hopper kernel */
-        const bool tail = ps->tc_path && rows < tc_rows &&
-                          (int64_t)qo_len * group > FI_CUDA_DTC_MAX_ROWS;
+        /* a wide request's narrow items (a prefill's last tokens) go with
+         * its other tiles to the tensor cores (work.cuh fi_item_on_tc) */
+        const bool on_tc = rows >= tc_rows || (int64_t)qo_len * group >= tc_rows;
         rec[n] = (fi_item_rec){it->request, it->q_start, it->q_end, it->kv_start, it->kv_end,
                                it->partial_row, plan->qo_indptr[r], qo_len, plan->kv_len[r],
-                               plan->kv_indptr[r], tail, 0};
-        tc |= rows >= tc_rows || tail;
-        cc |= rows < tc_rows && !tail;
+                               plan->kv_indptr[r], {0, 0}};
+        tc |= on_tc;
+        cc |= !on_tc;
         if (rows > FI_CUDA_DTC_MAX_ROWS) {
             wide = true;
             wide_row_keys += (double)rows * (double)keys;
