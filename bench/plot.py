@@ -129,7 +129,7 @@ def plots(platform, recs, out):
     grid_figure([r for r in grid if r["suite"] == "prefill"],
                 lambda r: shape(r).replace(" p0 ", " ragged "),
                 lambda r: f"{r['params']['batch']}x{r['cell'].split('-')[0].split('x', 1)[1]}",
-                f"{platform}: prefill grid, causal, vs FlashInfer fa2",
+                f"{platform}: prefill grid, causal, vs FlashInfer (best of fa2, fa3)",
                 os.path.join(out, f"{platform}-prefill-grid.png"))
 
     for kv in ("bf16", "e4m3"):
