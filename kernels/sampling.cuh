@@ -67,11 +67,11 @@ template <int T>
 struct exp_of {
     row_of<T> x;
     float m, s, thr;
-    FI_DEV float operator()(int64_t i) const {
-        const float v = x(i);
+    FI_DEV float of(float v) const {
         const float e = sv_exp(mul(sub(v, m), s));
         return v >= thr ? e : 0.0f;
     }
+    FI_DEV float operator()(int64_t i) const { return of(x(i)); }
 };
 
 /* max(t - d, 0) (chain speculative sampling's residual distribution). */
@@ -116,8 +116,9 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_softma
         }
         const exp_of<FI_SV_XT> e{x, m, dvd(1.0f, temp), FI_NEG_INF};
         const float inv = (float)(1.0 / block_total(s, e, a.vocab, FI_NEG_INF));
-        for (int64_t i = threadIdx.x; i < a.vocab; i += NT)
-            fi_sv::store<FI_SV_OT>(out + i * a.o_col, mul(e(i), inv));
+        row_map(x, a.vocab, [&](int64_t i, float xi) {
+            fi_sv::store<FI_SV_OT>(out + i * a.o_col, mul(e.of(xi), inv));
+        });
     }
 }
 
@@ -203,10 +204,11 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_filter
         const bool all = k <= 0 || (int64_t)k >= v;
         bool none;
         const uint32_t t = all ? 0u : select_key(s, x, v, 0u, false, (double)k, 0.0, &none, nullptr);
-        for (int64_t i = threadIdx.x; i < v; i += NT) {
-            if (!all && key_of(x(i)) < t) store_neg_inf<XT>(out + i * a.o_col);
+        if (all && a.in_place) continue;
+        row_map(x, v, [&](int64_t i, float xi) {
+            if (!all && key_of(xi) < t) store_neg_inf<XT>(out + i * a.o_col);
             else if (!a.in_place) fi_copy_raw<ES>(out + i * a.o_col, x.p + i * a.x_col);
-        }
+        });
 #else
         float m;
         uint32_t kinds;
@@ -222,10 +224,9 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_filter
                             : top_p_threshold(s, x, v, p, 0.0f);
         const double total = block_total(s, x, v, t);
         const float inv = total > 0.0 ? (float)(1.0 / total) : 0.0f;
-        for (int64_t i = threadIdx.x; i < v; i += NT) {
-            const float xi = x(i);
+        row_map(x, v, [&](int64_t i, float xi) {
             fi_sv::store<OT>(out + i * a.o_col, xi >= t ? mul(xi, inv) : 0.0f);
-        }
+        });
 #endif
     }
 }
@@ -366,10 +367,21 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_topk_a
             __syncthreads();
             if (threadIdx.x == 0) s.ncand = 0;
             int64_t q_hi = 0, q_lo = 0; /* ties seen so far, in index order */
+            uint32_t keys[AHEAD];
             __syncthreads();
             for (int64_t i0 = 0; i0 < len; i0 += NT) {
+                /* keys loaded AHEAD chunks at a time, each chunk then scanned in order */
+                const int j = (int)((i0 / NT) % AHEAD);
+                if (j == 0)
+#pragma unroll
+                    for (int c = 0; c < AHEAD; c++) {
+                        const int64_t ic = i0 + (int64_t)c * NT + threadIdx.x;
+                        keys[c] = ic < len ? key_of(x(ic)) : 0u;
+                    }
                 const int64_t i = i0 + threadIdx.x;
-                const uint32_t key = i < len ? key_of(x(i)) : 0u;
+                uint32_t key = 0u;
+#pragma unroll
+                for (int c = 0; c < AHEAD; c++) key = c == j ? keys[c] : key;
                 const bool live = i < len;
                 int ph, pl, th, tl;
                 scan2(s, live && r0 > 0 && key == t_hi, live && key == t_lo, &ph, &pl, &th, &tl);

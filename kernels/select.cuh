@@ -20,7 +20,13 @@
  * - Draw: blocks of 1024 values, each summed as the CPU sums it (16 lanes,
  *   lane l adding values l, l + 16, ... in order, then lanes pairwise),
  *   blocks added in f64 in order; the block where u x total falls, then
- *   that block's values in index order.
+ *   that block's values in index order (found by a block scan that
+ *   brackets the CPU's running sum, walked one value at a time only when
+ *   the bracket holds two: pick_in_block).
+ *
+ * Passes over a row load AHEAD values a thread before using any: a block
+ * of 1024 threads needs tens of KB in flight to stream a row at more than
+ * a few GB/s.
  *
  * A row's values come from a functor (v(i): the value of element i as the
  * CPU's f32 row holds it), re-read or recomputed on every pass: rows stay
@@ -40,6 +46,11 @@ constexpr int BLK = 1024;      /* elements per draw block (FI_SV_BLOCK) */
 constexpr int SB = 1024;       /* block sums held at once */
 constexpr int PAIRS = 4096;    /* top-k: (key, index) pairs sorted at once */
 constexpr uint32_t FULL = 0xffffffffu;
+/* Values a thread loads before it uses any on a pass over a row: 8 x 4
+ * bytes x 1024 threads = 32 KB a block in flight (one value at a time, 4
+ * KB, left a pass latency-bound at a few GB/s per SM). */
+constexpr int AHEAD = 8;
+static_assert(BLK == NT, "a draw block's weights are one a thread (pick_in_block)");
 
 #define FI_SV_NEGATIVE 1u
 #define FI_SV_NAN 2u
@@ -65,6 +76,22 @@ struct shm {
     int ncand;
 };
 
+/* body(i, v(i)) for this thread's i = threadIdx.x + j NT < n, AHEAD loads
+ * issued before any body runs. A body may store element i (each is read
+ * and then written by one thread: in place is safe). */
+template <class F, class B>
+FI_DEV void row_map(const F &v, int64_t n, B body) {
+    for (int64_t i0 = threadIdx.x; i0 < n; i0 += (int64_t)AHEAD * NT) {
+        float x[AHEAD];
+#pragma unroll
+        for (int j = 0; j < AHEAD; j++)
+            if (i0 + (int64_t)j * NT < n) x[j] = v(i0 + (int64_t)j * NT);
+#pragma unroll
+        for (int j = 0; j < AHEAD; j++)
+            if (i0 + (int64_t)j * NT < n) body(i0 + (int64_t)j * NT, x[j]);
+    }
+}
+
 /* ------------------------------------------------------------- stats */
 
 /* The largest value of v over [0, n) (NaN ignored; -inf when none) and the
@@ -74,12 +101,11 @@ template <class F>
 FI_DEV void row_stats(shm &s, const F &v, int64_t n, float *max, uint32_t *kinds) {
     float m = FI_NEG_INF;
     uint32_t k = 0;
-    for (int64_t i = threadIdx.x; i < n; i += NT) {
-        const float x = v(i);
+    row_map(v, n, [&](int64_t, float x) {
         m = vmax(m, x);
         k |= (x < 0.0f ? FI_SV_NEGATIVE : 0u) | (x != x ? FI_SV_NAN : 0u) |
              (x == FI_POS_INF ? FI_SV_POS_INF : 0u);
-    }
+    });
 #pragma unroll
     for (int o = 16; o; o >>= 1) {
         m = vmax(m, __shfl_xor_sync(FULL, m, o));
@@ -154,8 +180,42 @@ FI_DEV int boundary(shm &s, int nb, int lvl, bool mass, uint32_t e0, double frac
         const int b = c + lane;
         const uint32_t cnt = s.count[b];
         unsigned nz = __ballot_sync(FULL, cnt != 0);
-        const double sv = mass ? bucket_mass(s, b, lvl == 0 ? ((uint32_t)b >> 2) & 0xffu : e0)
-                               : (double)cnt;
+        if (!nz) continue;
+        const double sv = cnt == 0 ? 0.0
+                          : mass   ? bucket_mass(s, b, lvl == 0 ? ((uint32_t)b >> 2) & 0xffu : e0)
+                                   : (double)cnt;
+        /* The CPU adds the buckets to *above one at a time from the top and
+         * stops at the first whose sum reaches *target. The chunk's suffix
+         * sums by a scan decide that in a few steps: counts are exact
+         * integers in either order; masses (33 terms at most) are within
+         * 2^-47 of their bound T = *above + the chunk's total either way,
+         * so the top bucket reaching target - E and the top one reaching
+         * target + E (E = 2^-45 T) bracket the CPU's; when they differ (a
+         * sum within E of target: rare) this chunk is walked as the CPU
+         * walks it. *above itself is always summed in the CPU's order. */
+        double suffix = sv;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double y = __shfl_down_sync(FULL, suffix, o);
+            if (lane + o < 32) suffix += y;
+        }
+        const double p = *above + suffix;
+        const double e = mass ? (*above + __shfl_sync(FULL, suffix, 0)) * 0x1p-45 : 0.0;
+        const unsigned reach_lo = __ballot_sync(FULL, cnt != 0 && p >= *target - e);
+        const unsigned reach_hi = __ballot_sync(FULL, cnt != 0 && p >= *target + e);
+        const int top_lo = reach_lo ? 31 - __clz(reach_lo) : -1;
+        const int top_hi = reach_hi ? 31 - __clz(reach_hi) : -1;
+        if (top_lo < 0 || top_lo == top_hi) {
+            /* the buckets over the chosen one (all of them when none is) */
+            unsigned over = top_lo < 0 ? nz : nz & ~((2u << top_lo) - 1u);
+            while (over) {
+                const int l = 31 - __clz(over);
+                over &= ~(1u << l);
+                *above += __shfl_sync(FULL, sv, l);
+            }
+            if (top_lo >= 0) return c + top_lo;
+            continue;
+        }
         while (nz) {
             const int l = 31 - __clz(nz);
             nz &= ~(1u << l);
@@ -201,12 +261,20 @@ FI_DEV uint32_t select_key(shm &s, const F &v, int64_t n, uint32_t lo, bool mass
                 hist_add(s, in ? (key >> shift) & bmask : 0xffffffffu, key, mass);
             }
         } else {
-            for (int64_t i0 = threadIdx.x & ~31; i0 < n; i0 += NT) {
-                const int64_t i = i0 + lane;
-                const uint32_t key = i < n ? key_of(v(i)) : 0u;
-                const bool in = i < n && key >= lo && (key & pmask) == prefix;
-                hist_add(s, in ? (key >> shift) & bmask : 0xffffffffu, key, mass);
-                if (gather && in) s.u.s.cand[atomicAdd(&s.ncand, 1)] = key;
+            for (int64_t w0 = threadIdx.x & ~31; w0 < n; w0 += (int64_t)AHEAD * NT) {
+                uint32_t key[AHEAD]; /* w0 is uniform per warp (hist_add's shuffles) */
+#pragma unroll
+                for (int j = 0; j < AHEAD; j++) {
+                    const int64_t i = w0 + lane + (int64_t)j * NT;
+                    key[j] = i < n ? key_of(v(i)) : 0u;
+                }
+#pragma unroll
+                for (int j = 0; j < AHEAD; j++) {
+                    const bool in = w0 + lane + (int64_t)j * NT < n && key[j] >= lo &&
+                                    (key[j] & pmask) == prefix;
+                    hist_add(s, in ? (key[j] >> shift) & bmask : 0xffffffffu, key[j], mass);
+                    if (gather && in) s.u.s.cand[atomicAdd(&s.ncand, 1)] = key[j];
+                }
             }
         }
         __syncthreads();
@@ -265,8 +333,8 @@ FI_DEV void block_sums(shm &s, const W &w, int64_t n, float t, int64_t b0, int64
         float acc = 0.0f;
         if (task < tasks) {
             const int64_t first = (b0 + task / 16) * BLK + (task & 15);
-            if (first + 16 * 63 < n) {
-#pragma unroll 8
+            if (first + 16 * 63 < n) { /* 16 loads in flight a thread: 64 KB a block */
+#pragma unroll 16
                 for (int j = 0; j < 64; j++) {
                     const float x = w(first + 16 * j);
                     acc = add(acc, x >= t ? x : 0.0f);
@@ -310,6 +378,54 @@ FI_DEV double block_total(shm &s, const W &w, int64_t n, float t) {
     if (threadIdx.x == 0) s.dv[2] = total;
     __syncthreads();
     return s.dv[2];
+}
+
+/* The CPU's pick in a block's weights buf[0, len) (len <= NT, one a
+ * thread): running from cum, it adds the kept ones (x >= t, x > 0) in f64
+ * one at a time and takes the first whose sum passes stop, else the last
+ * kept. A block scan in f64 gives those sums in another order; each is a
+ * sum of at most 1025 non-negative terms, so both are within 2^-42 of
+ * their bound T = cum + the block's kept sum, by the standard bound on
+ * recursive summation. The first kept value whose scanned sum passes
+ * stop + E and the first past stop - E (E = 2^-40 T) bracket the CPU's:
+ * when they are the same value, or none passes stop - E (then the CPU's
+ * sum never passes stop: the last kept), that is the pick; else (a sum
+ * within E of stop: rare) -1 and the caller walks as the CPU. s.redu[0..2]
+ * set to len, len, 0 before the sync that follows buf's writes. */
+FI_DEV int64_t pick_in_block(shm &s, const float *buf, int len, float t, double cum, double stop) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = threadIdx.x;
+    const float x = c < len ? buf[c] : 0.0f;
+    const bool kept = c < len && x >= t && x > 0.0f;
+    double incl = kept ? (double)x : 0.0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const double y = __shfl_up_sync(FULL, incl, o);
+        if (lane >= o) incl += y;
+    }
+    double *wsum = s.u.blocks; /* the block sums are read */
+    if (lane == 31) wsum[warp] = incl;
+    __syncthreads();
+    if (warp == 0) { /* the warps' totals: exclusive prefix, and the sum at NW */
+        const double ws = wsum[lane];
+        double pre = ws;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double y = __shfl_up_sync(FULL, pre, o);
+            if (lane >= o) pre += y;
+        }
+        wsum[lane] = pre - ws; /* rounding: inside the bound below */
+        if (lane == 31) wsum[NW] = pre;
+    }
+    __syncthreads();
+    const double sum = cum + (wsum[warp] + incl), e = (cum + wsum[NW]) * 0x1p-40;
+    if (kept && sum > stop - e) atomicMin(&s.redu[0], (uint32_t)c);
+    if (kept && sum > stop + e) atomicMin(&s.redu[1], (uint32_t)c);
+    if (kept) atomicMax(&s.redu[2], (uint32_t)c + 1u);
+    __syncthreads();
+    const uint32_t first_lo = s.redu[0], first_hi = s.redu[1], last = s.redu[2];
+    __syncthreads(); /* s.redu and s.u are free again */
+    if (first_lo == (uint32_t)len) return (int64_t)last - 1;
+    return first_lo == first_hi ? (int64_t)first_lo : -1;
 }
 
 /* The index drawn by u in [0, 1) from the weights w(i) >= t (w >= 0) over
@@ -362,9 +478,12 @@ FI_DEV int64_t draw(shm &s, const W &w, int64_t n, float t, double u) {
     const int64_t lo = found * BLK, len = n - lo < BLK ? n - lo : BLK;
     float *buf = reinterpret_cast<float *>(s.count);
     for (int64_t i = threadIdx.x; i < len; i += NT) buf[i] = w(lo + i);
+    if (threadIdx.x == 0) s.redu[0] = s.redu[1] = (uint32_t)len, s.redu[2] = 0;
     __syncthreads();
-    if (threadIdx.x < 32) {
-        int64_t pick = -1;
+    const int64_t pick = pick_in_block(s, buf, (int)len, t, cum, stop);
+    if (pick >= 0) return lo + pick;
+    if (threadIdx.x < 32) { /* the CPU's walk, one kept value at a time */
+        int64_t at = -1;
         bool done = false;
         for (int c = 0; c < len && !done; c += 32) {
             const float x = c + lane < len ? buf[c + lane] : 0.0f;
@@ -372,7 +491,7 @@ FI_DEV int64_t draw(shm &s, const W &w, int64_t n, float t, double u) {
             while (kept) {
                 const int l = __ffs(kept) - 1;
                 kept &= kept - 1;
-                pick = lo + c + l;
+                at = lo + c + l;
                 cum += (double)__shfl_sync(FULL, x, l);
                 if (cum > stop) {
                     done = true;
@@ -380,7 +499,7 @@ FI_DEV int64_t draw(shm &s, const W &w, int64_t n, float t, double u) {
                 }
             }
         }
-        if (lane == 0) s.iv[2] = pick;
+        if (lane == 0) s.iv[2] = at;
     }
     __syncthreads();
     return s.iv[2];

@@ -20,15 +20,16 @@
  *
  * Semantics are the CPU backend's (src/cpu/ops_norm.c, docs/SEMANTICS.md
  * "Serving ops"). Norms: a row (group of 32 threads, or the whole block for
- * long rows) keeps up to 16 (8) of its f32 values per thread in registers, so
- * input, residual and out are each read or written once; the rest of a
- * longer row is read again. Sums in f32 in a fixed tree (bitwise the same
- * run after run; within rounding of the CPU's 16-lane sums). The fused add
- * stores the f32 sum rounded into the residual and normalises the
- * unrounded sum. Activations: serving_math.cuh's f32 functions, the CPU's
- * bits. RoPE: y = x c - x' s in f32 as the CPU; a token whose position is
- * outside the cache is skipped (the CPU backend refuses it; its rows are
- * not written).
+ * long rows) keeps up to 16 (8) of its values per thread in registers, so
+ * input, residual and out are each read or written once, and the next row
+ * is loaded before this one is reduced; the rest of a longer row is read
+ * again. Sums in f32 in a fixed tree (bitwise the same run after run;
+ * within rounding of the CPU's 16-lane sums). The fused add stores the f32
+ * sum rounded into the residual and normalises the unrounded sum.
+ * Activations: serving_math.cuh's f32 functions (the CPU's formulas with
+ * MUFU exponentials: within rounding of its results). RoPE: y = x c - x' s
+ * in f32 as the CPU; a token whose position is outside the cache is
+ * skipped (the CPU backend refuses it; its rows are not written).
  */
 #include "serving_math.cuh"
 
@@ -106,13 +107,98 @@ namespace fi_sv {
 constexpr int XT = FI_SV_XT, RT = FI_SV_RT, WT = FI_SV_WT, BT = FI_SV_BT, OT = FI_SV_OT;
 constexpr bool FUSED = RT >= 0, LAYER = FI_SV_LAYER != 0, GEMMA = FI_SV_GEMMA != 0;
 constexpr bool FP8_OUT = OT == FI_T_E4M3 || OT == FI_T_E5M2;
-/* Units a thread keeps in registers: 16 f32 values (vector path) or 8
- * (element path), so rows of up to 16384 (8192) elements are read once by
- * 1024 threads; more did not fit the 64 registers of a 1024-thread block
- * without spills (ptxas, nvcc 13). */
+/* Units a thread keeps in registers: 16 values (vector path) or 8 (element
+ * path), so rows of up to 16384 (8192) elements are read once by 1024
+ * threads. Kept as loaded (raw words, converted at each use), a thread's
+ * row and the next row's load fit the 64 registers of a 1024-thread block
+ * (ptxas, nvcc 13: no spills); weights are read at each row's stores (from
+ * L1/L2: the same for every row). */
 constexpr int KEEP = VEC ? 2 : 8;
 
-/* Unit u of a row: input (+ residual), the unrounded f32 sum. */
+/* EPU elements of dtype T as loaded: 16-byte (8-byte for FP8) vector
+ * words, or one element already in f32 on the element path. */
+template <int T>
+struct raw {
+    static constexpr int ES = fi_dtype_bytes<T>::value;
+    static constexpr int W = VEC ? (8 * ES >= 4 ? 8 * ES / 4 : 1) : 1;
+    uint32_t w[W];
+    FI_DEV void load(const char *p, int64_t col, int64_t u) {
+        if constexpr (VEC) {
+            const char *q = p + u * 8 * ES;
+            if constexpr (W >= 4) {
+#pragma unroll
+                for (int i = 0; i < W / 4; i++) {
+                    const uint4 v = reinterpret_cast<const uint4 *>(q)[i];
+                    w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+                }
+            } else {
+                const uint2 v = *reinterpret_cast<const uint2 *>(q);
+                w[0] = v.x, w[1] = v.y;
+            }
+        } else {
+            w[0] = __float_as_uint(fi_load_elem<T>(p + u * col));
+        }
+    }
+    FI_DEV void get(float *v) const {
+        if constexpr (VEC) fi_unpack<T, 8>(w, v);
+        else v[0] = __uint_as_float(w[0]);
+    }
+};
+
+/* Two rows' words fit beside the rest in 64 registers: 16 words a row (f32
+ * input and residual, 32, spilled). */
+constexpr bool AHEAD = KEEP * (raw<XT>::W + (FUSED ? raw<(FUSED ? RT : XT)>::W : 0)) <= 16;
+
+/* The row units a thread owns (sub + k G, k < KEEP): input and, fused,
+ * residual as loaded (AHEAD: two rows fit), else their f32 sums (one row:
+ * fewer words when both are f32). */
+struct row_regs {
+    raw<XT> x[AHEAD ? KEEP : 1];
+    raw<(FUSED ? RT : XT)> r[AHEAD && FUSED ? KEEP : 1];
+    float v[AHEAD ? 1 : KEEP][AHEAD ? 1 : EPU];
+};
+
+FI_DEV void load_row(const fi_sv_norm_args &a, const char *xr, const char *rr, int sub_,
+                     int units, row_regs &q) {
+#pragma unroll
+    for (int k = 0; k < KEEP; k++) {
+        const int u = sub_ + k * a.group;
+        if (u < units) {
+            if constexpr (AHEAD) {
+                q.x[AHEAD ? k : 0].load(xr, a.x_col, u);
+                if constexpr (FUSED) q.r[AHEAD && FUSED ? k : 0].load(rr, a.r_col, u);
+            } else {
+                load_unit<XT>(xr, a.x_col, u, q.v[AHEAD ? 0 : k]);
+                if constexpr (FUSED) {
+                    float r[EPU];
+                    load_unit<(FUSED ? RT : XT)>(rr, a.r_col, u, r);
+#pragma unroll
+                    for (int e = 0; e < EPU; e++)
+                        q.v[AHEAD ? 0 : k][e] = add(q.v[AHEAD ? 0 : k][e], r[e]);
+                }
+            }
+        }
+    }
+}
+
+/* Unit k of q: input (+ residual), the unrounded f32 sum (recomputed at each
+ * use from what was loaded: the same bits). */
+FI_DEV void kept_unit(const row_regs &q, int k, float *v) {
+    if constexpr (!AHEAD) {
+#pragma unroll
+        for (int e = 0; e < EPU; e++) v[e] = q.v[AHEAD ? 0 : k][e];
+        return;
+    }
+    q.x[AHEAD ? k : 0].get(v);
+    if constexpr (FUSED) {
+        float r[EPU];
+        q.r[AHEAD && FUSED ? k : 0].get(r);
+#pragma unroll
+        for (int e = 0; e < EPU; e++) v[e] = add(v[e], r[e]);
+    }
+}
+
+/* Unit u of a row read from memory (past the kept units). */
 FI_DEV void row_unit(const fi_sv_norm_args &a, const char *xr, const char *rr, int64_t u,
                      float *v) {
     load_unit<XT>(xr, a.x_col, u, v);
@@ -124,13 +210,12 @@ FI_DEV void row_unit(const fi_sv_norm_args &a, const char *xr, const char *rr, i
     }
 }
 
-/* Unit u normalised and stored (residual first, when fused). */
+/* Unit u normalised by weights w (and bias b) and stored (residual first,
+ * when fused). */
 FI_DEV void row_out(const fi_sv_norm_args &a, char *rr, char *orow, int64_t u, const float *v,
-                    float mean, float rstd) {
+                    const float *w, const float *b, float mean, float rstd) {
     if constexpr (FUSED) store_unit<(FUSED ? RT : XT)>(rr, a.r_col, u, v);
-    float w[EPU], b[EPU], y[EPU];
-    load_unit<WT>(a.w, a.w_col, u, w);
-    if constexpr (BT >= 0) load_unit<(BT >= 0 ? BT : XT)>(a.b, a.b_col, u, b);
+    float y[EPU];
 #pragma unroll
     for (int e = 0; e < EPU; e++) {
         const float we = GEMMA ? add(1.0f, w[e]) : w[e];
@@ -141,61 +226,99 @@ FI_DEV void row_out(const fi_sv_norm_args &a, char *rr, char *orow, int64_t u, c
     store_unit<OT>(orow, a.o_col, u, y);
 }
 
+/* Unit u's weights (and bias) read from memory. */
+FI_DEV void wb_unit(const fi_sv_norm_args &a, int64_t u, float *w, float *b) {
+    load_unit<WT>(a.w, a.w_col, u, w);
+    if constexpr (BT >= 0) load_unit<(BT >= 0 ? BT : XT)>(a.b, a.b_col, u, b);
+}
+
 } // namespace fi_sv
 
-extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_norm_args a) {
-    using namespace fi_sv;
-    __shared__ float red[32];
+namespace fi_sv {
+
+/* Byte offset of row r in a tensor of leading byte strides st: one stride
+ * (FITS) or through the leading dims. */
+template <bool FITS>
+FI_DEV int64_t norm_row(const fi_sv_norm_args &a, const int64_t *st, int64_t r) {
+    return FITS ? r * st[0] : row_offset(a.lead, st, a.nlead, r);
+}
+
+/* A group of G threads (a warp, or the whole block) per row, the grid
+ * striding over the rows with the same thread-to-unit map. FITS: the row is
+ * all in the group's registers (units <= KEEP G) and the rows are at one
+ * stride; then row r + stride is loaded before row r is reduced, so that
+ * load is in flight through the reduction's syncs and the stores, where a
+ * row at a time leaves the memory idle between rows. Otherwise no
+ * registers are left to load ahead (the 64-bit divisions of a row's
+ * offset through several dims need theirs: ptxas spilled): a longer row
+ * reads its units past the kept ones again. */
+template <bool FITS>
+FI_DEV void norm_rows(const fi_sv_norm_args &a, float *red) {
     const int G = a.group, sub_ = threadIdx.x % G;
-    const int per_block = blockDim.x / G;
-    const int64_t units = a.hidden / EPU;
+    const int units = (int)(a.hidden / EPU); /* hidden < 2^31 (serving_ops.c) */
+    const int64_t step = (int64_t)gridDim.x * (blockDim.x / G);
     const float h = (float)a.hidden;
     /* a group's rows are uniform across it (a whole block when G > 32) */
-    for (int64_t r = (int64_t)blockIdx.x * per_block + threadIdx.x / G; r < a.rows;
-         r += (int64_t)gridDim.x * per_block) {
-        const char *xr = a.x + row_offset(a.lead, a.x_lead, a.nlead, r);
-        char *rr = FUSED ? a.res + row_offset(a.lead, a.r_lead, a.nlead, r) : nullptr;
-        char *orow = a.out + row_offset(a.lead, a.o_lead, a.nlead, r);
-        float keep[KEEP][EPU];
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / G) + threadIdx.x / G;
+    row_regs cur;
+    if (FITS && r < a.rows)
+        load_row(a, a.x + norm_row<FITS>(a, a.x_lead, r),
+                 FUSED ? a.res + norm_row<FITS>(a, a.r_lead, r) : nullptr, sub_, units,
+                 cur);
+    for (; r < a.rows; r += step) {
+        const char *xr = a.x + norm_row<FITS>(a, a.x_lead, r);
+        char *rr = FUSED ? a.res + norm_row<FITS>(a, a.r_lead, r) : nullptr;
+        char *orow = a.out + norm_row<FITS>(a, a.o_lead, r);
+        row_regs nxt;
+        if (!FITS)
+            load_row(a, xr, rr, sub_, units, cur);
+        else if (r + step < a.rows)
+            load_row(a, a.x + norm_row<FITS>(a, a.x_lead, r + step),
+                     FUSED ? a.res + norm_row<FITS>(a, a.r_lead, r + step) : nullptr,
+                     sub_, units, nxt);
         float acc = 0.0f;
 #pragma unroll
         for (int k = 0; k < KEEP; k++) {
-            const int64_t u = sub_ + (int64_t)k * G;
-            if (u < units) {
-                row_unit(a, xr, rr, u, keep[k]);
+            if (sub_ + k * G < units) {
+                float v[EPU];
+                kept_unit(cur, k, v);
 #pragma unroll
-                for (int e = 0; e < EPU; e++) acc += LAYER ? keep[k][e] : keep[k][e] * keep[k][e];
+                for (int e = 0; e < EPU; e++) acc += LAYER ? v[e] : v[e] * v[e];
             }
         }
-        for (int64_t u = sub_ + (int64_t)KEEP * G; u < units; u += G) {
-            float v[EPU];
-            row_unit(a, xr, rr, u, v);
+        if (!FITS)
+            for (int u = sub_ + KEEP * G; u < units; u += G) {
+                float v[EPU];
+                row_unit(a, xr, rr, u, v);
 #pragma unroll
-            for (int e = 0; e < EPU; e++) acc += LAYER ? v[e] : v[e] * v[e];
-        }
+                for (int e = 0; e < EPU; e++) acc += LAYER ? v[e] : v[e] * v[e];
+            }
         float total = group_sum(acc, G, red), mean = 0.0f;
         if constexpr (LAYER) { /* the squared deviations, as the CPU: a second sum */
             mean = total / h;
             acc = 0.0f;
 #pragma unroll
             for (int k = 0; k < KEEP; k++) {
-                const int64_t u = sub_ + (int64_t)k * G;
-                if (u < units)
+                if (sub_ + k * G < units) {
+                    float v[EPU];
+                    kept_unit(cur, k, v);
 #pragma unroll
                     for (int e = 0; e < EPU; e++) {
-                        const float d = keep[k][e] - mean;
+                        const float d = v[e] - mean;
                         acc += d * d;
                     }
-            }
-            for (int64_t u = sub_ + (int64_t)KEEP * G; u < units; u += G) {
-                float v[EPU];
-                row_unit(a, xr, rr, u, v);
-#pragma unroll
-                for (int e = 0; e < EPU; e++) {
-                    const float d = v[e] - mean;
-                    acc += d * d;
                 }
             }
+            if (!FITS)
+                for (int u = sub_ + KEEP * G; u < units; u += G) {
+                    float v[EPU];
+                    row_unit(a, xr, rr, u, v);
+#pragma unroll
+                    for (int e = 0; e < EPU; e++) {
+                        const float d = v[e] - mean;
+                        acc += d * d;
+                    }
+                }
             total = group_sum(acc, G, red);
         }
         const float rstd = 1.0f / sqrtf(total / h + a.eps);
@@ -203,15 +326,32 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_norm_a
          * read and written by the thread that owns it */
 #pragma unroll
         for (int k = 0; k < KEEP; k++) {
-            const int64_t u = sub_ + (int64_t)k * G;
-            if (u < units) row_out(a, rr, orow, u, keep[k], mean, rstd);
+            const int u = sub_ + k * G;
+            if (u < units) {
+                float v[EPU], w[EPU], b[EPU];
+                kept_unit(cur, k, v);
+                wb_unit(a, u, w, b);
+                row_out(a, rr, orow, u, v, w, b, mean, rstd);
+            }
         }
-        for (int64_t u = sub_ + (int64_t)KEEP * G; u < units; u += G) {
-            float v[EPU];
-            row_unit(a, xr, rr, u, v);
-            row_out(a, rr, orow, u, v, mean, rstd);
-        }
+        if (!FITS)
+            for (int u = sub_ + KEEP * G; u < units; u += G) {
+                float v[EPU], w[EPU], b[EPU];
+                row_unit(a, xr, rr, u, v);
+                wb_unit(a, u, w, b);
+                row_out(a, rr, orow, u, v, w, b, mean, rstd);
+            }
+        if (FITS) cur = nxt;
     }
+}
+
+} // namespace fi_sv
+
+extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_norm_args a) {
+    using namespace fi_sv;
+    __shared__ float red[32];
+    if (AHEAD && a.nlead == 1 && a.hidden / EPU <= (int64_t)KEEP * a.group) norm_rows<AHEAD>(a, red);
+    else norm_rows<false>(a, red);
 }
 
 /* ========================================================== activations */

@@ -1,10 +1,11 @@
 /*
  * bench_serving.c — the serving ops on the CUDA backend: rmsnorm and
- * fused_add_rmsnorm (bf16, rows 1-4096 x hidden 4096 / 8192), silu_and_mul
- * (bf16, d 14336), softmax, top-k / top-p / top-k+top-p sampling from
- * probs, top_k_renorm_probs, top_k_mask_logits and top_k (f32, rows
- * 1-256 x vocab 128256), apply_rope_with_cos_sin_cache (bf16, 32/8 heads,
- * d 128).
+ * fused_add_rmsnorm (bf16, rows 1 / 16 / 64 / 256 / 1024 / 4096 x hidden
+ * 2048 / 4096 / 8192 / 16384), silu_and_mul (bf16, rows 1 / 64 / 256 /
+ * 1024 / 4096 x d 4096 / 14336), softmax, top-k / top-p / top-k+top-p
+ * sampling from probs, top_k_renorm_probs, top_k_mask_logits and top_k
+ * (f32, rows 1 / 16 / 64 / 256 / 512 x vocab 128256),
+ * apply_rope_with_cos_sin_cache (bf16, 32/8 heads, d 128).
  *
  * Each cell's inputs are random (probabilities in [0, 1), never a zero
  * row) in enough copies that one sweep over them reads >= 256 MB (at most
@@ -19,7 +20,7 @@
  * docs/BENCHMARKS.md). The samplers read their row several times (select
  * passes from L2): their % says how far from one pass they are.
  *
- *   build/bench_serving [--json FILE] [--reps N] [--quick]
+ *   build/bench_serving [--json FILE] [--reps N] [--quick]   (quick: rows 1, 64, 4096)
  */
 #include "flashinfer.h"
 #include "../../tests/gpu/gpu_util.h"
@@ -147,19 +148,24 @@ int main(int argc, char **argv) {
     gu_event e0, e1;
     if (GU(gu.StreamCreate(&s, 1)) || GU(gu.EventCreate(&e0, 0)) || GU(gu.EventCreate(&e1, 0)))
         return 1;
-    static const int64_t norm_rows[] = {1, 128, 4096}, norm_h[] = {4096, 8192};
-    static const int64_t vocab_rows[] = {1, 64, 256};
-    cell cells[64];
+    /* kept equal to bench_serving_peers.py's CELLS */
+    static const int64_t norm_rows[] = {1, 16, 64, 256, 1024, 4096};
+    static const int64_t norm_h[] = {2048, 4096, 8192, 16384};
+    static const int64_t act_rows[] = {1, 64, 256, 1024, 4096}, act_d[] = {4096, 14336};
+    static const int64_t vocab_rows[] = {1, 16, 64, 256, 512};
+    enum { NR = 6, NH = 4, NAR = 5, NAD = 2, NV = 5 };
+    cell cells[2 * NR * NH + NAR * NAD + (OP_TOP_K - OP_SOFTMAX + 1) * NV + 1];
     int nc = 0;
     for (int o = OP_RMSNORM; o <= OP_FUSED_ADD_RMSNORM; o++)
-        for (int r = 0; r < 3; r++)
-            for (int h = 0; h < 2; h++) cells[nc++] = (cell){(op)o, norm_rows[r], norm_h[h]};
-    for (int r = 1; r < 3; r++) cells[nc++] = (cell){OP_SILU_AND_MUL, norm_rows[r], 14336};
+        for (int r = 0; r < NR; r++)
+            for (int h = 0; h < NH; h++) cells[nc++] = (cell){(op)o, norm_rows[r], norm_h[h]};
+    for (int r = 0; r < NAR; r++)
+        for (int d = 0; d < NAD; d++) cells[nc++] = (cell){OP_SILU_AND_MUL, act_rows[r], act_d[d]};
     for (int o = OP_SOFTMAX; o <= OP_TOP_K; o++)
-        for (int r = 0; r < 3; r++) cells[nc++] = (cell){(op)o, vocab_rows[r], 128256};
+        for (int r = 0; r < NV; r++) cells[nc++] = (cell){(op)o, vocab_rows[r], 128256};
     cells[nc++] = (cell){OP_ROPE, 4096, (HQ + HK) * HD};
     FILE *jf = json ? fopen(json, "w") : NULL;
-    char table[16384];
+    char table[65536];
     int tl = snprintf(table, sizeof table, "| op | rows | cols | us | GB/s | %% of copy |\n"
                                            "|---|---|---|---|---|---|\n");
     tu_rng rng;
@@ -167,7 +173,7 @@ int main(int argc, char **argv) {
     int status = 0;
     for (int ci = 0; ci < nc; ci++) {
         const cell *c = &cells[ci];
-        if (quick && c->rows == 128) continue;
+        if (quick && c->rows != 1 && c->rows != 64 && c->rows != 4096) continue;
         size_t in, out;
         double moved;
         cell_bytes(c, &in, &out, &moved);

@@ -4,11 +4,12 @@ the same run: FlashInfer's own op (flashinfer.norm / activation / sampling /
 topk / rope) and torch's composition of primitives for each serving op.
 
 Cells (kept equal to bench/cuda/bench_serving.c's): rmsnorm and
-fused_add_rmsnorm (bf16, rows 1 / 128 / 4096 x hidden 4096 / 8192),
-silu_and_mul (bf16, rows 128 / 4096 x d 14336), softmax (temperature 0.8),
-top_k / top_p / top_k_top_p sampling from probs (k 50, p 0.9),
-top_k_renorm_probs, top_k_mask_logits and top_k (f32, rows 1 / 64 / 256 x
-vocab 128256), apply_rope_with_cos_sin_cache (bf16, 4096 tokens, 32/8 heads,
+fused_add_rmsnorm (bf16, rows 1 / 16 / 64 / 256 / 1024 / 4096 x hidden
+2048 / 4096 / 8192 / 16384), silu_and_mul (bf16, rows 1 / 64 / 256 / 1024 /
+4096 x d 4096 / 14336), softmax (temperature 0.8), top_k / top_p /
+top_k_top_p sampling from probs (k 50, p 0.9), top_k_renorm_probs,
+top_k_mask_logits and top_k (f32, rows 1 / 16 / 64 / 256 / 512 x vocab
+128256), apply_rope_with_cos_sin_cache (bf16, 4096 tokens, 32/8 heads,
 d 128, NeoX, a cache of 8192 positions).
 
 Inputs random (values uniform in [0, 1), the samplers' probabilities each
@@ -38,12 +39,14 @@ HQ, HK, HD, MAXPOS = 32, 8, 128, 8192
 VOCAB = 128256
 BF16, F32, DEV = torch.bfloat16, torch.float32, "cuda"
 
-CELLS = ([("rmsnorm", r, h) for r in (1, 128, 4096) for h in (4096, 8192)]
-         + [("fused_add_rmsnorm", r, h) for r in (1, 128, 4096) for h in (4096, 8192)]
-         + [("silu_and_mul", r, 14336) for r in (128, 4096)]
+CELLS = ([("rmsnorm", r, h) for r in (1, 16, 64, 256, 1024, 4096)
+          for h in (2048, 4096, 8192, 16384)]
+         + [("fused_add_rmsnorm", r, h) for r in (1, 16, 64, 256, 1024, 4096)
+            for h in (2048, 4096, 8192, 16384)]
+         + [("silu_and_mul", r, d) for r in (1, 64, 256, 1024, 4096) for d in (4096, 14336)]
          + [(op, r, VOCAB) for op in ("softmax", "top_k_sampling", "top_p_sampling",
                                       "top_k_top_p_sampling", "top_k_renorm_probs",
-                                      "top_k_mask_logits", "top_k") for r in (1, 64, 256)]
+                                      "top_k_mask_logits", "top_k") for r in (1, 16, 64, 256, 512)]
          + [("rope_cos_sin_cache", 4096, (HQ + HK) * HD)])
 
 

@@ -253,6 +253,7 @@ static bool vec_1d(const fi_tensor *t) {
 
 fi_status fi_cuda_norm(fi_context *ctx, const fi_norm_args *a, void *stream) {
     const fi_tensor *x = a->input, *res = a->residual, *o = a->out;
+    if (a->hidden > INT32_MAX) return too_large("norm", "hidden", a->hidden);
     const int last = x->ndim - 1;
     fi_sv_norm_args k;
     memset(&k, 0, sizeof k);
@@ -277,16 +278,22 @@ fi_status fi_cuda_norm(fi_context *ctx, const fi_norm_args *a, void *stream) {
                      (!res || fi_cuda_sv_rows_aligned(res, unit_align(res))) &&
                      vec_1d(a->weight) && (!a->bias || vec_1d(a->bias));
     /* threads per row: a power of two giving each at most the values it
-     * keeps in registers (kernels/serving.cuh: 2 units of 8, or 8), up to 1024 */
+     * keeps in registers (kernels/serving.cuh: 2 units of 8, or 8), up to
+     * 1024; more (each keeping fewer) while the rows would not fill the
+     * GPU's resident threads, so a small batch has more loads in flight */
+    const fi_cuda_ctx *cc = ctx->backend_state;
+    const int64_t sms = cc->sm_count > 0 ? cc->sm_count : 1;
     const int64_t units = vec ? a->hidden / 8 : a->hidden, per_thread = vec ? 2 : 8;
     int group = 32;
     while (group < 1024 && (int64_t)group * per_thread < units) group <<= 1;
+    while (group < 1024 && group < units && a->rows * group < sms * 1024) group <<= 1;
     k.group = group;
-    const int threads = group > 32 ? group : 128;
-    const fi_cuda_ctx *cc = ctx->backend_state;
+    const int threads = group > 32 ? group : 256;
     int64_t blocks = (a->rows + threads / group - 1) / (threads / group);
-    const int64_t cap = (int64_t)(cc->sm_count > 0 ? cc->sm_count : 1) * (2048 / threads) * 4;
-    if (blocks > cap) blocks = cap; /* the kernel strides over the rest */
+    /* one resident wave (64 registers a thread: 1024 threads per SM): its
+     * blocks stride over the rest, loading each next row ahead */
+    const int64_t cap = sms * (1024 / threads);
+    if (blocks > cap) blocks = cap;
     const fi_sv_norm_form form =
         a->kind == FI_NORM_LAYER ? FI_SV_LAYER : a->gemma ? FI_SV_GEMMA : FI_SV_RMS;
     fi_kernel_spec spec;

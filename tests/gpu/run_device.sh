@@ -320,7 +320,7 @@ if [ "$BENCH" = 1 ] && [ "$CELLS" = 1 ]; then
         peers=$([ "$FI" = 1 ] || echo "--peer torch")
         python3 bench/cuda/bench_serving_peers.py $peers --json "$OUT/bench_serving_peers.json" \
             > "$OUT/bench_serving_peers.log" 2>&1 || status=1
-        grep -E "^(flashinfer|torch) " "$OUT/bench_serving_peers.log" | head -80
+        grep -E "^(flashinfer|torch) " "$OUT/bench_serving_peers.log" | head -200
     fi
     # host timing: after FlashInfer's compiler processes are gone
     stamp "host overhead of a 256-request decode step"
