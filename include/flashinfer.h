@@ -843,6 +843,66 @@ FI_API fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *p
                                              fi_tensor *q_out, fi_tensor *k_out,
                                              void *stream);
 
+/* RoPE + FP8 quantize (+ append to a paged FP8 KV cache) in one pass, the
+ * form of FlashInfer's rope_quantize_fp8 and
+ * rope_quantize_fp8_append_paged_kv_cache that MLA and GQA engines call.
+ * Token t turns by row pos_ids[t] of cos_sin_cache [max_pos, R] (cos in
+ * the first R/2 columns, sin in the rest; pair i is (x[i], x[i + R/2])
+ * when is_neox, else (x[2i], x[2i+1])), in f32, then every value is
+ * multiplied by its scale and stored as FP8 (round to nearest even,
+ * saturated to +-448 (E4M3) / +-57344 (E5M2), NaN stays NaN, as
+ * fi_rmsnorm_quant stores):
+ *   q_rope_out = fp8(rope(q_rope) * quant_scale_q)
+ *   q_nope_out = fp8(q_nope * quant_scale_q)
+ *   K rope     = fp8(rope(k_rope) * quant_scale_kv)
+ *   K nope     = fp8(k_nope * quant_scale_kv),  V = fp8(v * quant_scale_kv)
+ * A tensor pointer that is NULL, or whose data is NULL, is absent. Inputs
+ * share one dtype (f32/f16/bf16); every FP8 output (and cache) one FP8
+ * dtype; any strides (outputs may be slices of one [.., R + N] tensor).
+ *   q_rope [nnz, H_q, R]; q_nope [nnz, H_q, N_q] or absent (N_q = 0)
+ *   k_rope [nnz, H_k, R] (GQA/MHA) or [nnz, R] (MLA: one latent head)
+ *   k_nope [nnz, H_k, N_k] / MLA [nnz, N_k], or absent (N_k = 0)
+ *   cos_sin_cache [max_pos, R] f32; pos_ids [nnz] i32 in [0, max_pos)
+ * fi_rope_quantize_fp8 writes q_rope_out, q_nope_out (present iff q_nope),
+ * k_rope_out, k_nope_out (present iff k_nope), each the shape of its
+ * input. fi_rope_quantize_fp8_append_paged_kv_cache writes Q the same way
+ * and K/V into the cache: token t of request b = batch_indices[t] at
+ * position p = positions[t] goes to page kv_indices[kv_indptr[b] + p /
+ * page_size], slot p % page_size.
+ *   GQA/MHA (k_rope 3-D): v [nnz, H_k, D_v]; k_cache [pages, page_size,
+ *     H_k, R + N_k] (NHD) or [pages, H_k, page_size, R + N_k] (HND) holds
+ *     (rope K | nope K); v_cache the same with D_v
+ *   MLA (k_rope 2-D, v absent): ckv_cache [pages, page_size, N_k] holds
+ *     nope K, kpe_cache [pages, page_size, R] rope K; k_nope required
+ *   batch_indices, positions [nnz] i32; kv_indptr [B+1] i32 (pages);
+ *   kv_indices [num_indices] i32 in [0, pages)
+ * On the CPU every index is checked (FI_STATUS_INVALID_ARGUMENT names it);
+ * on CUDA a token whose pos_id is outside the cache writes nothing, and
+ * one whose request, position or page id is outside the table skips its
+ * K/V write (its Q is still written), as fi_append_paged_kv_cache skips. */
+typedef struct fi_rope_quant_args {
+    uint32_t struct_size;
+    const fi_tensor *q_rope, *q_nope, *k_rope, *k_nope, *v;
+    const fi_tensor *cos_sin_cache, *pos_ids;
+    int32_t is_neox;            /* default 1 */
+    float quant_scale_q;        /* default 1; finite, > 0 */
+    float quant_scale_kv;       /* default 1; finite, > 0 */
+    fi_tensor *q_rope_out, *q_nope_out;
+    fi_tensor *k_rope_out, *k_nope_out; /* fi_rope_quantize_fp8 only */
+    /* fi_rope_quantize_fp8_append_paged_kv_cache only */
+    fi_tensor *k_cache, *v_cache;       /* GQA/MHA */
+    fi_tensor *ckv_cache, *kpe_cache;   /* MLA */
+    fi_kv_layout layout;                /* GQA/MHA caches; default NHD */
+    const fi_tensor *kv_indices, *kv_indptr, *batch_indices, *positions;
+} fi_rope_quant_args;
+
+FI_API void fi_rope_quant_args_init(fi_rope_quant_args *args);
+FI_API fi_status fi_rope_quantize_fp8(fi_context *ctx, const fi_rope_quant_args *args,
+                                      void *stream);
+FI_API fi_status fi_rope_quantize_fp8_append_paged_kv_cache(fi_context *ctx,
+                                                            const fi_rope_quant_args *args,
+                                                            void *stream);
+
 /* ---------------------------------------------------- composable formats */
 /* docs/CASCADE.md: cascades (levels of shared KV merged exactly) and
  * block-sparse attention, both lowered onto plans and the state merge. */

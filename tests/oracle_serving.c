@@ -46,6 +46,15 @@ void oracle_gated_act(int kind, int64_t rows, int64_t d, const double *x, double
         }
 }
 
+void oracle_rope_cos_sin(int64_t r, bool neox, const double *x, const double *cs, double *y) {
+    const int64_t half = r / 2;
+    for (int64_t i = 0; i < half; i++) {
+        int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        y[a] = x[a] * cs[i] - x[b] * cs[half + i];
+        y[b] = x[b] * cs[i] + x[a] * cs[half + i];
+    }
+}
+
 void oracle_softmax(int64_t rows, int64_t v, const double *x, const double *t, double *out) {
     for (int64_t r = 0; r < rows; r++) {
         double m = -INFINITY, sum = 0.0;

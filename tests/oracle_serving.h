@@ -21,6 +21,10 @@ void oracle_layernorm(int64_t rows, int64_t h, const double *x, const double *g,
                       const double *b, double eps, double *out);
 /* out [rows][d] = act(x[:, :d]) * x[:, d:], kind 0 silu, 1 gelu, 2 gelu_tanh. */
 void oracle_gated_act(int kind, int64_t rows, int64_t d, const double *x, double *out);
+/* x [r] turned by one row of a cos/sin cache, cs [r] = (cos [r/2], sin
+ * [r/2]): pair i is (x[i], x[i + r/2]) when neox, else (x[2i], x[2i+1]);
+ * (a, b) -> (a cos - b sin, b cos + a sin). */
+void oracle_rope_cos_sin(int64_t r, bool neox, const double *x, const double *cs, double *y);
 /* softmax(x / t) per row, x [rows][v]. */
 void oracle_softmax(int64_t rows, int64_t v, const double *x, const double *t, double *out);
 

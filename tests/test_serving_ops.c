@@ -22,6 +22,11 @@
  *   topk          fi_top_k (lengths, offsets, ties, NaN) and fi_top_k_ragged
  *   rope_cache    fi_rope_apply_cos_sin_cache: NeoX and GPT-J pairs,
  *                 rotary_dim < head_dim, in place
+ *   rope_quant    fi_rope_quantize_fp8 and its append form (rope_quant_cases.c):
+ *                 R 32 / 64 / 128, N 0 / 64 / 96 / 512, MLA / GQA / MHA, NHD /
+ *                 HND caches of page size 1 / 16 / 32, strided inputs and
+ *                 outputs, outputs sliced from one tensor, e4m3 / e5m2,
+ *                 scales != 1, NeoX and GPT-J pairs
  *   repro         bitwise the same outputs on 1, 2, 3 threads and every level, and
  *                 on 16 threads over 2 rows (more workers than rows)
  *   rng           Philox4x32-10 known answers
@@ -33,6 +38,7 @@
 #include "flashinfer.h"
 #include "ops_cases.h"
 #include "oracle_serving.h"
+#include "rope_quant_cases.h"
 #include "util.h"
 
 #include <math.h>
@@ -385,6 +391,48 @@ static void suite_rope_cache(const tu_cpu_backend *be) {
                          : c.strided ? "_strided"
                                      : "");
                 run_case("rope_cache", name, case_rope_cache, &c, be->ctx);
+            }
+}
+
+/* =========================================================== rope quant */
+
+static int case_rope_quant(fi_context *ctx, tu_rng *rng, const void *p) {
+    rq_case k;
+    tu_buf b[RQ_NBUF];
+    void *before[RQ_NBUF] = {0};
+    fi_tensor t[RQ_NBUF];
+    int ok = !rq_case_alloc(&k, p, b, rng);
+    for (int i = 0; i < RQ_NBUF && ok; i++) before[i] = ops_snapshot(&b[i]), t[i] = b[i].t;
+    if (!ok) tu_note("allocation failed");
+    ok = ok && ops_check_ok(rq_case_call(ctx, &k, t, NULL), "fi_rope_quantize_fp8");
+    ok = ok && rq_case_check(&k, b, before, NULL);
+    for (int i = 0; i < RQ_NBUF; i++) free(before[i]), tu_buf_free(&b[i]);
+    return ok;
+}
+
+/* Shapes (nnz, H_q, H_k (0: MLA), R, N) x forms (plain, append NHD, HND;
+ * MLA: plain, append) x four variants of dtypes, pairs, layouts, scales. */
+static const int64_t rq_shapes[][5] = {
+    {1, 1, 1, 32, 0},   {7, 4, 2, 64, 0},    {5, 3, 3, 128, 64}, {9, 8, 2, 64, 96},
+    {13, 16, 0, 64, 512}, {6, 5, 0, 32, 96}, {3, 2, 1, 128, 512}, {300, 32, 8, 128, 0}};
+
+static void suite_rope_quant(const tu_cpu_backend *be) {
+    static const int page_sizes[3] = {1, 16, 32};
+    static const float scales[4][2] = {{1, 1}, {0.5f, 4}, {3, 0.25f}, {1, 1}};
+    char name[192], cfg[160];
+    for (int si = 0; si < (int)(sizeof rq_shapes / sizeof rq_shapes[0]); si++)
+        for (int form = 0; form < 3; form++)
+            for (int v = 0; v < 4; v++) {
+                const int64_t *s = rq_shapes[si];
+                const bool big = s[0] > 100;
+                if ((s[2] == 0 && form == 2) || (big && v) || (tu_opt.quick && (si + form + v) % 3))
+                    continue;
+                rq_cfg c = {s[0], s[1], s[2], s[3], s[4], float_dtypes[(si + v + be->index) % 3],
+                            v & 1 ? FI_DTYPE_E5M2 : FI_DTYPE_E4M3, !(v & 1), form > 0, form == 2,
+                            page_sizes[(si + v) % 3], v & 1, v >= 2, scales[v][0], scales[v][1]};
+                rq_case_name(&c, cfg, sizeof cfg);
+                snprintf(name, sizeof name, "rope_quant/%s/%s", be->name, cfg);
+                run_case("rope_quant", name, case_rope_quant, &c, be->ctx);
             }
 }
 
@@ -1559,7 +1607,10 @@ static void bad_input_on(const char *bname, fi_context *ctx, bool device) {
     }
 }
 
-static void suite_bad_input(const tu_cpu_backend *be) { bad_input_on(be->name, be->ctx, false); }
+static void suite_bad_input(const tu_cpu_backend *be) {
+    bad_input_on(be->name, be->ctx, false);
+    rq_bad_input(be->ctx, be->name, false);
+}
 
 /* ================================================================= cuda */
 
@@ -1582,6 +1633,7 @@ static void suite_cuda(void) {
         return;
     }
     bad_input_on("cuda", ctx, true);
+    rq_bad_input(ctx, "cuda", true);
     fi_context_destroy(ctx);
 }
 
@@ -1622,6 +1674,7 @@ int main(int argc, char **argv) {
         suite_spec(&be);
         suite_topk(&be);
         suite_rope_cache(&be);
+        suite_rope_quant(&be);
         char name[96];
         snprintf(name, sizeof name, "large/%s/v262144_h16384", be.name);
         if (!tu_opt.quick || i == 0) run_case("large", name, case_large, NULL, be.ctx);

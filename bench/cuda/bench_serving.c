@@ -5,7 +5,10 @@
  * 1024 / 4096 x d 4096 / 14336), softmax, top-k / top-p / top-k+top-p
  * sampling from probs, top_k_renorm_probs, top_k_mask_logits and top_k
  * (f32, rows 1 / 16 / 64 / 256 / 512 x vocab 128256),
- * apply_rope_with_cos_sin_cache (bf16, 32/8 heads, d 128).
+ * apply_rope_with_cos_sin_cache (bf16, 32/8 heads, d 128), rope_quantize_fp8
+ * (DeepSeek MLA: bf16 into e4m3, 128 heads, R 64, N 512) and
+ * rope_quantize_fp8_append_paged_kv_cache (GQA 32/8 heads, R 128, N 0, V
+ * 128, an NHD e4m3 cache of 16-token pages), 64 / 4096 tokens.
  *
  * Each cell's inputs are random (probabilities in [0, 1), never a zero
  * row) in enough copies that one sweep over them reads >= 256 MB (at most
@@ -34,12 +37,13 @@ static const double CEILING = 4.22e12;
 
 typedef enum op {
     OP_RMSNORM, OP_FUSED_ADD_RMSNORM, OP_SILU_AND_MUL, OP_SOFTMAX, OP_TOP_K_SAMPLING,
-    OP_TOP_P_SAMPLING, OP_TOP_K_TOP_P_SAMPLING, OP_TOP_K_RENORM, OP_TOP_K_MASK, OP_TOP_K, OP_ROPE
+    OP_TOP_P_SAMPLING, OP_TOP_K_TOP_P_SAMPLING, OP_TOP_K_RENORM, OP_TOP_K_MASK, OP_TOP_K, OP_ROPE,
+    OP_ROPE_QUANT, OP_ROPE_QUANT_APPEND
 } op;
 static const char *const op_names[] = {
     "rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "softmax", "top_k_sampling",
     "top_p_sampling", "top_k_top_p_sampling", "top_k_renorm_probs", "top_k_mask_logits",
-    "top_k", "rope_cos_sin_cache"};
+    "top_k", "rope_cos_sin_cache", "rope_quantize_fp8_mla", "rope_quantize_fp8_append_gqa"};
 
 typedef struct cell {
     op op;
@@ -47,6 +51,8 @@ typedef struct cell {
 } cell;
 
 enum { HQ = 32, HK = 8, HD = 128, MAXPOS = 8192, K = 50 };
+/* MLA (DeepSeek-V3): 128 query heads, rope 64, nope (the latent) 512; page size */
+enum { MLA_H = 128, MLA_R = 64, MLA_N = 512, PAGE = 16 };
 
 /* Bytes of one input copy and of the output, and what the op moves. */
 static void cell_bytes(const cell *c, size_t *in, size_t *out, double *moved) {
@@ -61,6 +67,14 @@ static void cell_bytes(const cell *c, size_t *in, size_t *out, double *moved) {
     case OP_ROPE:
         *in = (size_t)c->rows * (HQ + HK) * HD * 2, *out = *in;
         *moved = 2.0 * (double)*in;
+        break;
+    case OP_ROPE_QUANT: /* bf16 in, e4m3 out */
+        *in = (size_t)c->rows * ((MLA_H + 1) * (MLA_R + MLA_N)) * 2, *out = *in / 2;
+        *moved = 1.5 * (double)*in;
+        break;
+    case OP_ROPE_QUANT_APPEND: /* q, k, v in; q out, the K/V cache rows */
+        *in = (size_t)c->rows * (HQ + 2 * HK) * HD * 2, *out = *in / 2;
+        *moved = 1.5 * (double)*in;
         break;
     default: *in = (size_t)n * 4, *out = (size_t)c->rows * 4, *moved = 4 * n; break;
     }
@@ -78,6 +92,57 @@ static int fill_f32(gu_ptr dst, size_t n, float lo, float hi, tu_rng *rng) {
     }
     free(h);
     return 0;
+}
+
+/* The two rope_quantize_fp8 cells: in holds the inputs one after the
+ * other, out the FP8 outputs (or q_out and the caches), aux the cos/sin
+ * cache [MAXPOS, R] f32, pos_ids, then (append) batch_indices, positions,
+ * kv_indptr, kv_indices of one request holding every token in order. */
+static fi_status run_rope_quant(fi_context *ctx, const cell *c, void *pi, void *po, gu_ptr aux,
+                                gu_stream s) {
+    const int64_t t = c->rows, pages = (t + PAGE - 1) / PAGE, two = 2;
+    const int mla = c->op == OP_ROPE_QUANT;
+    const int64_t hq = mla ? MLA_H : HQ, r = mla ? MLA_R : HD, n = mla ? MLA_N : 0;
+    const int64_t qr[3] = {t, hq, r}, qn[3] = {t, hq, n}, kr[2] = {t, r}, kn[2] = {t, n};
+    const int64_t k3[3] = {t, HK, HD}, cs[2] = {MAXPOS, r}, b1[1] = {t}, pg[1] = {pages};
+    const int64_t kc[4] = {pages, PAGE, HK, HD};
+    char *in = pi, *out = po, *ax = (char *)(uintptr_t)aux;
+    fi_tensor q_rope = fi_tensor_contiguous(in, FI_DTYPE_BF16, 3, qr);
+    in += t * hq * r * 2;
+    fi_tensor q_nope = fi_tensor_contiguous(in, FI_DTYPE_BF16, 3, qn);
+    in += t * hq * n * 2;
+    fi_tensor k_rope = mla ? fi_tensor_contiguous(in, FI_DTYPE_BF16, 2, kr)
+                           : fi_tensor_contiguous(in, FI_DTYPE_BF16, 3, k3);
+    in += t * (mla ? 1 : HK) * r * 2;
+    fi_tensor k_nope = fi_tensor_contiguous(in, FI_DTYPE_BF16, 2, kn);
+    fi_tensor v = fi_tensor_contiguous(in, FI_DTYPE_BF16, 3, k3);
+    fi_tensor qro = fi_tensor_contiguous(out, FI_DTYPE_E4M3, 3, qr);
+    out += t * hq * r;
+    fi_tensor qno = fi_tensor_contiguous(out, FI_DTYPE_E4M3, 3, qn);
+    out += t * hq * n;
+    fi_tensor kro = fi_tensor_contiguous(out, FI_DTYPE_E4M3, 2, kr);
+    fi_tensor kno = fi_tensor_contiguous(out + t * r, FI_DTYPE_E4M3, 2, kn);
+    fi_tensor k_cache = fi_tensor_contiguous(out, FI_DTYPE_E4M3, 4, kc);
+    fi_tensor v_cache = fi_tensor_contiguous(out + pages * PAGE * HK * HD, FI_DTYPE_E4M3, 4, kc);
+    fi_tensor cache = fi_tensor_contiguous(ax, FI_DTYPE_F32, 2, cs);
+    ax += MAXPOS * r * 4;
+    fi_tensor pos = fi_tensor_contiguous(ax, FI_DTYPE_I32, 1, b1);
+    fi_tensor bi = fi_tensor_contiguous(ax + t * 4, FI_DTYPE_I32, 1, b1);
+    fi_tensor sp = fi_tensor_contiguous(ax + t * 8, FI_DTYPE_I32, 1, b1);
+    fi_tensor ptr = fi_tensor_contiguous(ax + t * 12, FI_DTYPE_I32, 1, &two);
+    fi_tensor ids = fi_tensor_contiguous(ax + t * 12 + 8, FI_DTYPE_I32, 1, pg);
+    fi_rope_quant_args a;
+    fi_rope_quant_args_init(&a);
+    a.q_rope = &q_rope, a.k_rope = &k_rope, a.cos_sin_cache = &cache, a.pos_ids = &pos;
+    a.q_rope_out = &qro;
+    if (mla) {
+        a.q_nope = &q_nope, a.k_nope = &k_nope;
+        a.q_nope_out = &qno, a.k_rope_out = &kro, a.k_nope_out = &kno;
+        return fi_rope_quantize_fp8(ctx, &a, s);
+    }
+    a.v = &v, a.k_cache = &k_cache, a.v_cache = &v_cache;
+    a.batch_indices = &bi, a.positions = &sp, a.kv_indptr = &ptr, a.kv_indices = &ids;
+    return fi_rope_quantize_fp8_append_paged_kv_cache(ctx, &a, s);
 }
 
 static fi_status run_op(fi_context *ctx, const cell *c, gu_ptr in, gu_ptr out, gu_ptr aux,
@@ -111,6 +176,7 @@ static fi_status run_op(fi_context *ctx, const cell *c, gu_ptr in, gu_ptr out, g
         fi_tensor pos = fi_tensor_contiguous((char *)(uintptr_t)aux + MAXPOS * HD * 4, FI_DTYPE_I32, 1, b1);
         return fi_rope_apply_cos_sin_cache(ctx, &pos, &q, &k, &cache, 1, &qo, &ko, s);
     }
+    case OP_ROPE_QUANT: case OP_ROPE_QUANT_APPEND: return run_rope_quant(ctx, c, pi, po, aux, s);
     default: break;
     }
     fi_tensor x = fi_tensor_contiguous(pi, FI_DTYPE_F32, 2, m2);
@@ -154,7 +220,7 @@ int main(int argc, char **argv) {
     static const int64_t act_rows[] = {1, 64, 256, 1024, 4096}, act_d[] = {4096, 14336};
     static const int64_t vocab_rows[] = {1, 16, 64, 256, 512};
     enum { NR = 6, NH = 4, NAR = 5, NAD = 2, NV = 5 };
-    cell cells[2 * NR * NH + NAR * NAD + (OP_TOP_K - OP_SOFTMAX + 1) * NV + 1];
+    cell cells[2 * NR * NH + NAR * NAD + (OP_TOP_K - OP_SOFTMAX + 1) * NV + 1 + 4];
     int nc = 0;
     for (int o = OP_RMSNORM; o <= OP_FUSED_ADD_RMSNORM; o++)
         for (int r = 0; r < NR; r++)
@@ -164,6 +230,11 @@ int main(int argc, char **argv) {
     for (int o = OP_SOFTMAX; o <= OP_TOP_K; o++)
         for (int r = 0; r < NV; r++) cells[nc++] = (cell){(op)o, vocab_rows[r], 128256};
     cells[nc++] = (cell){OP_ROPE, 4096, (HQ + HK) * HD};
+    static const int64_t rq_tokens[] = {64, 4096}; /* a decode step, a prefill chunk */
+    for (int r = 0; r < 2; r++) { /* cols: input elements per token */
+        cells[nc++] = (cell){OP_ROPE_QUANT, rq_tokens[r], (MLA_H + 1) * (MLA_R + MLA_N)};
+        cells[nc++] = (cell){OP_ROPE_QUANT_APPEND, rq_tokens[r], (HQ + 2 * HK) * HD};
+    }
     FILE *jf = json ? fopen(json, "w") : NULL;
     char table[65536];
     int tl = snprintf(table, sizeof table, "| op | rows | cols | us | GB/s | %% of copy |\n"
@@ -180,19 +251,25 @@ int main(int argc, char **argv) {
         int copies = (int)((((size_t)256 << 20) + in - 1) / in);
         copies = copies < 1 ? 1 : copies > 16 ? 16 : copies;
         gu_ptr din = 0, dout = 0, aux = 0;
-        const size_t aux_bytes = MAXPOS * HD * 4 + (size_t)c->rows * 4 + (size_t)c->cols * 2;
+        const size_t aux_bytes = MAXPOS * HD * 4 + (size_t)c->rows * 16 + (size_t)c->cols * 2 + 64;
         if (GU(gu.MemAlloc(&din, in * copies)) || GU(gu.MemAlloc(&dout, out ? out : 64)) ||
             GU(gu.MemAlloc(&aux, aux_bytes)))
             return 1;
-        const int bf16 = c->op <= OP_SILU_AND_MUL || c->op == OP_ROPE;
+        const int bf16 = c->op <= OP_SILU_AND_MUL || c->op >= OP_ROPE;
         if (bf16 ? gu_fill_random_bf16(din, in * copies, &rng)
                  : fill_f32(din, in * copies / 4, c->op == OP_TOP_K_MASK ? -8.0f : 0.0f, 1.0f, &rng))
             return 1;
-        if (c->op == OP_ROPE) { /* a cos/sin cache in [-1, 1), positions in range */
-            int32_t *pos = malloc((size_t)c->rows * 4);
-            for (int64_t t = 0; t < c->rows; t++) pos[t] = (int32_t)(t % MAXPOS);
-            if (fill_f32(aux, MAXPOS * HD, -1.0f, 1.0f, &rng) ||
-                GU(gu.HtoD(aux + MAXPOS * HD * 4, pos, (size_t)c->rows * 4)))
+        if (c->op >= OP_ROPE) { /* a cos/sin cache in [-1, 1), positions in range */
+            const int64_t r = c->op == OP_ROPE_QUANT ? MLA_R : HD, t = c->rows;
+            const int64_t pages = (t + PAGE - 1) / PAGE;
+            /* pos_ids, batch_indices, positions, kv_indptr, kv_indices */
+            int32_t *pos = malloc((size_t)(3 * t + 2 + pages) * 4);
+            for (int64_t i = 0; i < t; i++)
+                pos[i] = (int32_t)(i % MAXPOS), pos[t + i] = 0, pos[2 * t + i] = (int32_t)i;
+            pos[3 * t] = 0, pos[3 * t + 1] = (int32_t)pages;
+            for (int64_t i = 0; i < pages; i++) pos[3 * t + 2 + i] = (int32_t)i;
+            if (fill_f32(aux, (size_t)(MAXPOS * r), -1.0f, 1.0f, &rng) ||
+                GU(gu.HtoD(aux + MAXPOS * r * 4, pos, (size_t)(3 * t + 2 + pages) * 4)))
                 return 1;
             free(pos);
         } else if (gu_fill_random_bf16(aux, aux_bytes & ~(size_t)1, &rng)) {

@@ -10,7 +10,10 @@ fused_add_rmsnorm (bf16, rows 1 / 16 / 64 / 256 / 1024 / 4096 x hidden
 top_k_top_p sampling from probs (k 50, p 0.9), top_k_renorm_probs,
 top_k_mask_logits and top_k (f32, rows 1 / 16 / 64 / 256 / 512 x vocab
 128256), apply_rope_with_cos_sin_cache (bf16, 4096 tokens, 32/8 heads,
-d 128, NeoX, a cache of 8192 positions).
+d 128, NeoX, a cache of 8192 positions), rope_quantize_fp8 (DeepSeek MLA, bf16
+into e4m3: 128 heads, rope 64, nope 512; 64 / 4096 tokens) and
+rope_quantize_fp8_append_paged_kv_cache (GQA 32/8 heads, d 128 all rope, V
+128, an NHD e4m3 cache of 16-token pages holding one request; 64 / 4096).
 
 Inputs random (values uniform in [0, 1), the samplers' probabilities each
 row normalised as FlashInfer's samplers expect; top_k_mask_logits' logits in
@@ -36,6 +39,8 @@ from gpu_timing import median_ms, replay_or_eager
 CEILING = 4.22e12
 K, TOP_P, TEMP, EPS = 50, 0.9, 0.8, 1e-6
 HQ, HK, HD, MAXPOS = 32, 8, 128, 8192
+MLA_H, MLA_R, MLA_N, PAGE = 128, 64, 512, 16
+FP8 = torch.float8_e4m3fn
 VOCAB = 128256
 BF16, F32, DEV = torch.bfloat16, torch.float32, "cuda"
 
@@ -47,7 +52,10 @@ CELLS = ([("rmsnorm", r, h) for r in (1, 16, 64, 256, 1024, 4096)
          + [(op, r, VOCAB) for op in ("softmax", "top_k_sampling", "top_p_sampling",
                                       "top_k_top_p_sampling", "top_k_renorm_probs",
                                       "top_k_mask_logits", "top_k") for r in (1, 16, 64, 256, 512)]
-         + [("rope_cos_sin_cache", 4096, (HQ + HK) * HD)])
+         + [("rope_cos_sin_cache", 4096, (HQ + HK) * HD)]
+         + [(op, t, cols) for t in (64, 4096)
+            for op, cols in (("rope_quantize_fp8_mla", (MLA_H + 1) * (MLA_R + MLA_N)),
+                             ("rope_quantize_fp8_append_gqa", (HQ + 2 * HK) * HD))])
 
 
 def cell_bytes(op, rows, cols):
@@ -63,6 +71,8 @@ def cell_bytes(op, rows, cols):
         return 4 * n, 8 * n
     if op == "rope_cos_sin_cache":
         return 2 * n, 4 * n
+    if op.startswith("rope_quantize_fp8"):
+        return 2 * n, 3 * n  # bf16 in, FP8 out
     return 4 * n, 4 * n  # samplers, top_k
 
 
@@ -80,6 +90,11 @@ def make_inputs(op, rows, cols, copies, gen):
             xs.append((uni((rows, 2 * cols), BF16, -4, 4),))
         elif op == "rope_cos_sin_cache":
             xs.append((uni((rows, HQ * HD), BF16, -1, 1), uni((rows, HK * HD), BF16, -1, 1)))
+        elif op == "rope_quantize_fp8_mla":  # q_rope, q_nope, k_rope, k_nope
+            xs.append((uni((rows, MLA_H, MLA_R), BF16, -1, 1), uni((rows, MLA_H, MLA_N), BF16, -1, 1),
+                       uni((rows, MLA_R), BF16, -1, 1), uni((rows, MLA_N), BF16, -1, 1)))
+        elif op == "rope_quantize_fp8_append_gqa":  # q, k, v
+            xs.append(tuple(uni((rows, h, HD), BF16, -1, 1) for h in (HQ, HK, HK)))
         elif op == "top_k_mask_logits":
             xs.append((uni((rows, cols), F32, -8, 1),))
         elif op in ("softmax", "top_k"):
@@ -90,6 +105,15 @@ def make_inputs(op, rows, cols, copies, gen):
     shared["w"] = uni((cols,), BF16, 0.5, 1.5)
     shared["pos"] = torch.arange(rows, device=DEV, dtype=torch.int64) % MAXPOS
     shared["cache"] = uni((MAXPOS, HD), F32, -1, 1)
+    if op.startswith("rope_quantize_fp8"):
+        pages = -(-rows // PAGE)
+        shared["cache64"] = uni((MAXPOS, MLA_R), F32, -1, 1)
+        shared["caches"] = tuple(torch.empty((pages, PAGE, HK, HD), device=DEV, dtype=FP8)
+                                 for _ in range(2))
+        shared["kv_indices"] = torch.arange(pages, device=DEV, dtype=torch.int32)
+        shared["kv_indptr"] = torch.tensor([0, pages], device=DEV, dtype=torch.int32)
+        shared["batch"] = torch.zeros(rows, device=DEV, dtype=torch.int32)
+        shared["positions"] = torch.arange(rows, device=DEV, dtype=torch.int32)
     return xs, shared
 
 
@@ -123,6 +147,20 @@ def flashinfer_op(op, rows, cols, sh):
     if op == "rope_cos_sin_cache":
         return lambda x: flashinfer.rope.apply_rope_with_cos_sin_cache(
             sh["pos"], x[0], x[1], HD, sh["cache"], is_neox=True)
+    if op == "rope_quantize_fp8_mla":
+        outs = [torch.empty((rows, MLA_H, MLA_R), device=DEV, dtype=FP8),
+                torch.empty((rows, MLA_R), device=DEV, dtype=FP8),
+                torch.empty((rows, MLA_H, MLA_N), device=DEV, dtype=FP8),
+                torch.empty((rows, MLA_N), device=DEV, dtype=FP8)]
+        return lambda x: flashinfer.rope.rope_quantize_fp8(
+            x[0], x[2], x[1], x[3], sh["cache64"], sh["pos"], is_neox=True, quantize_dtype=FP8,
+            q_rope_out=outs[0], k_rope_out=outs[1], q_nope_out=outs[2], k_nope_out=outs[3])
+    if op == "rope_quantize_fp8_append_gqa":
+        q_out = torch.empty((rows, HQ, HD), device=DEV, dtype=FP8)
+        return lambda x: flashinfer.rope.rope_quantize_fp8_append_paged_kv_cache(
+            x[0], x[1], None, None, x[2], sh["cache"], sh["pos"], sh["caches"],
+            sh["kv_indices"], sh["kv_indptr"], sh["batch"], sh["positions"], is_neox=True,
+            quantize_dtype=FP8, page_size=PAGE, kv_layout="NHD", q_rope_out=q_out)
     raise KeyError(op)
 
 
@@ -186,6 +224,29 @@ def torch_op(op, rows, cols, sh):
             a, b = t[..., : HD // 2], t[..., HD // 2:]
             return torch.cat((a * cos - b * sin, b * cos + a * sin), -1).to(BF16)
         return lambda x: (rot(x[0], HQ), rot(x[1], HK))
+    if op.startswith("rope_quantize_fp8"):
+        r = MLA_R if op == "rope_quantize_fp8_mla" else HD
+        cos_sin = (sh["cache64"] if r == MLA_R else sh["cache"])[sh["pos"]]
+        cos, sin = cos_sin[:, None, : r // 2], cos_sin[:, None, r // 2:]
+
+        def rope8(t):  # [rows, h, r] -> FP8 of the NeoX rotation (scale 1)
+            t = t.float()
+            a, b = t[..., : r // 2], t[..., r // 2:]
+            y = torch.cat((a * cos - b * sin, b * cos + a * sin), -1)
+            return y.clamp(-448, 448).to(FP8)
+
+        def q8(t):
+            return t.float().clamp(-448, 448).to(FP8)
+        if op == "rope_quantize_fp8_mla":
+            return lambda x: (rope8(x[0]), q8(x[1]), rope8(x[2][:, None])[:, 0], q8(x[3]))
+        kc, vc = (c.view(torch.uint8).view(-1, HK, HD) for c in sh["caches"])
+        slots = sh["positions"].long()  # one request, pages in order: slot = position
+
+        def f(x):
+            kc[slots] = rope8(x[1]).view(torch.uint8)
+            vc[slots] = q8(x[2]).view(torch.uint8)
+            return rope8(x[0])
+        return f
     raise KeyError(op)
 
 

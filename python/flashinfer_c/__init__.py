@@ -79,6 +79,9 @@ from .rope import (
     apply_rope_pos_ids_inplace,
     apply_rope_with_cos_sin_cache,
     apply_rope_with_cos_sin_cache_inplace,
+    mla_rope_quantize_fp8,
+    rope_quantize_fp8,
+    rope_quantize_fp8_append_paged_kv_cache,
 )
 from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWrapper
 from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
@@ -146,6 +149,9 @@ __all__ = [
     "apply_rope_pos_ids_inplace",
     "apply_rope_with_cos_sin_cache",
     "apply_rope_with_cos_sin_cache_inplace",
+    "mla_rope_quantize_fp8",
+    "rope_quantize_fp8",
+    "rope_quantize_fp8_append_paged_kv_cache",
     "get_batch_indices_positions",
     "get_seq_lens",
     "merge_state",

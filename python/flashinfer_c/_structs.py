@@ -283,3 +283,34 @@ class BsrConfig(Structure):
 context_p = c_void_p
 plan_p = c_void_p
 TensorP = POINTER(Tensor)
+
+
+class RopeQuantArgs(Structure):
+    """fi_rope_quant_args: the tensors of fi_rope_quantize_fp8 and its append form."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("q_rope", TensorP),
+        ("q_nope", TensorP),
+        ("k_rope", TensorP),
+        ("k_nope", TensorP),
+        ("v", TensorP),
+        ("cos_sin_cache", TensorP),
+        ("pos_ids", TensorP),
+        ("is_neox", c_int32),
+        ("quant_scale_q", c_float),
+        ("quant_scale_kv", c_float),
+        ("q_rope_out", TensorP),
+        ("q_nope_out", TensorP),
+        ("k_rope_out", TensorP),
+        ("k_nope_out", TensorP),
+        ("k_cache", TensorP),
+        ("v_cache", TensorP),
+        ("ckv_cache", TensorP),
+        ("kpe_cache", TensorP),
+        ("layout", c_int),
+        ("kv_indices", TensorP),
+        ("kv_indptr", TensorP),
+        ("batch_indices", TensorP),
+        ("positions", TensorP),
+    ]

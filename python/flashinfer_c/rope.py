@@ -1,4 +1,5 @@
-"""Rotary position embedding of q and k (LLaMA and LLaMA-3.1 styles).
+"""Rotary position embedding of q and k (LLaMA and LLaMA-3.1 styles), and
+RoPE + FP8 quantize (+ append to a paged FP8 KV cache) in one pass.
 
 q [nnz, num_qo_heads, head_dim], k [nnz, num_kv_heads, head_dim]. Positions
 come from indptr + offsets (token t of request i is at offsets[i] + t -
@@ -9,7 +10,16 @@ k_rope); the _inplace forms overwrite q and k.
 import ctypes
 
 from . import _context
-from ._arrays import c_int32, check_writable, device_of, empty, int32_index, is_torch, view
+from ._arrays import (
+    c_int32,
+    check_writable,
+    device_of,
+    empty,
+    int32_index,
+    is_torch,
+    name_of,
+    view,
+)
 from ._lib import check_op, fn
 from . import _structs as S
 
@@ -214,3 +224,201 @@ def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size, cos_
                                           is_neox=True):
     """apply_rope_with_cos_sin_cache writing query and key in place."""
     _rope_cos_sin(positions, query, key, head_size, cos_sin_cache, is_neox, True)
+
+
+# ------------------------------------------------- RoPE + FP8 quantize (+ append)
+
+_FP8 = ("float8_e4m3fn", "float8_e5m2")
+_rq_fns = {}
+
+
+def _rq_fn(name):
+    """The C entry point `name` (fi_rope_quantize_fp8 or its append form)."""
+    f = _rq_fns.get(name)
+    if f is None:
+        from ._lib import lib
+
+        f = getattr(lib, name)
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_void_p, ctypes.POINTER(S.RopeQuantArgs), ctypes.c_void_p]
+        _rq_fns[name] = f
+    return f
+
+
+def _fp8_name(quantize_dtype, outs):
+    """quantize_dtype, else the first given output's dtype, else float8_e4m3fn."""
+    from ._arrays import dtype_name
+
+    if quantize_dtype is not None:
+        name = dtype_name(quantize_dtype)
+    else:
+        name = next((name_of(o) for o in outs if o is not None), "float8_e4m3fn")
+    if name not in _FP8:
+        raise ValueError(f"quantize_dtype is {name}; expected float8_e4m3fn or float8_e5m2")
+    return name
+
+
+def _width(x):
+    return 0 if x is None else x.shape[-1]
+
+
+def _rq_call(name, device, tensors, is_neox, quant_scale_q, quant_scale_kv, layout=0):
+    """One call with `tensors` {field: array or None}: zero-width nope
+    tensors go as absent, like FlashInfer's size-0 ones."""
+    a = S.RopeQuantArgs()
+    a.struct_size = ctypes.sizeof(S.RopeQuantArgs)
+    a.is_neox = int(bool(is_neox))
+    a.quant_scale_q = float(quant_scale_q)
+    a.quant_scale_kv = float(quant_scale_kv)
+    a.layout = layout
+    keep = []
+    for field, x in tensors.items():
+        if x is None or (field in ("q_nope", "k_nope", "q_nope_out", "k_nope_out") and x.shape[-1] == 0):
+            continue
+        t = view(x, field)
+        keep.append((t, x))
+        setattr(a, field, ctypes.pointer(t))
+    ctx = _context.get(device)
+    status = _rq_fn(name)(ctx.handle, ctypes.byref(a), ctx.stream())
+    check_op(status, name[3:], device)
+
+
+def _fp8_outputs(rope, nope, rope_out, nope_out, fp8, names):
+    """The FP8 outputs of a (rope, nope) pair: the caller's (checked
+    writable) or new ones; a None nope gives a size-0 nope output."""
+    if rope_out is None:
+        rope_out = empty(rope, tuple(rope.shape), fp8)
+    if nope_out is None:
+        nope_out = empty(rope, tuple(rope.shape[:-1]) + (_width(nope),), fp8)
+    check_writable(rope_out, names[0])
+    if nope is not None:
+        check_writable(nope_out, names[1])
+    return rope_out, nope_out
+
+
+def rope_quantize_fp8(
+    q_rope,
+    k_rope,
+    q_nope,
+    k_nope,
+    cos_sin_cache,
+    pos_ids,
+    is_neox=True,
+    quantize_dtype=None,
+    quant_scale_q=1.0,
+    quant_scale_kv=1.0,
+    q_rope_out=None,
+    k_rope_out=None,
+    q_nope_out=None,
+    k_nope_out=None,
+    enable_pdl=False,
+):
+    """RoPE by rows pos_ids[t] of cos_sin_cache [max_pos, R] (float32, cos
+    then sin halves), then FP8: q_rope_out = fp8(rope(q_rope) *
+    quant_scale_q), q_nope_out = fp8(q_nope * quant_scale_q), and K likewise
+    with quant_scale_kv. q_rope [nnz, H_q, R], q_nope [nnz, H_q, N] or None;
+    k_rope [nnz, H_k, R] (MLA: [nnz, R]), k_nope likewise or None. Outputs
+    may be given (e.g. slices of one [.., R + N] tensor). Returns
+    (q_rope_out, k_rope_out, q_nope_out, k_nope_out)."""
+    device = device_of(q_rope)
+    _context.check_same_device(
+        device,
+        [("k_rope", k_rope), ("q_nope", q_nope), ("k_nope", k_nope),
+         ("cos_sin_cache", cos_sin_cache), ("pos_ids", pos_ids)],
+    )
+    fp8 = _fp8_name(quantize_dtype, (q_rope_out, k_rope_out, q_nope_out, k_nope_out))
+    q_rope_out, q_nope_out = _fp8_outputs(q_rope, q_nope, q_rope_out, q_nope_out, fp8,
+                                      ("q_rope_out", "q_nope_out"))
+    k_rope_out, k_nope_out = _fp8_outputs(k_rope, k_nope, k_rope_out, k_nope_out, fp8,
+                                      ("k_rope_out", "k_nope_out"))
+    pos = int32_index(pos_ids, "pos_ids")
+    _rq_call(
+        "fi_rope_quantize_fp8",
+        device,
+        {"q_rope": q_rope, "q_nope": q_nope, "k_rope": k_rope, "k_nope": k_nope,
+         "cos_sin_cache": cos_sin_cache, "pos_ids": pos,
+         "q_rope_out": q_rope_out, "q_nope_out": q_nope_out if q_nope is not None else None,
+         "k_rope_out": k_rope_out, "k_nope_out": k_nope_out if k_nope is not None else None},
+        is_neox, quant_scale_q, quant_scale_kv,
+    )
+    return q_rope_out, k_rope_out, q_nope_out, k_nope_out
+
+
+def mla_rope_quantize_fp8(*args, **kwargs):
+    """rope_quantize_fp8 under FlashInfer's MLA name (the same function)."""
+    return rope_quantize_fp8(*args, **kwargs)
+
+
+def rope_quantize_fp8_append_paged_kv_cache(
+    q_rope,
+    k_rope,
+    q_nope,
+    k_nope,
+    v,
+    cos_sin_cache,
+    pos_ids,
+    paged_kv_cache,
+    kv_indices,
+    kv_indptr,
+    batch_indices,
+    positions,
+    is_neox=True,
+    quantize_dtype=None,
+    quant_scale_q=1.0,
+    quant_scale_kv=1.0,
+    page_size=16,
+    kv_layout="NHD",
+    q_rope_out=None,
+    q_nope_out=None,
+    enable_pdl=False,
+):
+    """rope_quantize_fp8 for Q, with K (and V) quantized straight into a
+    paged FP8 cache: token t of request batch_indices[t] at position
+    positions[t] goes to page kv_indices[kv_indptr[b] + p // page_size],
+    slot p % page_size. GQA/MHA (k_rope 3-D): paged_kv_cache = (k_cache,
+    v_cache) [pages, page_size, H_k, R + N] (NHD) or [pages, H_k,
+    page_size, R + N] (HND), v [nnz, H_k, D_v]. MLA (k_rope 2-D, v None):
+    (ckv_cache [pages, page_size, N], kpe_cache [pages, page_size, R]).
+    Returns (q_rope_out, q_nope_out)."""
+    device = device_of(q_rope)
+    _context.check_same_device(
+        device,
+        [("k_rope", k_rope), ("q_nope", q_nope), ("k_nope", k_nope), ("v", v),
+         ("cos_sin_cache", cos_sin_cache), ("pos_ids", pos_ids), ("kv_indices", kv_indices),
+         ("kv_indptr", kv_indptr), ("batch_indices", batch_indices), ("positions", positions)],
+    )
+    mla = k_rope.ndim == 2
+    if len(paged_kv_cache) != 2:
+        raise ValueError("paged_kv_cache must be a tuple of 2 tensors")
+    c0, c1 = paged_kv_cache
+    if mla and v is not None:
+        raise ValueError("MLA (a 2-D k_rope) takes no v: pass None")
+    if not mla and v is None:
+        raise ValueError("GQA/MHA (a 3-D k_rope) needs v; only MLA passes None")
+    if kv_layout not in ("NHD", "HND"):
+        raise ValueError(f"kv_layout is {kv_layout!r}; expected 'NHD' or 'HND'")
+    layout = 1 if kv_layout == "HND" and not mla else 0
+    cache_ps = c0.shape[1] if mla or layout == 0 else c0.shape[2]
+    if c0.ndim == (3 if mla else 4) and cache_ps != page_size:
+        raise ValueError(f"page_size={page_size}, but the cache holds pages of {cache_ps}")
+    fp8 = _fp8_name(quantize_dtype, (q_rope_out, q_nope_out))
+    for cache, what in ((c0, "paged_kv_cache[0]"), (c1, "paged_kv_cache[1]")):
+        if name_of(cache) != fp8:
+            raise ValueError(f"{what}.dtype is {name_of(cache)}, expected {fp8} (quantize_dtype)")
+        check_writable(cache, what)
+    q_rope_out, q_nope_out = _fp8_outputs(q_rope, q_nope, q_rope_out, q_nope_out, fp8,
+                                      ("q_rope_out", "q_nope_out"))
+    idx = {n: int32_index(x, n) for n, x in (("pos_ids", pos_ids), ("kv_indices", kv_indices),
+                                             ("kv_indptr", kv_indptr),
+                                             ("batch_indices", batch_indices),
+                                             ("positions", positions))}
+    caches = {"ckv_cache": c0, "kpe_cache": c1} if mla else {"k_cache": c0, "v_cache": c1}
+    _rq_call(
+        "fi_rope_quantize_fp8_append_paged_kv_cache",
+        device,
+        {"q_rope": q_rope, "q_nope": q_nope, "k_rope": k_rope, "k_nope": k_nope, "v": v,
+         "cos_sin_cache": cos_sin_cache, "q_rope_out": q_rope_out,
+         "q_nope_out": q_nope_out if q_nope is not None else None, **caches, **idx},
+        is_neox, quant_scale_q, quant_scale_kv, layout,
+    )
+    return q_rope_out, q_nope_out

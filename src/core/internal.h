@@ -178,6 +178,7 @@ typedef struct fi_backend {
     fi_status (*chain_speculative)(fi_context *ctx, const fi_spec_args *a, void *stream);
     fi_status (*top_k)(fi_context *ctx, const fi_topk_args *a, void *stream);
     fi_status (*rope_cos_sin)(fi_context *ctx, const fi_rope_cache_args *a, void *stream);
+    fi_status (*rope_quant)(fi_context *ctx, const fi_rq_args *a, void *stream);
 
     /* fi_warmup_*: what this process lacks to compile the backend's
      * kernels (NULL: nothing; else e.g. "no C compiler: ..."), the list of

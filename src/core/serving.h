@@ -131,6 +131,32 @@ typedef struct fi_rope_cache_args {
     fi_tensor *q_out, *k_out;   /* may be q, k (in place) */
 } fi_rope_cache_args;
 
+/* RoPE + FP8 quantize (+ paged append): fi_rope_quantize_fp8 and its
+ * append form, as the core lowers them: up to five segments, each a
+ * source of [nnz, H, W] rows and where its FP8 rows go. MLA's 2-D K
+ * inputs and 3-D caches arrive as H = 1 views; a GQA K cache row (rope |
+ * nope) as two column ranges of the cache; an HND cache as NHD strides. */
+typedef struct fi_rq_seg {
+    fi_tensor src;  /* [nnz, H, W] f32/f16/bf16 */
+    fi_tensor dst;  /* plain: [nnz, H, W]; append: [pages, page_size, H, W]; FP8 */
+    bool rope;      /* W = R: turned by the cos/sin cache first */
+    float scale;    /* fp8(value * scale) */
+} fi_rq_seg;
+
+#define FI_RQ_MAX_SEGS 5
+
+typedef struct fi_rq_args {
+    fi_rq_seg seg[FI_RQ_MAX_SEGS];
+    int32_t nseg;
+    int32_t nq;                 /* seg[0, nq) are Q's: written whatever the page table */
+    const fi_tensor *cache;     /* [max_pos, R] f32 */
+    const fi_tensor *pos_ids;   /* [nnz] i32 */
+    bool neox;
+    bool append;                /* segments past nq go to pages */
+    const fi_tensor *batch_indices, *positions, *kv_indptr, *kv_indices; /* append */
+    int64_t nnz, rot, pages, page_size;
+} fi_rq_args;
+
 /* ------------------------------------------------------------ helpers */
 
 /* Element offset of row r of a tensor whose rows are its leading ndim - 1

@@ -117,6 +117,7 @@ const fi_backend fi_cpu_backend = {
     .chain_speculative = fi_cpu_chain_speculative,
     .top_k = fi_cpu_top_k,
     .rope_cos_sin = fi_cpu_rope_cos_sin,
+    .rope_quant = fi_cpu_rope_quant,
     .warmup_missing = fi_cpu_warmup_missing,
     .warmup_list = fi_cpu_warmup_list,
     .warmup_compile = fi_cpu_warmup_compile,

@@ -51,6 +51,7 @@ fi_status fi_cpu_filter(fi_context *ctx, const fi_filter_args *a, void *stream);
 fi_status fi_cpu_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream);
 fi_status fi_cpu_top_k(fi_context *ctx, const fi_topk_args *a, void *stream);
 fi_status fi_cpu_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream);
+fi_status fi_cpu_rope_quant(fi_context *ctx, const fi_rq_args *a, void *stream);
 
 /* The table of the context's SIMD level. */
 const fi_cpu_serving_kernels *fi_cpu_serving_for(const fi_context *ctx);

@@ -183,6 +183,7 @@ const fi_backend fi_cuda_backend = {
     .chain_speculative = fi_cuda_chain_speculative,
     .top_k = fi_cuda_top_k,
     .rope_cos_sin = fi_cuda_rope_cos_sin,
+    .rope_quant = fi_cuda_rope_quant,
     .warmup_missing = fi_cuda_warmup_missing,
     .warmup_list = fi_cuda_warmup_list,
     .warmup_compile = fi_cuda_warmup_compile,

@@ -37,6 +37,8 @@ fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream)
 fi_status fi_cuda_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream);
 fi_status fi_cuda_top_k(fi_context *ctx, const fi_topk_args *a, void *stream);
 fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream);
+/* RoPE + FP8 quantize (+ paged append): rope_quant.c, kernels/rope_quant.cuh. */
+fi_status fi_cuda_rope_quant(fi_context *ctx, const fi_rq_args *a, void *stream);
 
 /* Kernel configurations of kernels/ops.cuh (dtype codes as fi_dtype). */
 void fi_cuda_ops_merge_spec(int va, int vb, int vo, int mask, int vec, fi_kernel_spec *s);
@@ -65,6 +67,12 @@ void fi_cuda_sv_topk_spec(int xt, int ragged, fi_kernel_spec *s);
 /* The serving kernels CI compiles (every value of every option): i of n. */
 int fi_cuda_sv_num_ci_specs(void);
 void fi_cuda_sv_ci_spec(int i, fi_kernel_spec *s);
+
+/* The RoPE + FP8 quantize kernel (names start with "fi_rq_") and the
+ * configurations CI compiles: i of n. */
+void fi_cuda_rq_spec(int xt, int ot, int neox, int vec, fi_kernel_spec *s);
+int fi_cuda_rq_num_ci_specs(void);
+void fi_cuda_rq_ci_spec(int i, fi_kernel_spec *s);
 
 /* What the serving ops' host code shares (serving_ops.c). */
 /* Launch `spec` on a grid gx x gy of `threads`-thread blocks with `args`

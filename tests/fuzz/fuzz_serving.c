@@ -2,7 +2,8 @@
  * fuzz_serving.c — the serving ops from arbitrary bytes: the norms (RMSNorm,
  * Gemma, fused residual add, LayerNorm, FP8 out), the gated activations,
  * softmax, every sampler, the renorm / mask filters, chain speculative
- * sampling, top-k (dense and ragged) and RoPE from a cos/sin cache. Rows of
+ * sampling, top-k (dense and ragged), RoPE from a cos/sin cache and RoPE +
+ * FP8 quantize (+ paged append: tests/rope_quant_cases.c). Rows of
  * 1-3 leading dimensions, padded strides, mixed dtypes, outputs in place,
  * overlapping an input or apart, parameters some out of range (eps, scale,
  * temperature, k, p, row indices, lengths, positions, draft ids). Every
@@ -12,6 +13,8 @@
  */
 #include "fuzz.h"
 #include "../oracle_serving.h"
+#include "../ops_cases.h"
+#include "../rope_quant_cases.h"
 
 static const fi_dtype float_dt[3] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16};
 
@@ -505,12 +508,39 @@ static void fuzz_rope_cache(fz *f, fi_context *ctx, tu_rng *rng) {
     tu_buf_free(&q), tu_buf_free(&k), tu_buf_free(&qo), tu_buf_free(&ko), tu_buf_free(&c), tu_buf_free(&pos);
 }
 
+/* ------------------------------------------- RoPE + FP8 quantize (+ append) */
+
+static void fuzz_rope_quant(fz *f, fi_context *ctx, tu_rng *rng) {
+    static const int64_t rots[4] = {2, 8, 32, 64}, nopes[4] = {0, 1, 8, 24};
+    rq_cfg c = {fz_range(f, 0, 7), fz_range(f, 1, 4), fz_range(f, 0, 3), rots[fz_pick(f, 4)],
+                nopes[fz_pick(f, 4)], float_dt[fz_pick(f, 3)],
+                fz_pick(f, 2) ? FI_DTYPE_E5M2 : FI_DTYPE_E4M3, fz_pick(f, 2), fz_pick(f, 2),
+                fz_pick(f, 2), (int)fz_range(f, 1, 5), fz_pick(f, 2), fz_pick(f, 2),
+                (float)fz_range(f, 1, 8) / 4.0f, (float)fz_range(f, 1, 8) / 4.0f};
+    if (c.append && c.hk == 0 && c.nope == 0) c.nope = 8; /* MLA appends k_nope */
+    rq_case k;
+    tu_buf b[RQ_NBUF];
+    void *before[RQ_NBUF] = {0};
+    fi_tensor t[RQ_NBUF];
+    if (rq_case_alloc(&k, &c, b, rng) == 0) {
+        const bool bad = c.nnz > 0 && fz_one_in(f, 5); /* a negative pos_id: refused */
+        if (bad) tu_view_set(&b[RQ_INDEX].t, fz_range(f, 0, c.nnz - 1), -1.0 - fz_range(f, 0, 99));
+        for (int i = 0; i < RQ_NBUF; i++) before[i] = ops_snapshot(&b[i]), t[i] = b[i].t;
+        fi_status st = rq_case_call(ctx, &k, t, NULL);
+        fz_check_status(st, "fi_rope_quantize_fp8");
+        if (st == FI_OK && bad) FZ_FAIL("fi_rope_quantize_fp8 accepted a negative pos_id");
+        if (st == FI_OK && !rq_case_check(&k, b, before, NULL))
+            FZ_FAIL("fi_rope_quantize_fp8 wrote what the oracle does not");
+    }
+    for (int i = 0; i < RQ_NBUF; i++) free(before[i]), tu_buf_free(&b[i]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
     fi_context *ctx = fz_context(&f);
     tu_rng rng;
     tu_rng_seed(&rng, fz_u32(&f));
-    switch (fz_pick(&f, 8)) {
+    switch (fz_pick(&f, 9)) {
     case 0: fuzz_norm(&f, ctx, &rng); break;
     case 1: fuzz_act(&f, ctx, &rng); break;
     case 2: fuzz_softmax(&f, ctx, &rng); break;
@@ -518,7 +548,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 4: fuzz_filter(&f, ctx, &rng); break;
     case 5: fuzz_spec(&f, ctx, &rng); break;
     case 6: fuzz_top_k(&f, ctx, &rng); break;
-    default: fuzz_rope_cache(&f, ctx, &rng); break;
+    case 7: fuzz_rope_cache(&f, ctx, &rng); break;
+    default: fuzz_rope_quant(&f, ctx, &rng); break;
     }
     return 0;
 }

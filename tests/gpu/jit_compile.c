@@ -230,6 +230,10 @@ static void build_list(void) {
         fi_cuda_sv_ci_spec(i, &s);
         add(&s);
     }
+    for (int i = 0; i < fi_cuda_rq_num_ci_specs(); i++) { /* RoPE + FP8 quantize: fi_rq_* */
+        fi_cuda_rq_ci_spec(i, &s);
+        add(&s);
+    }
     variant_specs();
     for (int i = 0; i < fi_cuda_aot_set_count(); i++) {
         fi_cuda_aot_set_spec(i, &s);

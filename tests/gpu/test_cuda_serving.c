@@ -23,6 +23,13 @@
  *   act        silu / gelu / gelu_tanh _and_mul, d 1 .. 8192
  *   rope_cache NeoX and GPT-J, rotary_dim < head_dim, in place, q and k of
  *              different dtypes
+ *   rope_quant fi_rope_quantize_fp8 and its append form (tests/rope_quant_cases.c):
+ *              MLA / GQA / MHA, R 32 .. 128, N 0 .. 512, NHD / HND, page size
+ *              1 / 16 / 32, e4m3 / e5m2, scales != 1, sliced outputs, all three
+ *              layouts: bit for bit the CPU's and within the oracle's rounding;
+ *              device values the CPU refuses (a pos_id past the cache, a bad
+ *              request, position or page id): the token's rows skipped as
+ *              kernels/rope_quant.cuh says
  *   softmax    scalar and per-row temperature, non-finite rows, vocab to 256k
  *   sample     every sampler, scalar / per-row / indices, ties and zeros,
  *              vocab 1 .. 262144: the CPU's tokens, bit for bit
@@ -45,6 +52,7 @@
 #include "gpu_util.h"
 #include "../ops_cases.h"
 #include "../oracle_serving.h"
+#include "../rope_quant_cases.h"
 #include "../util.h"
 
 #include <math.h>
@@ -481,6 +489,103 @@ static void suite_rope(void) {
                  (long long)c.dim, (long long)c.rot, c.neox ? "neox" : "gptj",
                  layout_names[c.layout], c.in_place ? "_in_place" : "");
     }
+}
+
+/* =========================================================== rope quant */
+
+typedef struct rq_gpu_cfg {
+    rq_cfg c;
+    int layout;
+    int device_values; /* break index values the CPU refuses (GPU only) */
+} rq_gpu_cfg;
+
+static fi_status rq_fn(fi_context *ctx, const fi_tensor *t, const void *p, void *s) {
+    return rq_case_call(ctx, p, t, s);
+}
+
+/* Index values of k the CPU refuses, broken in the host buffer: token 0's
+ * pos_id past the cache, token 1's request, token 2's position, and the
+ * page id token 3 lands on; skip[t] says what each token still writes. */
+static void break_indices(const rq_case *k, const tu_buf *ix, uint8_t *skip) {
+    const fi_tensor *t = &ix->t;
+    tu_view_set(t, 0, (double)k->max_pos), skip[0] = RQ_SKIP_ALL;
+    tu_view_set(t, k->off_batch + 1, 99), skip[1] = RQ_SKIP_KV;
+    tu_view_set(t, k->off_pos + 2, 1e6), skip[2] = RQ_SKIP_KV;
+    double *v = tu_view_read(t);
+    const int64_t ps = k->c.page_size;
+#define RQ_ENTRY(n) ((int64_t)v[k->off_indptr + (int64_t)v[k->off_batch + (n)]] + \
+                     (int64_t)v[k->off_pos + (n)] / ps)
+    const int64_t bad = RQ_ENTRY(3);
+    tu_view_set(t, k->off_indices + bad, (double)(k->pages + 5));
+    for (int64_t n = 3; n < k->c.nnz; n++)
+        if (RQ_ENTRY(n) == bad) skip[n] = RQ_SKIP_KV;
+#undef RQ_ENTRY
+    free(v);
+}
+
+static int case_rope_quant(tu_rng *rng, const void *p) {
+    const rq_gpu_cfg *g = p;
+    rq_case k;
+    cbufs b;
+    memset(&b, 0, sizeof b);
+    b.misalign = g->layout == MISALIGNED;
+    uint8_t skip[64] = {0};
+    int ok = !rq_case_alloc(&k, &g->c, b.b, rng);
+    b.n = RQ_NBUF;
+    if (!ok) {
+        cb_free(&b);
+        return 0;
+    }
+    if (!g->device_values) {
+        ok = cb_run(&b, rq_fn, &k);
+        for (int i = RQ_Q_OUT; i < RQ_NBUF && ok == 1; i++) ok = cb_bits(&b, i, "an output");
+        if (ok == 1) ok = rq_case_check(&k, b.b, b.orig, NULL);
+        cb_free(&b);
+        return ok;
+    }
+    break_indices(&k, &b.b[RQ_INDEX], skip);
+    for (int i = 0; i < b.n; i++) b.orig[i] = ops_snapshot(&b.b[i]);
+    if (!g_device) {
+        cb_free(&b);
+        return SKIP;
+    }
+    ok = cb_upload(&b) && device_sync() &&
+         ops_check_ok(rq_fn(g_cuda, b.dev, &k, g_stream), "the op on CUDA") && device_sync() &&
+         cb_download(&b) && rq_case_check(&k, b.b, b.orig, skip);
+    cb_free(&b);
+    return ok;
+}
+
+static void suite_rope_quant(void) {
+    /* (nnz, H_q, H_k (0: MLA), R, N) */
+    static const int64_t shapes[][5] = {
+        {1, 1, 1, 32, 0},     {7, 4, 2, 64, 0},  {5, 3, 3, 128, 64}, {9, 8, 2, 64, 96},
+        {13, 16, 0, 64, 512}, {6, 5, 0, 32, 96}, {3, 2, 1, 128, 512}, {300, 32, 8, 128, 0},
+        {40, 128, 0, 64, 512}};
+    static const int page_sizes[3] = {1, 16, 32};
+    static const float scales[4][2] = {{1, 1}, {0.5f, 4}, {3, 0.25f}, {1, 1}};
+    char cfg[160];
+    for (grid g = {.ext = {LEN(shapes), 3, 4, 3}}; grid_next(&g);) {
+        const int si = g.i[0], form = g.i[1], v = g.i[2], lay = g.i[3];
+        const int64_t *s = shapes[si];
+        if ((s[2] == 0 && form == 2) || (tu_opt.quick && (si + form + v + lay) % 3)) continue;
+        rq_gpu_cfg c = {{s[0], s[1], s[2], s[3], s[4], fdt[(si + v) % 3],
+                         v & 1 ? FI_DTYPE_E5M2 : FI_DTYPE_E4M3, !((v + lay) & 1), form > 0,
+                         form == 2, page_sizes[(si + v) % 3], lay == STRIDED, v >= 2,
+                         scales[v][0], scales[v][1]},
+                        lay, 0};
+        rq_case_name(&c.c, cfg, sizeof cfg);
+        run_case("rope_quant", case_rope_quant, &c, "%s/%s", cfg, layout_names[lay]);
+    }
+    for (int mla = 0; mla < 2; mla++) /* values the CPU refuses */
+        for (int lay = 0; lay < 2; lay++) {
+            rq_gpu_cfg c = {{20, 4, mla ? 0 : 2, 64, mla ? 512 : 64, FI_DTYPE_BF16, FI_DTYPE_E4M3,
+                             1, 1, 0, 4, lay == STRIDED, 0, 1.0f, 1.0f},
+                            lay, 1};
+            rq_case_name(&c.c, cfg, sizeof cfg);
+            run_case("rope_quant", case_rope_quant, &c, "device_values/%s/%s", cfg,
+                     layout_names[lay]);
+        }
 }
 
 /* ============================================================== softmax */
@@ -1403,6 +1508,7 @@ static void suite_bad_input(void) {
         tu_record("bad_input", name, !g_device && ok ? TU_SKIP : ok ? TU_PASS : TU_FAIL);
     }
     device_value_cases(&e, "bad_input/device_values");
+    if (g_device) rq_bad_input(g_cuda, "cuda", true);
     bad_env_free(&e);
 }
 
@@ -1439,6 +1545,7 @@ int main(int argc, char **argv) {
     suite_norm();
     suite_act();
     suite_rope();
+    suite_rope_quant();
     suite_softmax();
     suite_sample();
     suite_stats();
