@@ -105,7 +105,9 @@ static_assert(!fi_v::OUTPUT || BM * (DVO + 1) * 4 <= SMEM_BYTES, "output rows");
 static_assert(2 * BN == NT, "row hooks: a thread per K row and one per V row");
 
 static_assert(QT == FI_T_F16 || QT == FI_T_BF16, "16-bit Q/KV");
+#if !defined(FI_TC) || FI_TC
 static_assert((DQK == 64 || DQK == 128) && (DVO == 64 || DVO == 128), "head dims");
+#endif /* (persistent.cuh's decode form, FI_TC = 0: decode_tc.cuh's, 256 too) */
 
 /* Byte offset of 16-byte chunk ch of row r in a tile of NCH chunks per row. */
 template <int NCH>

@@ -13,7 +13,8 @@
  *               padded strides, page sizes
  *   variant     masks, window, soft-cap, ALiBi, RoPE, custom mask, sm_scale
  *   dtype       q/kv/o in f32/f16/bf16, FP8 KV with scales
- *   headdim     64/128/256 (and qk != vo) x GQA group 1/4/8; 80/96/192/512
+ *   headdim     64/128/256 (and qk != vo) x GQA group 1/4/8; d 256 decodes
+ *               (16-bit and FP8 K/V, pages 1/16/64, groups 1-16); 80/96/192/512
  *               (and 192x128, 96x64) x dtypes, FP8, RoPE, masks, split-KV
  *   plan        split-KV on/off, fixed split, workers, layers, re-plan
  *   edge        empty requests, fully masked rows, 65536 keys, huge logits
@@ -1384,6 +1385,74 @@ static void headdim_wide(backend *be) {
     }
 }
 
+/* Head dim 256 decodes, part of the headdim suite: on CUDA decode version
+ * 3's split-O form (kernels/decode_tc.cuh SPLIT: 32-key tiles, S shared
+ * through shared memory, each warp a quarter of O's columns). 16-bit and
+ * FP8 K/V x page sizes 1, 16, 64 x GQA groups 1 to 16 (one token's rows
+ * up to the whole m16 tile), each with a split (chunks of one tile, or of
+ * 2.5), no split or the plan's own, and a mask or window; then long
+ * requests (the stage ring wrapping), speculative tokens (several tokens'
+ * rows in the tile), HND, f32 output without LSE, and qk != vo. */
+static void headdim_decode256(backend *be) {
+    struct { fi_dtype q, kv; float ks, vs; } dt[] = {
+        {FI_DTYPE_BF16, FI_DTYPE_BF16, 1, 1},
+        {FI_DTYPE_BF16, FI_DTYPE_E4M3, 0.5f, 2.0f},
+        {FI_DTYPE_F16, FI_DTYPE_E5M2, 0.25f, 0.5f},
+    };
+    int32_t ps[] = {1, 16, 64};
+    int32_t heads[][2] = {{2, 2}, {6, 2}, {8, 2}, {16, 2}, {16, 1}}; /* groups 1, 3, 4, 8, 16 */
+    int n = 0;
+    for (size_t d = 0; d < 3; d++)
+        for (size_t p = 0; p < 3; p++)
+            for (size_t h = 0; h < 5; h++, n++) {
+                case_spec c = default_spec("headdim", be);
+                c.dqk = c.dvo = 256;
+                c.q_dt = c.o_dt = dt[d].q; c.kv_dt = dt[d].kv;
+                c.k_scale = dt[d].ks; c.v_scale = dt[d].vs;
+                c.page_size = ps[p];
+                c.hq = heads[h][0]; c.hkv = heads[h][1];
+                c.shape = "decode";
+                switch (n % 4) {
+                case 0: c.fixed_split = 32; break;
+                case 1: c.fixed_split = 80; c.mask = FI_MASK_CAUSAL; break;
+                case 2: c.disable_split = 1; c.window_left = 40; break;
+                default: c.mask = FI_MASK_CAUSAL; c.window_left = 100; break;
+                }
+                c.quick = every(6);
+                submit(c);
+            }
+    for (size_t d = 0; d < 3; d++)
+        for (int v = 0; v < 4; v++) {
+            case_spec c = default_spec("headdim", be);
+            c.dqk = c.dvo = 256;
+            c.q_dt = c.o_dt = dt[d].q; c.kv_dt = dt[d].kv;
+            c.k_scale = dt[d].ks; c.v_scale = dt[d].vs;
+            c.hq = 16; c.hkv = 2;
+            if (v == 0) { /* long requests: many tiles, the stages wrap */
+                int32_t qo[] = {1, 1, 1}, kv[] = {2049, 1000, 5};
+                c.batch = 3;
+                memcpy(c.qo_len, qo, sizeof qo); memcpy(c.kv_len, kv, sizeof kv);
+                c.shape = "decode_long"; c.page_size = 64;
+                c.fixed_split = d == 1 ? 0 : 512;
+            } else if (v == 1) { /* speculative tokens: 2 x 4 and 4 x 4 rows, causal */
+                int32_t qo[] = {2, 4, 1}, kv[] = {100, 333, 64};
+                c.batch = 3;
+                memcpy(c.qo_len, qo, sizeof qo); memcpy(c.kv_len, kv, sizeof kv);
+                c.hq = 8; c.hkv = 2; c.mask = FI_MASK_CAUSAL;
+                c.shape = "decode_spec";
+            } else if (v == 2) { /* HND, f32 output, no LSE */
+                c.layout = FI_KV_LAYOUT_HND; c.o_dt = FI_DTYPE_F32; c.no_lse = 1;
+                c.shape = "decode";
+            } else { /* qk != vo */
+                c.dqk = d == 2 ? 128 : 256; c.dvo = d == 2 ? 256 : 128;
+                c.hq = 8; c.hkv = 1; c.fixed_split = 48;
+                c.shape = "decode";
+            }
+            c.quick = every(3);
+            submit(c);
+        }
+}
+
 static void suite_headdim(backend *be) {
     int32_t dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {128, 64}, {64, 128}, {256, 128}};
     int32_t groups[][2] = {{4, 4}, {8, 2}, {8, 1}, {16, 2}};
@@ -1401,6 +1470,7 @@ static void suite_headdim(backend *be) {
                 submit(c);
             }
     headdim_wide(be);
+    headdim_decode256(be);
 }
 
 static void suite_plan(backend *be) {
@@ -1791,7 +1861,7 @@ static void suite_graph(backend *be) {
 static void suite_table(backend *be) {
     const char *shapes[] = {"decode", "mixed", "prefill"};
     for (int s = 0; s < 3; s++)
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 6; v++) {
             case_spec c = default_spec("table", be);
             c.device_table = 1;
             c.shape = shapes[s];
@@ -1808,6 +1878,13 @@ static void suite_table(backend *be) {
                 c.combined = 1;
                 c.window_left = 20;
                 c.second_batch = 1;
+            } else if (v >= 4) { /* d 256 (decode version 3's split-O form), 16-bit and FP8 */
+                c.dqk = c.dvo = 256;
+                c.hq = 16; c.hkv = 2;
+                c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_BF16;
+                c.page_size = v == 4 ? 64 : 1;
+                if (v == 5) { c.kv_dt = FI_DTYPE_E4M3; c.k_scale = 0.5f; c.v_scale = 2.0f; }
+                c.mask = FI_MASK_CAUSAL;
             }
             c.quick = every(3);
             submit(c);

@@ -14,7 +14,10 @@
  * plans with a device page table (fi_plan_config.device_page_table: the
  * Python layer's, kernels that clamp page ids) the persistent kernel and its
  * decode form of each paged configuration, 2 x 2 x 3 x 2 x 2; plus the
- * merge kernels, 2 x 2: 292 kernels.
+ * merge kernels, 2 x 2; and head dim 256's decode form (decode version 3's
+ * split-O form, what its decode batches run), paged and with a device page
+ * table, with its merge kernels: 2 x 3 x 2 x 2 + 2: 318 kernels (a d 256
+ * plan's other kernels are compiled on first use).
  */
 #include "cuda/cuda_backend.h"
 
@@ -23,12 +26,13 @@
 enum { N_DT = 2, N_DIM = 2, N_GROUP = 3, N_FMT = 2, N_MASK = 2 };
 enum { N_ATTN = N_DT * N_DIM * N_GROUP * N_FMT * N_MASK };
 enum { N_DTABLE = N_ATTN / N_FMT }; /* the paged configurations */
+enum { N_D256 = N_DT * N_GROUP * N_MASK * 2 }; /* d 256 decode forms: paged, device table */
 
 static const int aot_dtypes[N_DT] = {FI_DTYPE_BF16, FI_DTYPE_F16};
 static const int aot_dims[N_DIM] = {128, 64};
 static const int aot_groups[N_GROUP] = {1, 4, 8};
 
-int fi_cuda_aot_set_count(void) { return 5 * N_ATTN + 2 * N_DTABLE + N_DT * N_DIM; }
+int fi_cuda_aot_set_count(void) { return 5 * N_ATTN + 2 * N_DTABLE + N_DT * N_DIM + N_D256 + N_DT; }
 
 /* The i-th configuration's attention config (i < N_ATTN). */
 static void attn_config_at(int i, fi_attn_config *c) {
@@ -79,8 +83,19 @@ void fi_cuda_aot_set_spec(int i, fi_kernel_spec *s) {
         c.paged = FI_CUDA_KV_DEVICE_TABLE;
         selected_form(&c, INT32_MAX,
                      k < N_DTABLE ? FI_CUDA_FORM_PERSIST : FI_CUDA_FORM_PERSIST_DECODE, s);
-    } else {
+    } else if (i < 5 * N_ATTN + 2 * N_DTABLE + N_DT * N_DIM) {
         int k = i - 5 * N_ATTN - 2 * N_DTABLE;
         fi_cuda_merge_spec(aot_dims[k % N_DIM], aot_dtypes[k / N_DIM], s);
+    } else if (i < 5 * N_ATTN + 2 * N_DTABLE + N_DT * N_DIM + N_D256) {
+        int k = i - 5 * N_ATTN - 2 * N_DTABLE - N_DT * N_DIM;
+        const int mask = k / 2 % N_MASK, g = k / (2 * N_MASK) % N_GROUP, dt = k / (2 * N_MASK * N_GROUP);
+        /* the paged (fmt 0) configuration of dtype dt, dim 0, group g, at d 256 */
+        attn_config_at(mask + N_MASK * N_FMT * (g + N_GROUP * N_DIM * dt), &c);
+        c.dqk = c.dvo = 256;
+        if (k % 2) c.paged = FI_CUDA_KV_DEVICE_TABLE;
+        selected_form(&c, INT32_MAX, FI_CUDA_FORM_PERSIST_DECODE, s);
+    } else {
+        int k = i - 5 * N_ATTN - 2 * N_DTABLE - N_DT * N_DIM - N_D256;
+        fi_cuda_merge_spec(256, aot_dtypes[k], s);
     }
 }

@@ -174,15 +174,17 @@ static fi_cuda_form choose_form(const fi_plan *plan, const fi_cuda_plan *ps,
     if (!ps->fn[FI_CUDA_FORM_PERSIST]) return FI_CUDA_FORM_COUNT;
     const bool dtc_ok = a->kv_vec_ok && a->page_shift >= 0 && slots_fit(a, plan);
     if (ps->decode_tc && !dtc_ok) return FI_CUDA_FORM_COUNT;
+    /* no item wider than one m16 tile: decode version 3 takes them all,
+     * also where they count as tensor-core items (16 rows) that the full
+     * form has no path for (d 256: decode_tc false). (FP8 K/V: the full
+     * form runs on CUDA cores, and takes the runs decode version 3 cannot) */
+    if (ps->fn[FI_CUDA_FORM_PERSIST_DECODE] && !ps->has_wide_items && dtc_ok)
+        return FI_CUDA_FORM_PERSIST_DECODE;
     const bool all_tc = ps->has_tc_items && !ps->has_cc_items &&
                         !(ps->decode_tc && !ps->has_wide_items); /* 16-row items: decode v3 */
     if (ps->prefill_separate && all_tc && a->tc_min_rows > 0) return FI_CUDA_FORM_COUNT;
     /* tensor-core items the persistent kernel has no path for */
     if (!ps->persist_tc && ps->has_tc_items && a->tc_min_rows > 0) return FI_CUDA_FORM_COUNT;
-    /* (FP8 K/V: the full form runs on CUDA cores, and takes the runs decode
-     * version 3 cannot) */
-    if (ps->fn[FI_CUDA_FORM_PERSIST_DECODE] && !ps->has_wide_items && dtc_ok)
-        return FI_CUDA_FORM_PERSIST_DECODE;
     if (ps->mixed_form) return FI_CUDA_FORM_PERSIST_MIXED;
     return FI_CUDA_FORM_PERSIST;
 }

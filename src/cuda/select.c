@@ -40,13 +40,15 @@ static bool wg_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
 }
 
 /* Decode version 3 (decode_tc.cuh): 16-bit Q with K/V of its dtype or FP8
- * (widened in the kernel), head dims 64 or 128, without a custom mask, a
- * position encoding, a logit transform or a user variant. */
+ * (widened in the kernel), head dims 64, 128 or 256 (qk and vo apart;
+ * 256 only in the decode form, where tc_supported is false), without a
+ * custom mask, a position encoding, a logit transform or a user variant. */
 static bool dtc_supported(const fi_attn_config *c, const fi_cuda_tuning *t) {
     if (t->kernels == FI_CUDA_KERNELS_CUDA_CORES) return false;
     const bool q16 = c->qt == FI_DTYPE_F16 || c->qt == FI_DTYPE_BF16;
     const bool kv = c->kvt == c->qt || c->kvt == FI_DTYPE_E4M3 || c->kvt == FI_DTYPE_E5M2;
-    const bool dims = (c->dqk == 64 || c->dqk == 128) && (c->dvo == 64 || c->dvo == 128);
+    const bool dims = (c->dqk == 64 || c->dqk == 128 || c->dqk == 256) &&
+                      (c->dvo == 64 || c->dvo == 128 || c->dvo == 256);
     return q16 && kv && dims && c->mask != FI_MASK_CUSTOM && !c->softcap &&
            c->pos == FI_POS_NONE && !c->vname;
 }
@@ -94,11 +96,15 @@ static int attn_wg_smem(const fi_attn_config *c) {
     return 1024 + 128 * c->dqk * 2 + 2 * bn * (c->dqk + c->dvo) * 2 + 2 * bn * 16 + 32;
 }
 
-/* A 16-row Q tile + 3 stages of 64 keys of K and V, 16-bit (decode_tc.cuh
- * uses two; the room for a third still leaves two CTAs per SM; FP8 K/V: one
- * 16-bit tile and four FP8 stages, the same bytes). */
+/* decode_tc.cuh's SMEM_D at most: a 16-row Q tile + 3 stages of 64 keys of
+ * K and V, 16-bit (it uses two; the room for a third still leaves two CTAs
+ * per SM; FP8 K/V: one 16-bit tile and four FP8 stages, the same bytes);
+ * where D_qk + D_vo > 256 (its SPLIT form) 3 stages of 32 keys and the
+ * tile's scores, 16 x 40 f32: 104 KB + 2.5 KB at d 256. */
 static int decode_smem(const fi_attn_config *c) {
-    return 16 * c->dqk * 2 + 3 * 64 * (c->dqk + c->dvo) * 2;
+    const bool split = c->dqk + c->dvo > 256;
+    const int bn = split ? 32 : 64;
+    return 16 * c->dqk * 2 + 3 * bn * (c->dqk + c->dvo) * 2 + (split ? 16 * (bn + 8) * 4 : 0);
 }
 
 static fi_kernel_spec *row(fi_cuda_selection *sel, fi_cuda_form f, int smem) {
