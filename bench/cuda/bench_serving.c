@@ -23,12 +23,14 @@
  * docs/BENCHMARKS.md). The samplers read their row several times (select
  * passes from L2): their % says how far from one pass they are.
  *
- *   build/bench_serving [--json FILE] [--reps N] [--quick]   (quick: rows 1, 64, 4096)
+ *   build/bench_serving [--json FILE] [--reps N] [--quick] [--op NAME]...
+ *   (quick: rows 1, 64, 4096; --op: that op's cells only, repeatable)
  */
 #include "flashinfer.h"
 #include "../../tests/gpu/gpu_util.h"
 #include "../../tests/util.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,11 +201,13 @@ static fi_status run_op(fi_context *ctx, const cell *c, gu_ptr in, gu_ptr out, g
 
 int main(int argc, char **argv) {
     const char *json = NULL;
-    int reps = 30, quick = 0;
+    int reps = 30, quick = 0, num_ops = 0;
+    const char *only[16];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--op") && i + 1 < argc && num_ops < 16) only[num_ops++] = argv[++i];
     }
     if (reps < 30) reps = 30;
     fi_context *ctx;
@@ -245,6 +249,9 @@ int main(int argc, char **argv) {
     for (int ci = 0; ci < nc; ci++) {
         const cell *c = &cells[ci];
         if (quick && c->rows != 1 && c->rows != 64 && c->rows != 4096) continue;
+        bool wanted = num_ops == 0;
+        for (int k = 0; k < num_ops; k++) wanted |= !strcmp(only[k], op_names[c->op]);
+        if (!wanted) continue;
         size_t in, out;
         double moved;
         cell_bytes(c, &in, &out, &moved);
