@@ -46,8 +46,10 @@ if ok and flashinfer_c.cuda_available():
 EOF
 
 # test_engines.py: vLLM's and SGLang's call sequences, its torch-CUDA cases
-# (CUDA graphs captured and replayed) carry the gpu marker too.
-FILES=(tests/python/test_gpu_*.py tests/python/test_engines.py tests/python/test_compat.py)
+# (CUDA graphs captured and replayed) carry the gpu marker too, as do
+# test_rope_quant_torch.py's CUDA cases.
+FILES=(tests/python/test_gpu_*.py tests/python/test_engines.py tests/python/test_compat.py
+       tests/python/test_rope_quant_torch.py)
 if "$PY" -c "import pytest" 2> /dev/null; then
     ARGS=(-q -rsfE -p no:cacheprovider --junitxml="$OUT/junit.xml")
     "$PY" -c "import pytest_timeout" 2> /dev/null && ARGS+=(--timeout=120)
