@@ -17,7 +17,7 @@
 #elif defined(__GNUC__)
 /* GCC's -O2 vectorises only loops of a known trip count; these have
  * run-time lengths. ISO C mode (-std=c11) already keeps a*b+c unfused. */
-#pragma GCC optimize("vect-cost-model=dynamic", "fp-contract=off")
+#pragma GCC optimize("vect-cost-model=dynamic", "fp-contract=off", "no-trapping-math")
 #endif
 
 #include "cpu/serving.h"
