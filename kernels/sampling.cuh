@@ -2,8 +2,11 @@
  * sampling.cuh — softmax, sampling (top-k / top-p / min-p), the filters
  * (top_k / top_p renorm, top_k_mask_logits), chain speculative sampling
  * and top-k on the GPU: one block of 1024 threads per row (select.cuh),
- * blocks striding over the rows. One kernel per compile (src/cuda/
- * sampling_ops.c builds the name and the options):
+ * blocks striding over the rows; softmax, sampling and the filters also
+ * run a row on the CTAs of a cluster (a team, select.cuh) when the launch
+ * gives one (few rows: src/cuda/sampling_ops.c), clusters striding over
+ * the rows. One kernel per compile (src/cuda/sampling_ops.c builds the
+ * name and the options):
  *
  *   FI_SV_KIND   4 softmax, 5 sampling, 6 filter, 7 chain speculative, 8 top-k
  *   FI_SV_XT     the input's dtype (spec: the draft's); FI_SV_OT the output's
@@ -100,26 +103,30 @@ FI_DEV void store_neg_inf(char *p) {
 extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_softmax_args a) {
     using namespace fi_sv;
     __shared__ shm s;
-    for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    uint32_t rank, size, cluster, clusters;
+    cluster_place(&rank, &size, &cluster, &clusters);
+    const team t = team_of(rank, size, a.vocab);
+    for (int64_t r = cluster; r < a.rows; r += clusters) {
         const row_of<FI_SV_XT> x{a.x + r * a.x_row, a.x_col};
         char *out = a.out + r * a.o_row;
         float m;
         uint32_t kinds;
-        row_stats(s, x, a.vocab, &m, &kinds);
+        row_stats(s, t, x, &m, &kinds);
         const float temp = a.temp ? a.temp[r * a.temp_st] : a.temp_val;
         /* a NaN or +inf, only -inf, or (device values) a bad temperature */
         if ((kinds & (FI_SV_NAN | FI_SV_POS_INF)) || m == FI_NEG_INF || !(temp > 0.0f) ||
             temp == FI_POS_INF) {
-            for (int64_t i = threadIdx.x; i < a.vocab; i += NT)
+            for (int64_t i = t.lo() + threadIdx.x; i < t.hi(); i += NT)
                 fi_sv::store<FI_SV_OT>(out + i * a.o_col, __int_as_float(0x7fffffff));
             continue;
         }
         const exp_of<FI_SV_XT> e{x, m, dvd(1.0f, temp), FI_NEG_INF};
-        const float inv = (float)(1.0 / block_total(s, e, a.vocab, FI_NEG_INF));
-        row_map(x, a.vocab, [&](int64_t i, float xi) {
+        const float inv = (float)(1.0 / block_total(s, t, e, a.vocab, FI_NEG_INF));
+        row_map(t, x, [&](int64_t i, float xi) {
             fi_sv::store<FI_SV_OT>(out + i * a.o_col, mul(e.of(xi), inv));
         });
     }
+    team_sync(t); /* no CTA leaves while the team reads its shared memory */
 }
 
 /* ============================================================= sampling */
@@ -129,7 +136,7 @@ namespace fi_sv {
 
 /* Output b's token, or -1 when its filtered distribution has no mass (or
  * its row is no distribution). */
-FI_DEV int64_t sample_row(shm &s, const fi_sv_sample_args &a, int64_t b) {
+FI_DEV int64_t sample_row(shm &s, const team &tm, const fi_sv_sample_args &a, int64_t b) {
     int64_t row = b;
     if (a.indices) {
         row = a.indices[b * a.idx_st];
@@ -139,7 +146,7 @@ FI_DEV int64_t sample_row(shm &s, const fi_sv_sample_args &a, int64_t b) {
     const int64_t v = a.vocab;
     float m;
     uint32_t kinds;
-    row_stats(s, x, v, &m, &kinds);
+    row_stats(s, tm, x, &m, &kinds);
     const int32_t top_k = a.use_top_k ? (a.top_k ? a.top_k[b * a.tk_st] : a.top_k_val) : 0;
     const float top_p = a.use_top_p ? (a.top_p ? a.top_p[b * a.tp_st] : a.top_p_val) : 1.0f;
     const float min_p = a.use_min_p ? (a.min_p ? a.min_p[b * a.mp_st] : a.min_p_val) : 0.0f;
@@ -151,23 +158,24 @@ FI_DEV int64_t sample_row(shm &s, const fi_sv_sample_args &a, int64_t b) {
     if ((kinds & (FI_SV_NAN | FI_SV_POS_INF)) || m == FI_NEG_INF) return -1;
     /* top-k ranks the logits; top-p the softmax weights after it (top-k
      * first) or of the whole row (joint) */
-    const float tk = top_k_threshold(s, x, v, top_k);
-    if (top_p < 1.0f) t = top_p_threshold(s, exp_of<FI_SV_XT>{x, m, 1.0f, joint ? FI_NEG_INF : tk},
-                                          v, top_p, 0.0f);
-    return draw(s, exp_of<FI_SV_XT>{x, m, 1.0f, tk}, v, t, u);
+    const float tk = top_k_threshold(s, tm, x, v, top_k);
+    if (top_p < 1.0f)
+        t = top_p_threshold(s, tm, exp_of<FI_SV_XT>{x, m, 1.0f, joint ? FI_NEG_INF : tk}, v, top_p,
+                            0.0f);
+    return draw(s, tm, exp_of<FI_SV_XT>{x, m, 1.0f, tk}, v, t, u);
 #else
     if (kinds) return -1;
-    const float tk = top_k_threshold(s, x, v, top_k);
+    const float tk = top_k_threshold(s, tm, x, v, top_k);
     t = tk > 0.0f ? tk : 0.0f;
     if (a.use_min_p) {
         const float mp = mul(min_p, m);
         t = mp > t ? mp : t;
     }
     if (top_p < 1.0f) {
-        const float tp = top_p_threshold(s, x, v, top_p, joint ? 0.0f : t);
+        const float tp = top_p_threshold(s, tm, x, v, top_p, joint ? 0.0f : t);
         t = tp > t ? tp : t;
     }
-    return draw(s, x, v, t, u);
+    return draw(s, tm, x, v, t, u);
 #endif
 }
 
@@ -176,13 +184,17 @@ FI_DEV int64_t sample_row(shm &s, const fi_sv_sample_args &a, int64_t b) {
 extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_sample_args a) {
     using namespace fi_sv;
     __shared__ shm s;
-    for (int64_t b = blockIdx.x; b < a.batch; b += gridDim.x) {
-        const int64_t tok = sample_row(s, a, b);
-        if (threadIdx.x == 0) {
+    uint32_t rank, size, cluster, clusters;
+    cluster_place(&rank, &size, &cluster, &clusters);
+    const team t = team_of(rank, size, a.vocab);
+    for (int64_t b = cluster; b < a.batch; b += clusters) {
+        const int64_t tok = sample_row(s, t, a, b);
+        if (rank == 0 && threadIdx.x == 0) {
             a.samples[b * a.s_st] = tok >= 0 ? (int32_t)tok : 0;
             if (a.valid) a.valid[b * a.v_st] = tok >= 0;
         }
     }
+    team_sync(t); /* no CTA leaves while the team reads its shared memory */
 }
 
 /* ============================================================== filters */
@@ -193,7 +205,10 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_filter
     constexpr int XT = FI_SV_XT, OT = FI_SV_OT;
     __shared__ shm s;
     const int64_t v = a.vocab;
-    for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    uint32_t rank, size, cluster, clusters;
+    cluster_place(&rank, &size, &cluster, &clusters);
+    const team tm = team_of(rank, size, v);
+    for (int64_t r = cluster; r < a.rows; r += clusters) {
         const row_of<XT> x{a.x + r * a.x_row, a.x_col};
         char *out = a.out + r * a.o_row;
 #if FI_SV_OP == 2
@@ -203,32 +218,34 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_filter
         const int32_t k = a.top_k ? a.top_k[r * a.tk_st] : a.top_k_val;
         const bool all = k <= 0 || (int64_t)k >= v;
         bool none;
-        const uint32_t t = all ? 0u : select_key(s, x, v, 0u, false, (double)k, 0.0, &none, nullptr);
+        const uint32_t t =
+            all ? 0u : select_key(s, tm, x, v, 0u, false, (double)k, 0.0, &none, nullptr);
         if (all && a.in_place) continue;
-        row_map(x, v, [&](int64_t i, float xi) {
+        row_map(tm, x, [&](int64_t i, float xi) {
             if (!all && key_of(xi) < t) store_neg_inf<XT>(out + i * a.o_col);
             else if (!a.in_place) fi_copy_raw<ES>(out + i * a.o_col, x.p + i * a.x_col);
         });
 #else
         float m;
         uint32_t kinds;
-        row_stats(s, x, v, &m, &kinds);
+        row_stats(s, tm, x, &m, &kinds);
         const float p = FI_SV_OP == 1 ? (a.top_p ? a.top_p[r * a.tp_st] : a.top_p_val) : 1.0f;
         if (kinds || !(p >= 0.0f && p <= 1.0f)) { /* no distribution: NaN */
-            for (int64_t i = threadIdx.x; i < v; i += NT)
+            for (int64_t i = tm.lo() + threadIdx.x; i < tm.hi(); i += NT)
                 fi_sv::store<OT>(out + i * a.o_col, __int_as_float(0x7fffffff));
             continue;
         }
-        const float t = FI_SV_OP == 0
-                            ? top_k_threshold(s, x, v, a.top_k ? a.top_k[r * a.tk_st] : a.top_k_val)
-                            : top_p_threshold(s, x, v, p, 0.0f);
-        const double total = block_total(s, x, v, t);
+        const int32_t k = FI_SV_OP == 0 && a.top_k ? a.top_k[r * a.tk_st] : a.top_k_val;
+        const float t = FI_SV_OP == 0 ? top_k_threshold(s, tm, x, v, k)
+                                      : top_p_threshold(s, tm, x, v, p, 0.0f);
+        const double total = block_total(s, tm, x, v, t);
         const float inv = total > 0.0 ? (float)(1.0 / total) : 0.0f;
-        row_map(x, v, [&](int64_t i, float xi) {
+        row_map(tm, x, [&](int64_t i, float xi) {
             fi_sv::store<OT>(out + i * a.o_col, xi >= t ? mul(xi, inv) : 0.0f);
         });
 #endif
     }
+    team_sync(tm); /* no CTA leaves while the team reads its shared memory */
 }
 
 /* ==================================================== chain speculative */
@@ -239,6 +256,7 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_spec_a
     constexpr int DT = FI_SV_XT, TT = FI_SV_TT;
     __shared__ shm s;
     const int lane = threadIdx.x & 31;
+    const team solo = team_of(0, 1, a.vocab);
     for (int64_t b = blockIdx.x; b < a.batch; b += gridDim.x) {
         /* positions accepted each on its own, and the first rejected one */
         if (threadIdx.x < 32) {
@@ -273,9 +291,9 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_spec_a
         int64_t tok = -1;
         if (emitted < a.n) {
             const row_of<DT> d{a.dp + b * a.dp_b + emitted * a.dp_i, a.dp_v};
-            tok = draw(s, residual_of<DT, TT>{d, t}, a.vocab, 0.0f, u);
+            tok = draw(s, solo, residual_of<DT, TT>{d, t}, a.vocab, 0.0f, u);
         }
-        if (tok < 0) tok = draw(s, t, a.vocab, 0.0f, u);
+        if (tok < 0) tok = draw(s, solo, t, a.vocab, 0.0f, u);
         if (tok < 0) tok = 0;
         for (int64_t i = threadIdx.x; i <= a.n; i += NT)
             a.out_ids[b * a.out_b + i * a.out_i] =
@@ -363,7 +381,8 @@ extern "C" __global__ void __launch_bounds__(1024) FI_SV_NAME(const fi_sv_topk_a
             const int64_t r1 = r0 + PAIRS < kk ? r0 + PAIRS : kk;
             bool none;
             double a_lo;
-            const uint32_t t_lo = select_key(s, x, len, 0u, false, (double)r1, 0.0, &none, &a_lo);
+            const uint32_t t_lo =
+                select_key(s, team_of(0, 1, len), x, len, 0u, false, (double)r1, 0.0, &none, &a_lo);
             __syncthreads();
             if (threadIdx.x == 0) s.ncand = 0;
             int64_t q_hi = 0, q_lo = 0; /* ties seen so far, in index order */

@@ -31,6 +31,15 @@
  * A row's values come from a functor (v(i): the value of element i as the
  * CPU's f32 row holds it), re-read or recomputed on every pass: rows stay
  * in global memory (L2), the block's shared memory holds the histograms.
+ *
+ * A row may be shared by the CTAs of a thread-block cluster (sm_90, a
+ * team): each CTA passes over its own slice of whole draw blocks, and the
+ * team combines what the passes found through distributed shared memory:
+ * the maximum and kinds, the histograms (integer counts and mantissa sums:
+ * exact in any order), the block sums (walked in block order, CTA after
+ * CTA, as one CTA walks them). Every CTA then holds the same combined
+ * values and makes the same decisions, so the results are the one-CTA
+ * results bit for bit.
  */
 #ifndef FI_SELECT_CUH
 #define FI_SELECT_CUH
@@ -71,37 +80,99 @@ struct shm {
     } u;
     float redf[NW];
     uint32_t redu[NW];
+    float team_max;      /* this CTA's row_stats, read by the team */
+    uint32_t team_kinds;
     double dv[3];
     int64_t iv[3];
     int ncand;
 };
 
-/* body(i, v(i)) for this thread's i = threadIdx.x + j NT < n, AHEAD loads
- * issued before any body runs. A body may store element i (each is read
- * and then written by one thread: in place is safe). */
+/* ------------------------------------------------------------- teams */
+
+/* The CTAs that share one row of n values: `size` CTAs of a cluster (1: a
+ * CTA alone), this one of rank `rank` owning the draw blocks [blo, bhi)
+ * of the row, elements [lo(), hi()). */
+struct team {
+    uint32_t rank, size, blo, bhi; /* blocks: n < 2^31 */
+    int64_t n;
+    FI_DEV int64_t lo() const { return (int64_t)blo * BLK; }
+    FI_DEV int64_t hi() const { return (int64_t)bhi * BLK < n ? (int64_t)bhi * BLK : n; }
+};
+
+/* Rank `rank`'s share of a row of n values among `size` CTAs. */
+FI_DEV team team_of(uint32_t rank, uint32_t size, int64_t n) {
+    const int64_t nb = (n + BLK - 1) / BLK;
+    team t;
+    t.rank = rank, t.size = size, t.n = n;
+    t.blo = (uint32_t)(nb * rank / size), t.bhi = (uint32_t)(nb * (rank + 1) / size);
+    return t;
+}
+
+/* This CTA's cluster: its rank and size, the cluster's index in the grid
+ * and the number of clusters (sm_90; elsewhere the CTA alone). */
+FI_DEV void cluster_place(uint32_t *rank, uint32_t *size, uint32_t *id, uint32_t *count) {
+#if __CUDA_ARCH__ >= 900
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(*rank));
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(*size));
+    asm("mov.u32 %0, %%clusterid.x;" : "=r"(*id));
+    asm("mov.u32 %0, %%nclusterid.x;" : "=r"(*count));
+#else
+    *rank = 0, *size = 1, *id = blockIdx.x, *count = gridDim.x;
+#endif
+}
+
+/* Every thread of every CTA of the team waits for all (a block barrier for
+ * a CTA alone); shared memory written before is visible to all after. */
+FI_DEV void team_sync(const team &t) {
+#if __CUDA_ARCH__ >= 900
+    if (t.size > 1) {
+        asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+        return;
+    }
+#endif
+    __syncthreads();
+}
+
+/* p (this CTA's shared memory) in the CTA of rank `rank` of the cluster. */
+template <class T>
+FI_DEV const T *peer(const T *p, uint32_t rank) {
+#if __CUDA_ARCH__ >= 900
+    uint64_t q;
+    asm("mapa.u64 %0, %1, %2;" : "=l"(q) : "l"(p), "r"(rank));
+    return reinterpret_cast<const T *>(q);
+#else
+    return rank ? nullptr : p;
+#endif
+}
+
+/* body(i, v(i)) for this thread's i = t.lo() + threadIdx.x + j NT < t.hi(),
+ * AHEAD loads issued before any body runs. A body may store element i
+ * (each is read and then written by one thread: in place is safe). */
 template <class F, class B>
-FI_DEV void row_map(const F &v, int64_t n, B body) {
-    for (int64_t i0 = threadIdx.x; i0 < n; i0 += (int64_t)AHEAD * NT) {
+FI_DEV void row_map(const team &t, const F &v, B body) {
+    const int64_t hi = t.hi();
+    for (int64_t i0 = t.lo() + threadIdx.x; i0 < hi; i0 += (int64_t)AHEAD * NT) {
         float x[AHEAD];
 #pragma unroll
         for (int j = 0; j < AHEAD; j++)
-            if (i0 + (int64_t)j * NT < n) x[j] = v(i0 + (int64_t)j * NT);
+            if (i0 + (int64_t)j * NT < hi) x[j] = v(i0 + (int64_t)j * NT);
 #pragma unroll
         for (int j = 0; j < AHEAD; j++)
-            if (i0 + (int64_t)j * NT < n) body(i0 + (int64_t)j * NT, x[j]);
+            if (i0 + (int64_t)j * NT < hi) body(i0 + (int64_t)j * NT, x[j]);
     }
 }
 
 /* ------------------------------------------------------------- stats */
 
-/* The largest value of v over [0, n) (NaN ignored; -inf when none) and the
- * kinds it holds (FI_SV_NEGATIVE | FI_SV_NAN | FI_SV_POS_INF), in every
- * thread. */
+/* The largest value of v over the team's row (NaN ignored; -inf when none)
+ * and the kinds it holds (FI_SV_NEGATIVE | FI_SV_NAN | FI_SV_POS_INF), in
+ * every thread of the team. */
 template <class F>
-FI_DEV void row_stats(shm &s, const F &v, int64_t n, float *max, uint32_t *kinds) {
+FI_DEV void row_stats(shm &s, const team &t, const F &v, float *max, uint32_t *kinds) {
     float m = FI_NEG_INF;
     uint32_t k = 0;
-    row_map(v, n, [&](int64_t, float x) {
+    row_map(t, v, [&](int64_t, float x) {
         m = vmax(m, x);
         k |= (x < 0.0f ? FI_SV_NEGATIVE : 0u) | (x != x ? FI_SV_NAN : 0u) |
              (x == FI_POS_INF ? FI_SV_POS_INF : 0u);
@@ -111,7 +182,7 @@ FI_DEV void row_stats(shm &s, const F &v, int64_t n, float *max, uint32_t *kinds
         m = vmax(m, __shfl_xor_sync(FULL, m, o));
         k |= __shfl_xor_sync(FULL, k, o);
     }
-    __syncthreads();
+    team_sync(t); /* s.redf and s.team_* are free (the team's last reads of them are done) */
     if ((threadIdx.x & 31) == 0) s.redf[threadIdx.x >> 5] = m, s.redu[threadIdx.x >> 5] = k;
     __syncthreads();
     m = s.redf[threadIdx.x & 31], k = s.redu[threadIdx.x & 31];
@@ -119,6 +190,14 @@ FI_DEV void row_stats(shm &s, const F &v, int64_t n, float *max, uint32_t *kinds
     for (int o = 16; o; o >>= 1) {
         m = vmax(m, __shfl_xor_sync(FULL, m, o));
         k |= __shfl_xor_sync(FULL, k, o);
+    }
+    if (t.size > 1) { /* max and or: the same in any order */
+        if (threadIdx.x == 0) s.team_max = m, s.team_kinds = k;
+        team_sync(t);
+        for (uint32_t q = 0; q < t.size; q++) {
+            m = vmax(m, *peer(&s.team_max, q));
+            k |= *peer(&s.team_kinds, q);
+        }
     }
     *max = m, *kinds = k;
 }
@@ -227,14 +306,43 @@ FI_DEV int boundary(shm &s, int nb, int lvl, bool mass, uint32_t e0, double frac
     return -1;
 }
 
-/* The key t with S(key > t) < X <= S(key >= t) over the values v(i),
- * i < n, whose key is >= lo, S counting them (mass false) or summing them
- * (mass: the values are >= 0); X is `count`, or frac x their total mass.
- * *all when they sum below X (then t = lo). *above_out (may be NULL):
- * S(key > t). Every thread returns the same. */
+/* The team's histograms of buckets [0, nb) summed into every CTA's (the
+ * counts and mantissa sums are integers: exact in any order). */
+FI_DEV void team_hist(shm &s, const team &t, int nb, bool mass) {
+    if (t.size == 1) return;
+    constexpr int PER = BUCKETS / NT;
+    uint32_t cnt[PER];
+    uint64_t sum[PER];
+    team_sync(t); /* every CTA's histogram is complete */
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int b = threadIdx.x + j * NT;
+        cnt[j] = 0, sum[j] = 0;
+        if (b >= nb) continue;
+        for (uint32_t q = 0; q < t.size; q++) {
+            cnt[j] += *peer(&s.count[b], q);
+            if (mass)
+                sum[j] += (uint64_t)*peer(&s.u.s.mhi[b], q) << 32 | *peer(&s.u.s.mlo[b], q);
+        }
+    }
+    team_sync(t); /* every CTA has read them */
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int b = threadIdx.x + j * NT;
+        if (b >= nb) continue;
+        s.count[b] = cnt[j];
+        if (mass) s.u.s.mlo[b] = (uint32_t)sum[j], s.u.s.mhi[b] = (uint32_t)(sum[j] >> 32);
+    }
+}
+
+/* The key t with S(key > t) < X <= S(key >= t) over the values v(i) of
+ * the team's row of n, whose key is >= lo, S counting them (mass false) or
+ * summing them (mass: the values are >= 0); X is `count`, or frac x their
+ * total mass. *all when they sum below X (then t = lo). *above_out (may be
+ * NULL): S(key > t). Every thread of the team returns the same. */
 template <class F>
-FI_DEV uint32_t select_key(shm &s, const F &v, int64_t n, uint32_t lo, bool mass, double count,
-                           double frac, bool *all, double *above_out) {
+FI_DEV uint32_t select_key(shm &s, const team &t, const F &v, int64_t n, uint32_t lo, bool mass,
+                           double count, double frac, bool *all, double *above_out) {
     const int lane = threadIdx.x & 31;
     uint32_t prefix = 0, pmask = 0, e0 = 0;
     double above = 0.0, target = count;
@@ -261,22 +369,25 @@ FI_DEV uint32_t select_key(shm &s, const F &v, int64_t n, uint32_t lo, bool mass
                 hist_add(s, in ? (key >> shift) & bmask : 0xffffffffu, key, mass);
             }
         } else {
-            for (int64_t w0 = threadIdx.x & ~31; w0 < n; w0 += (int64_t)AHEAD * NT) {
+            const int64_t hi = t.hi();
+            for (int64_t w0 = t.lo() + (threadIdx.x & ~31); w0 < hi; w0 += (int64_t)AHEAD * NT) {
                 uint32_t key[AHEAD]; /* w0 is uniform per warp (hist_add's shuffles) */
 #pragma unroll
                 for (int j = 0; j < AHEAD; j++) {
                     const int64_t i = w0 + lane + (int64_t)j * NT;
-                    key[j] = i < n ? key_of(v(i)) : 0u;
+                    key[j] = i < hi ? key_of(v(i)) : 0u;
                 }
 #pragma unroll
                 for (int j = 0; j < AHEAD; j++) {
-                    const bool in = w0 + lane + (int64_t)j * NT < n && key[j] >= lo &&
+                    const bool in = w0 + lane + (int64_t)j * NT < hi && key[j] >= lo &&
                                     (key[j] & pmask) == prefix;
                     hist_add(s, in ? (key[j] >> shift) & bmask : 0xffffffffu, key[j], mass);
                     if (gather && in) s.u.s.cand[atomicAdd(&s.ncand, 1)] = key[j];
                 }
             }
         }
+        __syncthreads();
+        team_hist(s, t, nb, mass);
         __syncthreads();
         if (gather) listed = true, m = s.ncand;
         if (threadIdx.x < 32) {
@@ -305,19 +416,19 @@ FI_DEV uint32_t select_key(shm &s, const F &v, int64_t n, uint32_t lo, bool mass
 /* Threshold of top-k on v: the k-th largest value (k <= 0 or >= n: none,
  * -inf). */
 template <class F>
-FI_DEV float top_k_threshold(shm &s, const F &v, int64_t n, int32_t k) {
+FI_DEV float top_k_threshold(shm &s, const team &t, const F &v, int64_t n, int32_t k) {
     if (k <= 0 || (int64_t)k >= n) return FI_NEG_INF;
     bool all;
-    return value_of(select_key(s, v, n, 0u, false, (double)k, 0.0, &all, nullptr));
+    return value_of(select_key(s, t, v, n, 0u, false, (double)k, 0.0, &all, nullptr));
 }
 
 /* Threshold of top-p on weights w >= 0 among those >= lo (p >= 1: lo). */
 template <class F>
-FI_DEV float top_p_threshold(shm &s, const F &w, int64_t n, float p, float lo) {
+FI_DEV float top_p_threshold(shm &s, const team &t, const F &w, int64_t n, float p, float lo) {
     if (p >= 1.0f) return lo;
     bool all;
-    const uint32_t t = select_key(s, w, n, key_of(lo), true, 0.0, (double)p, &all, nullptr);
-    return all ? lo : value_of(t);
+    const uint32_t k = select_key(s, t, w, n, key_of(lo), true, 0.0, (double)p, &all, nullptr);
+    return all ? lo : value_of(k);
 }
 
 /* -------------------------------------------------------------- draw */
@@ -352,27 +463,46 @@ FI_DEV void block_sums(shm &s, const W &w, int64_t n, float t, int64_t b0, int64
     }
 }
 
+/* Adds the sums of blocks [0, len) of `sums` (those != 0) to *total in
+ * order, by one warp. */
+FI_DEV void add_block_sums(const double *sums, int64_t len, double *total) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t c = 0; c < len; c += 32) {
+        const double x = c + lane < len ? sums[c + lane] : 0.0;
+        unsigned nz = __ballot_sync(FULL, x != 0.0);
+        while (nz) {
+            const int l = __ffs(nz) - 1;
+            nz &= nz - 1;
+            *total += __shfl_sync(FULL, x, l);
+        }
+    }
+}
+
 /* The f64 sum, in block order, of the blocks' sums (w >= t): the CPU's
- * block_total. Every thread returns it. */
+ * block_total. Every thread of the team returns it. A team's CTAs keep
+ * their blocks' sums in s.u.blocks (at most SB blocks each: the launch
+ * sees to it); a CTA alone sums a longer row SB blocks at a time. */
 template <class W>
-FI_DEV double block_total(shm &s, const W &w, int64_t n, float t) {
-    const int64_t nb = (n + BLK - 1) / BLK;
+FI_DEV double block_total(shm &s, const team &tm, const W &w, int64_t n, float t) {
     double total = 0.0;
-    for (int64_t g0 = 0; g0 < nb; g0 += SB) {
-        const int64_t g1 = g0 + SB < nb ? g0 + SB : nb;
-        __syncthreads(); /* s.u is free */
-        block_sums(s, w, n, t, g0, g1);
-        __syncthreads();
+    if (tm.size > 1) {
+        team_sync(tm); /* s.u is free in every CTA */
+        block_sums(s, w, n, t, tm.blo, tm.bhi);
+        team_sync(tm);
         if (threadIdx.x < 32)
-            for (int64_t c = 0; c < g1 - g0; c += 32) {
-                const double x = c + (threadIdx.x & 31) < g1 - g0 ? s.u.blocks[c + (threadIdx.x & 31)] : 0.0;
-                unsigned nz = __ballot_sync(FULL, x != 0.0);
-                while (nz) {
-                    const int l = __ffs(nz) - 1;
-                    nz &= nz - 1;
-                    total += __shfl_sync(FULL, x, l);
-                }
+            for (uint32_t q = 0; q < tm.size; q++) {
+                const team o = team_of(q, tm.size, n);
+                add_block_sums(peer(s.u.blocks, q), o.bhi - o.blo, &total);
             }
+    } else {
+        const int64_t nb = (n + BLK - 1) / BLK;
+        for (int64_t g0 = 0; g0 < nb; g0 += SB) {
+            const int64_t g1 = g0 + SB < nb ? g0 + SB : nb;
+            __syncthreads(); /* s.u is free */
+            block_sums(s, w, n, t, g0, g1);
+            __syncthreads();
+            if (threadIdx.x < 32) add_block_sums(s.u.blocks, g1 - g0, &total);
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) s.dv[2] = total;
@@ -428,20 +558,56 @@ FI_DEV int64_t pick_in_block(shm &s, const float *buf, int len, float t, double 
     return first_lo == first_hi ? (int64_t)first_lo : -1;
 }
 
+/* The block where the running sum of the blocks' sums [0, len) of `sums`
+ * (block g0 first) passes target, by one warp: *found (else unchanged),
+ * *last the last non-zero block, *cum the sum of the blocks before. */
+FI_DEV void find_block(const double *sums, int64_t g0, int64_t len, double target, double *cum,
+                       int64_t *found, int64_t *last) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t c = 0; c < len && *found < 0; c += 32) {
+        const double x = c + lane < len ? sums[c + lane] : 0.0;
+        unsigned nz = __ballot_sync(FULL, x != 0.0);
+        while (nz) {
+            const int l = __ffs(nz) - 1;
+            nz &= nz - 1;
+            const double bx = __shfl_sync(FULL, x, l);
+            *last = g0 + c + l;
+            if (*cum + bx > target) {
+                *found = *last;
+                break;
+            }
+            *cum += bx;
+        }
+    }
+}
+
 /* The index drawn by u in [0, 1) from the weights w(i) >= t (w >= 0) over
- * [0, n): the CPU's draw. -1 when they have no positive finite mass. */
+ * the team's row of n: the CPU's draw. -1 when they have no positive
+ * finite mass. Every thread of the team returns the same. */
 template <class W>
-FI_DEV int64_t draw(shm &s, const W &w, int64_t n, float t, double u) {
+FI_DEV int64_t draw(shm &s, const team &tm, const W &w, int64_t n, float t, double u) {
     const int lane = threadIdx.x & 31;
     const int64_t nb = (n + BLK - 1) / BLK;
-    const double total = block_total(s, w, n, t);
+    const double total = block_total(s, tm, w, n, t);
     if (!(total > 0.0) || !isfinite(total)) return -1;
     const double target = u * total;
     /* the block where target falls (its sums are still in s.u when the row
-     * has at most SB blocks, else recomputed group by group) */
+     * has at most SB blocks or a team holds them, else recomputed group by
+     * group) */
     double cum = 0.0;
     int64_t found = -1, last = -1;
-    for (int64_t g0 = 0; g0 < nb && found < 0; g0 += SB) {
+    if (tm.size > 1) {
+        if (threadIdx.x < 32) {
+            for (uint32_t q = 0; q < tm.size && found < 0; q++) {
+                const team o = team_of(q, tm.size, n);
+                find_block(peer(s.u.blocks, q), o.blo, o.bhi - o.blo, target, &cum, &found, &last);
+            }
+            if (lane == 0) s.iv[0] = found, s.iv[1] = last, s.dv[0] = cum;
+        }
+        team_sync(tm); /* the team's block sums are read: s.u is free */
+        found = s.iv[0], last = s.iv[1], cum = s.dv[0];
+    }
+    for (int64_t g0 = 0; tm.size == 1 && g0 < nb && found < 0; g0 += SB) {
         const int64_t g1 = g0 + SB < nb ? g0 + SB : nb;
         if (nb > SB) {
             __syncthreads();
@@ -449,21 +615,7 @@ FI_DEV int64_t draw(shm &s, const W &w, int64_t n, float t, double u) {
             __syncthreads();
         }
         if (threadIdx.x < 32) {
-            for (int64_t c = 0; c < g1 - g0 && found < 0; c += 32) {
-                const double x = c + lane < g1 - g0 ? s.u.blocks[c + lane] : 0.0;
-                unsigned nz = __ballot_sync(FULL, x != 0.0);
-                while (nz) {
-                    const int l = __ffs(nz) - 1;
-                    nz &= nz - 1;
-                    const double bx = __shfl_sync(FULL, x, l);
-                    last = g0 + c + l;
-                    if (cum + bx > target) {
-                        found = last;
-                        break;
-                    }
-                    cum += bx;
-                }
-            }
+            find_block(s.u.blocks, g0, g1 - g0, target, &cum, &found, &last);
             if (lane == 0) s.iv[0] = found, s.iv[1] = last, s.dv[0] = cum;
         }
         __syncthreads();

@@ -76,11 +76,12 @@ void fi_cuda_rq_ci_spec(int i, fi_kernel_spec *s);
 
 /* What the serving ops' host code shares (serving_ops.c). */
 /* Launch `spec` on a grid gx x gy of `threads`-thread blocks with `args`
- * (one struct, by value) on `stream`: the context made current, the kernel
- * found through the JIT (in relaxed capture mode when the stream is
- * capturing), nothing allocated or synchronised. */
+ * (one struct, by value) on `stream`, in clusters of `cluster` blocks
+ * along x when > 1 (gx a multiple; sm_90, cuLaunchKernelEx): the context
+ * made current, the kernel found through the JIT (in relaxed capture mode
+ * when the stream is capturing), nothing allocated or synchronised. */
 fi_status fi_cuda_sv_launch(fi_context *ctx, const fi_kernel_spec *spec, int64_t gx, int64_t gy,
-                            int threads, void *args, void *stream);
+                            int threads, int cluster, void *args, void *stream);
 /* Byte stride of dim d of t. */
 int64_t fi_cuda_sv_bstride(const fi_tensor *t, int d);
 /* Whether t's last dim is contiguous and every row (every index of the
@@ -89,5 +90,10 @@ bool fi_cuda_sv_rows_aligned(const fi_tensor *t, int64_t align);
 /* Blocks of a one-block-per-row kernel over `rows` rows: two per SM at
  * most (1024 threads each), the kernel striding over the rest. */
 int64_t fi_cuda_sv_row_blocks(const fi_context *ctx, int64_t rows);
+/* CTAs of a cluster that share one row of `vocab` values (kernels/
+ * select.cuh's teams) when `rows` rows run at once: up to 8 (the portable
+ * cluster size) while the rows' clusters fit on the SMs, each CTA at least
+ * one draw block and at most SB of them; 1 before sm_90. */
+int fi_cuda_sv_team_size(const fi_context *ctx, int64_t rows, int64_t vocab);
 
 #endif /* FI_CUDA_OPS_H */

@@ -111,5 +111,5 @@ fi_status fi_cuda_rope_quant(fi_context *ctx, const fi_rq_args *a, void *stream)
     if (gx > 64) gx = 64;
     fi_kernel_spec spec;
     fi_cuda_rq_spec((int)a->seg[0].src.dtype, (int)a->seg[0].dst.dtype, a->neox, vec, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, &k, stream);
+    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, 1, &k, stream);
 }

@@ -3,7 +3,9 @@
  * sampling and top-k on CUDA (kernels/sampling.cuh): one block of 1024
  * threads per row, a grid of two blocks per SM striding over the rows (one
  * is resident per SM: 1024 threads x 64 registers fill the register
- * file). The core
+ * file). Where few rows would leave SMs idle, softmax, sampling and the
+ * filters run each row on a cluster of up to 8 CTAs instead
+ * (fi_cuda_sv_team_size), one cluster a row. The core
  * (src/core/ops_sample.c) has checked shapes, dtypes, aliasing and the
  * scalar parameters; values in device tensors (row indices, per-row
  * top_p / min_p / temperature, draft token ids, lengths, a ragged indptr)
@@ -26,7 +28,16 @@ enum { NT = 1024 }; /* threads per block of every kernel here */
 /* spec with the arguments k over `rows` rows, on the grid described above. */
 static fi_status launch_rows(fi_context *ctx, const fi_kernel_spec *spec, int64_t rows, void *k,
                              void *stream) {
-    return fi_cuda_sv_launch(ctx, spec, fi_cuda_sv_row_blocks(ctx, rows), 1, NT, k, stream);
+    return fi_cuda_sv_launch(ctx, spec, fi_cuda_sv_row_blocks(ctx, rows), 1, NT, 1, k, stream);
+}
+
+/* The same where a row of `vocab` values may be shared by a team (softmax,
+ * sampling, the filters): few rows run on clusters of CTAs, one a row. */
+static fi_status launch_teams(fi_context *ctx, const fi_kernel_spec *spec, int64_t rows,
+                              int64_t vocab, void *k, void *stream) {
+    const int team = fi_cuda_sv_team_size(ctx, rows, vocab);
+    if (team == 1) return launch_rows(ctx, spec, rows, k, stream);
+    return fi_cuda_sv_launch(ctx, spec, rows * team, 1, NT, team, k, stream);
 }
 
 /* The i32 / f32 parameter tensor of p, or NULL. */
@@ -46,7 +57,7 @@ fi_status fi_cuda_softmax(fi_context *ctx, const fi_softmax_args *a, void *strea
     k.rows = x->shape[0], k.vocab = x->shape[1];
     fi_kernel_spec spec;
     fi_cuda_sv_softmax_spec((int)x->dtype, (int)o->dtype, &spec);
-    return launch_rows(ctx, &spec, k.rows, &k, stream);
+    return launch_teams(ctx, &spec, k.rows, k.vocab, &k, stream);
 }
 
 fi_status fi_cuda_sample(fi_context *ctx, const fi_sample_args *a, void *stream) {
@@ -69,7 +80,7 @@ fi_status fi_cuda_sample(fi_context *ctx, const fi_sample_args *a, void *stream)
     k.rows = x->shape[0], k.vocab = x->shape[1], k.batch = a->batch;
     fi_kernel_spec spec;
     fi_cuda_sv_sample_spec((int)x->dtype, a->logits, &spec);
-    return launch_rows(ctx, &spec, a->batch, &k, stream);
+    return launch_teams(ctx, &spec, a->batch, k.vocab, &k, stream);
 }
 
 fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream) {
@@ -86,7 +97,7 @@ fi_status fi_cuda_filter(fi_context *ctx, const fi_filter_args *a, void *stream)
     k.in_place = x->data == o->data; /* the very same view (core-checked) */
     fi_kernel_spec spec;
     fi_cuda_sv_filter_spec((int)a->op, (int)x->dtype, (int)o->dtype, &spec);
-    return launch_rows(ctx, &spec, k.rows, &k, stream);
+    return launch_teams(ctx, &spec, k.rows, k.vocab, &k, stream);
 }
 
 fi_status fi_cuda_chain_speculative(fi_context *ctx, const fi_spec_args *a, void *stream) {

@@ -175,8 +175,18 @@ int64_t fi_cuda_sv_row_blocks(const fi_context *ctx, int64_t rows) {
     return rows < cap ? rows : cap;
 }
 
+int fi_cuda_sv_team_size(const fi_context *ctx, int64_t rows, int64_t vocab) {
+    enum { MAX_TEAM = 8, BLOCK = 1024, SUMS = 1024 }; /* select.cuh's BLK and SB */
+    const fi_cuda_ctx *cc = ctx->backend_state;
+    if (cc->cc_major < 9 || !cc->cu->LaunchKernelEx || rows <= 0) return 1;
+    const int64_t blocks = (vocab + BLOCK - 1) / BLOCK;
+    int c = 1;
+    while (c < MAX_TEAM && rows * 2 * c <= cc->sm_count && 2 * c <= blocks) c *= 2;
+    return (blocks + c - 1) / c <= SUMS ? c : 1;
+}
+
 fi_status fi_cuda_sv_launch(fi_context *ctx, const fi_kernel_spec *spec, int64_t gx, int64_t gy,
-                            int threads, void *args, void *stream) {
+                            int threads, int cluster, void *args, void *stream) {
     if (gx <= 0 || gy <= 0) return FI_OK;
     fi_cuda_ctx *cc = ctx->backend_state;
     const fi_cu_api *cu = cc->cu;
@@ -202,9 +212,21 @@ fi_status fi_cuda_sv_launch(fi_context *ctx, const fi_kernel_spec *spec, int64_t
     }
     if (!st) {
         void *params[] = {args};
-        r = cu->LaunchKernel(fn, (unsigned)gx, (unsigned)gy, 1, (unsigned)threads, 1, 1, 0, s,
-                             params, NULL);
-        if (r) st = fi_cu_error(cu, "cuLaunchKernel", r);
+        if (cluster > 1) {
+            fi_cu_launch_attr attr;
+            memset(&attr, 0, sizeof attr);
+            attr.id = FI_CU_LAUNCH_CLUSTER_DIM;
+            const unsigned dim[3] = {(unsigned)cluster, 1, 1};
+            memcpy(attr.v.bytes, dim, sizeof dim);
+            fi_cu_launch_config cfg = {(unsigned)gx, (unsigned)gy, 1, (unsigned)threads, 1, 1, 0,
+                                       s, &attr, 1};
+            r = cu->LaunchKernelEx(&cfg, fn, params, NULL);
+            if (r) st = fi_cu_error(cu, "cuLaunchKernelEx", r);
+        } else {
+            r = cu->LaunchKernel(fn, (unsigned)gx, (unsigned)gy, 1, (unsigned)threads, 1, 1, 0, s,
+                                 params, NULL);
+            if (r) st = fi_cu_error(cu, "cuLaunchKernel", r);
+        }
     }
     fi_cuda_pop(cc);
     return st;
@@ -299,7 +321,7 @@ fi_status fi_cuda_norm(fi_context *ctx, const fi_norm_args *a, void *stream) {
     fi_kernel_spec spec;
     fi_cuda_sv_norm_spec(form, (int)x->dtype, res ? (int)res->dtype : -1, (int)a->weight->dtype,
                          a->bias ? (int)a->bias->dtype : -1, (int)o->dtype, vec, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, blocks, 1, threads, &k, stream);
+    return fi_cuda_sv_launch(ctx, &spec, blocks, 1, threads, 1, &k, stream);
 }
 
 /* ----------------------------------------------------------- activations */
@@ -324,7 +346,7 @@ fi_status fi_cuda_gated_act(fi_context *ctx, const fi_act_args *a, void *stream)
     if (gx > 64) gx = 64;
     fi_kernel_spec spec;
     fi_cuda_sv_act_spec((int)a->kind, (int)x->dtype, (int)o->dtype, vec, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, &k, stream);
+    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, 1, &k, stream);
 }
 
 /* ------------------------------------------------------ RoPE from a cache */
@@ -359,5 +381,5 @@ fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, voi
     if (gx > 64) gx = 64;
     fi_kernel_spec spec;
     fi_cuda_sv_rope_spec((int)q->dtype, (int)kt->dtype, a->neox, &spec);
-    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, &k, stream);
+    return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, 1, &k, stream);
 }
