@@ -299,7 +299,7 @@ class WrapperBase:
 
     def _refuse_capture(self):
         """plan() reads the batch on the host and copies it: not in a CUDA graph."""
-        if _context.capturing(self.device):
+        if self.device[0] == "cuda" and _context.capturing(self.device):
             raise RuntimeError(
                 f"{self._name}.plan() was called while the current CUDA stream is being "
                 "captured into a graph: plan outside the captured region (before the "
