@@ -179,7 +179,7 @@ aot: lib
 # A stand-in driver (no GPU): profile the CUDA backend's host path here.
 $(BUILD)/stub/libcuda.so.1: tests/gpu/stub/libcuda.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) -fvisibility=default -shared -o $@ $<
+	$(CC) $(BASE_CFLAGS) -fvisibility=default -finstrument-functions -shared -o $@ $<
 stub: $(BUILD)/stub/libcuda.so.1
 
 # The demo: a CPU serving step, checked against its own fp64 reference.

@@ -19,7 +19,7 @@
  * fi_plan_update on a CPU context with the same worker count (the
  * backend-independent part: validation and the schedule), and the device
  * time of the replayed step. Then what the driver calls of a step cost
- * here (the CUDA backend's update makes ~5, its run ~3), and what a memcpy
+ * here (the CUDA backend's update makes ~5, its run 2), and what a memcpy
  * into pinned memory costs when a copy has just read it (as staging is
  * rewritten every step), plain and write-combined: medians of 1000.
  *

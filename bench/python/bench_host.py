@@ -5,6 +5,7 @@ FlashInfer, in one run.
 
     python bench/python/bench_host.py [--device cpu|cpu-numpy|cuda] [--case all]
         [--batch 256] [--run-batch N] [--layers 32] [--reps 200] [--python DIR]
+        [--pair DIR]
 
 Cases (--case, default all):
   decode     BatchDecodeWithPagedKVCacheWrapper: run(q, kv_cache[layer], out=out)
@@ -26,9 +27,9 @@ it (`c_plan`), through ctypes prototypes taking two addresses. `*_overhead` is t
 median of (wrapper call - the C call timed right after it): what the
 Python layer adds.
 All numbers are medians over layers x reps calls (plan: 4 x reps calls; on
-CUDA with one run() between two plans, as in a serving step; on the CPU
-backend without, since a run there is a kernel on the host, which would
-evict the host caches the next plan() is timed in).
+CUDA with a run() after each update, the wrapper's and the C one, as in a
+serving step; on the CPU backend without, since a run there is a kernel on
+the host, which would evict the host caches the next plan() is timed in).
 
 Shapes are tiny (one KV page of 16 tokens per request, 8/1 heads, head dim
 128, float16) so the kernels are small next to the host cost; run() is
@@ -38,11 +39,18 @@ per library and case.
 
 --python DIR imports flashinfer_c from DIR instead of this tree's python/
 (to time another version of the package against the same library).
+--pair DIR times the flashinfer_c of DIR too, in the same process, its
+repetitions interleaved with this one's (before and after side by side;
+both load this tree's build/libflashinfer.so unless FLASHINFER_C_LIB says
+otherwise).
 """
 
 import argparse
 import ctypes
+import importlib
+import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -133,12 +141,13 @@ class Case:
             self.torch.cuda.synchronize()
 
 
-def _c_calls(plan, lib):
+def _c_calls(plan, pkg):
     """The bare C calls of a flashinfer_c plan: fi_plan_run on its argument
     block as the last run() left it, fi_plan_update on its last batch, each
     through a prototype of this script's taking two addresses (the cheapest
     ctypes call; the same for every version of the package timed)."""
-    from flashinfer_c._plan import batch_of
+    batch_of = importlib.import_module(pkg.__name__ + "._plan").batch_of
+    lib = importlib.import_module(pkg.__name__ + "._lib").lib
 
     def proto(name):
         f = lib[name]  # a function object of its own
@@ -169,73 +178,119 @@ def _us(ns):
     return round(statistics.median(ns) / 1e3, 2)
 
 
-def time_run(lib, name, case, device, batch, layers, reps):
-    c = Case(lib, case, device, batch, layers)
-    c._plan()
-    for cache in c.caches:  # warm-up
-        c._run(cache)
-    c.sync()
-    plan = c.c_plan()
-    c_run = None
-    if plan is not None:
-        from flashinfer_c._lib import lib as clib
+class RunTimer:
+    """run() of one package: rep() times layers calls (and the C call after each)."""
 
-        c_run, _ = _c_calls(plan, clib)
-    run_t, c_run_t = [], []
-    pc = time.perf_counter_ns
-    for _ in range(reps):
+    def __init__(self, lib, case, device, batch, layers):
+        self.c = c = Case(lib, case, device, batch, layers)
+        c._plan()
+        for cache in c.caches:  # warm-up
+            c._run(cache)
+        c.sync()
+        plan = c.c_plan()
+        self.c_run = None if plan is None else _c_calls(plan, lib)[0]
+        self.run_t, self.c_run_t = [], []
+
+    def rep(self):
+        c, c_run, pc = self.c, self.c_run, time.perf_counter_ns
         for cache in c.caches:
             t0 = pc()
             c._run(cache)
-            run_t.append(pc() - t0)
+            self.run_t.append(pc() - t0)
             if c_run is not None:
-                c_run_t.append(c_run())
+                self.c_run_t.append(c_run())
         c.sync()
-    r = {"run_us": _us(run_t), "run_us_p10": round(np.percentile(run_t, 10) / 1e3, 2)}
-    if c_run_t:
-        r["c_run_us"] = _us(c_run_t)
-        r["run_overhead_us"] = _us([a - b for a, b in zip(run_t, c_run_t)])
-    return r
+
+    def result(self):
+        run_t, c_run_t = self.run_t, self.c_run_t
+        r = {"run_us": _us(run_t), "run_us_p10": round(np.percentile(run_t, 10) / 1e3, 2)}
+        if c_run_t:
+            r["c_run_us"] = _us(c_run_t)
+            r["run_overhead_us"] = _us([a - b for a, b in zip(run_t, c_run_t)])
+        return r
 
 
-def time_plan(lib, name, case, device, batch, reps):
-    c = Case(lib, case, device, batch, 1)
-    c._plan()
-    c._run(c.caches[0])
-    c.sync()
-    plan = c.c_plan()
-    c_update = None
-    if plan is not None:
-        from flashinfer_c._lib import lib as clib
+class PlanTimer:
+    """plan() of one package: rep() times one plan() and the C update after it.
+    On CUDA a run follows each update (the wrapper's and the C one), as in a
+    serving step, so neither update waits for the copy of the one before it
+    (a run marks the upload it read: src/cuda/plan.c); on the CPU no run (a
+    kernel on the host would evict the caches the next plan() is timed in)."""
 
-        _, c_update = _c_calls(plan, clib)
-    plan_t, c_plan_t = [], []
-    pc = time.perf_counter_ns
-    for _ in range(reps):
+    def __init__(self, lib, case, device, batch):
+        self.c = c = Case(lib, case, device, batch, 1)
+        self.cuda = device == "cuda"
+        c._plan()
+        c._run(c.caches[0])
+        c.sync()
+        plan = c.c_plan()
+        self.c_update = None if plan is None else _c_calls(plan, lib)[1]
+        self.plan_t, self.c_plan_t = [], []
+
+    def _step_run(self):
+        if self.cuda:
+            self.c._run(self.c.caches[0])
+            self.c.sync()
+
+    def rep(self):
+        c, pc = self.c, time.perf_counter_ns
         t0 = pc()
         c._plan()
-        plan_t.append(pc() - t0)
-        if c_update is not None:
-            c_plan_t.append(c_update())
-        if device == "cuda":  # a step's runs between plans (on the CPU they would
-            c._run(c.caches[0])  # time the kernel's eviction of the host caches too)
-            c.sync()
-    r = {"plan_us": _us(plan_t)}
-    if c_plan_t:
-        r["c_plan_us"] = _us(c_plan_t)
-        r["plan_overhead_us"] = _us([a - b for a, b in zip(plan_t, c_plan_t)])
-    return r
+        self.plan_t.append(pc() - t0)
+        self._step_run()
+        if self.c_update is not None:
+            self.c_plan_t.append(self.c_update())
+            self._step_run()
+
+    def result(self):
+        plan_t, c_plan_t = self.plan_t, self.c_plan_t
+        r = {"plan_us": _us(plan_t)}
+        if c_plan_t:
+            r["c_plan_us"] = _us(c_plan_t)
+            r["plan_overhead_us"] = _us([a - b for a, b in zip(plan_t, c_plan_t)])
+        return r
 
 
-def bench(lib, name, a, case):
+def bench(libs, a, case):
+    """One case for each (package, name) of libs, their repetitions interleaved
+    (one of each in turn), so that a shared machine's drift falls on all alike."""
     run_batch = a.run_batch or (a.batch if a.device == "cuda" else 1)
-    out = {"library": name, "case": case, "device": a.device, "layers": a.layers}
-    out["run_batch"] = run_batch
-    out.update(time_run(lib, name, case, a.device, run_batch, a.layers, a.reps))
+    outs = []
+    for _, name in libs:
+        out = {"library": name, "case": case, "device": a.device, "layers": a.layers}
+        out["run_batch"] = run_batch
+        outs.append(out)
+    timers = [RunTimer(lib, case, a.device, run_batch, a.layers) for lib, _ in libs]
+    for _ in range(a.reps):
+        for t in timers:
+            t.rep()
+    for out, t in zip(outs, timers):
+        out.update(t.result())
     if case != "decode-alloc":
-        out["plan_batch"] = a.batch
-        out.update(time_plan(lib, name, case, a.device, a.batch, a.reps * 4))
-    return out
+        timers = [PlanTimer(lib, case, a.device, a.batch) for lib, _ in libs]
+        for _ in range(a.reps * 4):
+            for t in timers:
+                t.rep()
+        for out, t in zip(outs, timers):
+            out["plan_batch"] = a.batch
+            out.update(t.result())
+    return outs
+
+
+def _load_pair(directory):
+    """The flashinfer_c package of another python/ folder, imported beside this
+    one under the name flashinfer_c_pair (its imports are relative), against
+    the same library (FLASHINFER_C_LIB: this tree's build, where it has one)."""
+    init = Path(directory).resolve() / "flashinfer_c" / "__init__.py"
+    if not init.is_file():
+        raise SystemExit(f"--pair {directory}: no flashinfer_c/__init__.py there")
+    spec = importlib.util.spec_from_file_location(
+        "flashinfer_c_pair", init, submodule_search_locations=[str(init.parent)]
+    )
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["flashinfer_c_pair"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def main():
@@ -249,13 +304,23 @@ def main():
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--python", default=str(HERE), help="where flashinfer_c is imported from")
+    ap.add_argument("--pair", metavar="DIR", default=None,
+                    help="also time the flashinfer_c of DIR (another python/ folder), "
+                         "interleaved with this one, against the same library")
     a = ap.parse_args()
+    built = HERE.parent / "build" / "libflashinfer.so"
+    if a.pair and built.is_file():
+        os.environ.setdefault("FLASHINFER_C_LIB", str(built))
     sys.path.insert(0, a.python)
     import flashinfer_c
 
+    libs = [(flashinfer_c, "flashinfer_c")]
+    if a.pair:
+        libs.append((_load_pair(a.pair), "flashinfer_c@" + str(Path(a.pair).resolve())))
     cases = ["decode", "prefill", "attention", "decode-alloc"] if a.case == "all" else [a.case]
     for case in cases:
-        print(json.dumps(bench(flashinfer_c, "flashinfer_c", a, case)), flush=True)
+        for out in bench(libs, a, case):
+            print(json.dumps(out), flush=True)
     # FlashInfer itself, not the shim of this tree (python/flashinfer): look
     # for it without this tree's python/ (nor --python) on the path.
     skip = {str(Path(p).resolve()) for p in (HERE, a.python)}
@@ -269,7 +334,8 @@ def main():
         print(json.dumps({"library": "flashinfer", "skipped": "needs CUDA and the real package"}))
         return
     for case in cases:
-        print(json.dumps(bench(flashinfer, "flashinfer", a, case)), flush=True)
+        for out in bench([(flashinfer, "flashinfer")], a, case):
+            print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

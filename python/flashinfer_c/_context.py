@@ -112,10 +112,9 @@ def check_same_device(device, arrays):
 _is_capturing = None  # torch's check, looked up once
 
 
-def capturing(device):
-    """Whether the caller's current stream is being captured into a CUDA graph."""
-    if device[0] != "cuda":
-        return False
+def capture_query():
+    """torch's function telling whether the current CUDA stream is being
+    captured (found once; the wrappers' fast run keeps it)."""
     global _is_capturing
     if _is_capturing is None:
         import torch
@@ -124,22 +123,42 @@ def capturing(device):
         _is_capturing = getattr(
             torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing
         )
-    return _is_capturing()
+    return _is_capturing
+
+
+def capturing(device):
+    """Whether the caller's current stream is being captured into a CUDA graph."""
+    if device[0] != "cuda":
+        return False
+    return (_is_capturing or capture_query())()
 
 
 _raw_current = None  # torch's accessor of the current stream's raw handle
 _default_raw = {}  # device index -> the raw handle of its default stream
 
 
-def raw_current_stream(index):
-    """The raw CUstream of torch's current stream on CUDA device `index`, through
-    torch's cheap private accessor (None where torch has none)."""
+def _raw_accessor():
+    """torch's cheap private accessor of the current stream's raw handle
+    (False where torch has none), found once."""
     global _raw_current
     if _raw_current is None:
         import torch
 
         _raw_current = getattr(torch._C, "_cuda_getCurrentRawStream", False)
-    return _raw_current(index) if _raw_current else None
+    return _raw_current
+
+
+def raw_current_stream(index):
+    """The raw CUstream of torch's current stream on CUDA device `index`, through
+    torch's cheap private accessor (None where torch has none)."""
+    get = _raw_current if _raw_current is not None else _raw_accessor()
+    return get(index) if get else None
+
+
+def raw_stream_query():
+    """raw_current_stream as one function of the device index: torch's accessor
+    itself where it has one (the wrappers' fast run keeps it)."""
+    return _raw_accessor() or raw_current_stream
 
 
 def raw_stream(stream, index):

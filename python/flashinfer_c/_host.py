@@ -111,11 +111,57 @@ class CheckedIndptr:
         self.array = array
 
 
+def _usual_page_table(kv_indptr, kv_indices, kv_last_page_len, batch):
+    """page_table's result for the usual call, in one pass over the three
+    arrays: host int32 1-D numpy arrays or exact host torch tensors (through
+    their numpy views), indptr and last_page_len contiguous, every check
+    passing. None for anything else, which page_table then takes array by
+    array (the same checks, in its order, so the same errors)."""
+    checked = type(kv_indptr) is CheckedIndptr
+    ptr = kv_indptr.array if checked else kv_indptr
+    t = _arrays._torch_tensor
+    if type(ptr) is not np.ndarray:
+        if type(ptr) is not t or not ptr.is_cpu or ptr.requires_grad:
+            return None
+        ptr = ptr.numpy()
+    a = kv_indices
+    if type(a) is not np.ndarray:
+        if type(a) is not t or not a.is_cpu or a.requires_grad:
+            return None
+        a = a.numpy()
+    last = kv_last_page_len
+    if type(last) is not np.ndarray:
+        if type(last) is not t or not last.is_cpu or last.requires_grad:
+            return None
+        last = last.numpy()
+    if not (
+        ptr.dtype is _INT32 and a.dtype is _INT32 and last.dtype is _INT32
+        and ptr.ndim == 1 and a.ndim == 1 and last.ndim == 1
+    ):
+        return None
+    n = ptr.shape[0] - 1
+    if n < 0 or last.shape[0] != n or (batch is not None and n != batch):
+        return None
+    if not (ptr.flags.c_contiguous and last.flags.c_contiguous):
+        return None
+    start, end = ptr.item(0), ptr.item(-1)
+    if start < 0 or a.shape[0] < end or (not checked and _count_nonzero(ptr[1:] < ptr[:-1])):
+        return None
+    if start:
+        ptr = ptr - np.int32(start)
+    return ptr, a[start:end].copy(), last
+
+
 def page_table(kv_indptr, kv_indices, kv_last_page_len, names, batch=None):
     """(indptr, indices, last_page_len) of a paged KV cache, checked against each other."""
     # As FlashInfer's kernels, an indptr may start past 0: its requests' pages
     # are kv_indices[indptr[0]:indptr[-1]] (vLLM plans its prefills so, with
     # the slice of its decode-then-prefill indptr and the whole page table).
+    tables = _usual_page_table(kv_indptr, kv_indices, kv_last_page_len, batch)
+    if tables is not None:
+        return tables
+    # Anything else (other types or dtypes, device tensors, bad input): each
+    # array checked and converted on its own, raising what is wrong.
     if type(kv_indptr) is CheckedIndptr:
         ptr = kv_indptr.array
     else:

@@ -320,7 +320,7 @@ class Plan:
         """Schedule a batch (host int32 numpy arrays) under `spec`.
         capture_checked: the caller has just refused a capture in progress."""
         device = self.ctx.device
-        if not capture_checked and _context.capturing(device):
+        if not capture_checked and device[0] == "cuda" and _context.capturing(device):
             raise RuntimeError(
                 "plan() was called while the current CUDA stream is being captured into a "
                 "graph: plan outside the captured region; replays read the latest plan"

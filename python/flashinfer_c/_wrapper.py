@@ -126,9 +126,9 @@ class RunMemo:
     rewrites the block."""
 
     __slots__ = (
-        "spec", "torch", "cuda", "index", "want_lse",
+        "spec", "torch", "cuda", "index", "want_lse", "is_capturing", "raw_stream",
         "q_type", "q_dtype", "q_shape", "q_strides",
-        "o_type", "o_dtype", "o_shape", "o_strides", "o_fresh",
+        "o_type", "o_dtype", "o_shape", "o_strides", "o_fresh", "o_like_q",
         "l_type", "l_dtype", "l_shape", "l_strides", "l_fresh",
     )
 
@@ -155,10 +155,22 @@ def _remember_run(plan, device, q, out, lse, fresh_out, fresh_lse):
     m.torch = type(q) is not np.ndarray
     m.cuda = device[0] == "cuda"
     m.index = device[1]
+    if m.cuda:  # torch's functions for the current stream, found once
+        m.is_capturing = _context.capture_query()
+        m.raw_stream = _context.raw_stream_query()
     m.want_lse = lse is not None
     m.q_type, m.q_dtype, m.q_shape, m.q_strides = type(q), q.dtype, q.shape, _strides(q)
     m.o_type, m.o_dtype, m.o_shape, m.o_strides = type(out), out.dtype, out.shape, _strides(out)
     m.o_fresh = fresh_out
+    # A fresh out like q (its shape and dtype, and q's strides those of the
+    # new contiguous out): torch.empty_like(q) makes the same tensor on q's
+    # device (the wrapper's: checked before) with less argument parsing.
+    # numpy's np.empty(shape, dtype) is cheaper than its empty_like.
+    m.o_like_q = None
+    if fresh_out and m.torch and m.o_shape == m.q_shape and m.o_dtype is m.q_dtype and (
+        m.o_strides == m.q_strides
+    ):
+        m.o_like_q = _arrays._torch().empty_like
     if lse is not None:
         m.l_type, m.l_dtype, m.l_shape = type(lse), lse.dtype, lse.shape
         m.l_strides = _strides(lse)
@@ -197,7 +209,7 @@ def _torch_ok(x, strides, want_strides, m, device=None, plan=None):
         return False
     if plan is None:
         return True
-    return not _context.capturing(device) and _raw_stream(m.index) == plan._stream_handle
+    return not m.is_capturing() and m.raw_stream(m.index) == plan._stream_handle
 
 
 _raw_stream = _context.raw_current_stream
@@ -299,7 +311,7 @@ class WrapperBase:
 
     def _refuse_capture(self):
         """plan() reads the batch on the host and copies it: not in a CUDA graph."""
-        if _context.capturing(self.device):
+        if self.device[0] == "cuda" and _context.capturing(self.device):
             raise RuntimeError(
                 f"{self._name}.plan() was called while the current CUDA stream is being "
                 "captured into a graph: plan outside the captured region (before the "
@@ -592,10 +604,19 @@ class WrapperBase:
         # q, out, lse: as the remembered run's
         if type(q) is not m.q_type or q.dtype is not m.q_dtype or q.shape != m.q_shape:
             return None
+        if m.q_type is np.ndarray:
+            if q.strides != m.q_strides:
+                return None
+            q_ptr = _numpy_ptr(q)
+        elif not _torch_ok(q, q.stride(), m.q_strides, m, self.device, plan):
+            return None
+        else:
+            q_ptr = q.data_ptr()
         if out is None:
             if not m.o_fresh:
                 return None
-            out = _empty(m, m.o_shape, m.o_dtype)
+            like = m.o_like_q
+            out = like(q) if like is not None else _empty(m, m.o_shape, m.o_dtype)
         elif type(out) is not m.o_type or out.dtype is not m.o_dtype or out.shape != m.o_shape:
             return None
         if return_lse:
@@ -607,14 +628,6 @@ class WrapperBase:
                 lse.shape != m.l_shape
             ):
                 return None
-        if m.q_type is np.ndarray:
-            if q.strides != m.q_strides:
-                return None
-            q_ptr = _numpy_ptr(q)
-        elif not _torch_ok(q, q.stride(), m.q_strides, m, self.device, plan):
-            return None
-        else:
-            q_ptr = q.data_ptr()
         if m.o_type is np.ndarray:
             if out.strides != m.o_strides or not out.flags.writeable:
                 return None

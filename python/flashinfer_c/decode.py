@@ -238,10 +238,14 @@ class BatchDecodeWithPagedKVCacheWrapper(WrapperBase):
                logits_soft_cap, q_data_type, kv_data_type, o_data_type, data_type, sm_scale,
                rope_scale, rope_theta, fixed_split_size, disable_split_kv, q_len_per_req)
         memo = self._spec_memo
-        if memo is not None and memo[0] == key and self._plan is not None:
+        plan = self._plan
+        if memo is not None and memo[0] == key and plan is not None:
             spec = memo[1]
-            self._update(spec, _qo_range(batch, q_len_per_req), kv_indptr, kv_indices, last,
-                         capture_checked=True)
+            # the C plan's update called directly (what _update does once a plan exists)
+            self._planned = False
+            plan.update(spec, _qo_range(batch, q_len_per_req), kv_indptr, kv_indices, last,
+                        capture_checked=True)
+            self._planned = True
             self._page_size = spec.page_size
             self._batch_size = batch
             self._q_len_per_req = q_len_per_req

@@ -405,7 +405,8 @@ fi_status fi_cuda_plan_upload(fi_plan *plan) {
 fi_status fi_cuda_plan_copy_in(fi_plan *plan, void *dst, const void *src, size_t bytes) {
     fi_cuda_plan *ps = plan->backend_state;
     const fi_cu_api *cu = ps->cc->cu;
-    fi_status st = fi_cuda_push(ps->cc);
+    bool pushed; /* the context pushed only where the thread lacks it */
+    fi_status st = fi_cuda_enter(ps->cc, &pushed);
     if (st) return st;
     int capturing = FI_CU_CAPTURE_NONE;
     CUresult r = cu->StreamIsCapturing(ps->last_stream, &capturing);
@@ -420,7 +421,7 @@ fi_status fi_cuda_plan_copy_in(fi_plan *plan, void *dst, const void *src, size_t
         else
             ps->upload_recorded = 1;
     }
-    fi_cuda_pop(ps->cc);
+    fi_cuda_leave(ps->cc, pushed);
     if (call) return fi_cu_error(cu, call, r);
     if (capturing != FI_CU_CAPTURE_NONE)
         return fi_error(FI_STATUS_INVALID_ARGUMENT,

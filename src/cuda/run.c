@@ -117,12 +117,28 @@ static bool slots_fit(const fi_attn_args *a, const fi_plan *plan) {
            ps * a->v_slot < INT32_MAX;
 }
 
+/* Whether `stream` is being captured into a graph (*cap). */
+static fi_status stream_capturing(const fi_cu_api *cu, CUstream stream, bool *cap) {
+    int capturing = FI_CU_CAPTURE_NONE;
+    FI_CU(cu, StreamIsCapturing, stream, &capturing);
+    *cap = capturing != FI_CU_CAPTURE_NONE;
+    return FI_OK;
+}
+
 /* Order `stream` after the plan's last upload. During a capture the wait
- * is done on the host (the copy was queued before the capture began). */
-static fi_status order_after_upload(fi_cuda_plan *ps, CUstream stream, int capturing) {
+ * is done on the host (the copy was queued before the capture began).
+ * The capture state is asked of the driver only where a wait is needed
+ * (a stream other than the one the upload is ordered on): an ordinary run
+ * on the upload's stream makes no call here. *cap: the state where it was
+ * asked (*asked), for the separate kernels' choice (launch). */
+static fi_status order_after_upload(fi_cuda_plan *ps, CUstream stream, bool *cap, bool *asked) {
     const fi_cu_api *cu = ps->cc->cu;
+    *cap = *asked = false;
     if (!ps->upload_recorded || stream == ps->ordered_stream) return FI_OK;
-    if (capturing) {
+    fi_status st = stream_capturing(cu, stream, cap);
+    if (st) return st;
+    *asked = true;
+    if (*cap) {
         int mode = FI_CU_CAPTURE_MODE_RELAXED;
         FI_CU(cu, ThreadExchangeStreamCaptureMode, &mode);
         CUresult r = cu->EventSynchronize(ps->uploaded);
@@ -192,9 +208,8 @@ static fi_cuda_form choose_form(const fi_plan *plan, const fi_cuda_plan *ps,
 static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) {
     const fi_cu_api *cu = ps->cc->cu;
     CUstream stream = (CUstream)ra->stream;
-    int capturing = FI_CU_CAPTURE_NONE;
-    FI_CU(cu, StreamIsCapturing, stream, &capturing);
-    fi_status st = order_after_upload(ps, stream, capturing != FI_CU_CAPTURE_NONE);
+    bool cap, asked;
+    fi_status st = order_after_upload(ps, stream, &cap, &asked);
     if (st) return st;
     fi_attn_args a;
     make_args(plan, ps, ra, &a);
@@ -217,7 +232,8 @@ static fi_status launch(fi_plan *plan, fi_cuda_plan *ps, const fi_run_args *ra) 
     /* Two attention kernels on one grid, each skipping the other's items
      * (a.tc_min_rows); a captured run holds both, as a later plan may need
      * either. */
-    bool cap = capturing != FI_CU_CAPTURE_NONE, tc = a.tc_min_rows > 0;
+    if (!asked && (st = stream_capturing(cu, stream, &cap))) return st;
+    bool tc = a.tc_min_rows > 0;
     if (cap || !tc || ps->has_cc_items)
         st = launch_one(ps->cc, ps->fn[FI_CUDA_FORM_ATTN], ps->grid_x, ps->grid_y, 128, 0,
                         stream, params, true);

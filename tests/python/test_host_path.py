@@ -530,3 +530,74 @@ def test_plans_of_new_shapes_after_cached_ones(xp, strided):
                q_data_type="float32")
         q1 = npref.randn(g, len(kv_lens), HQ, D)
         npref.assert_close(xp.np(d.run(xp.arr(q1), kv)), reference(q1, caches[0], table)[0])
+
+
+# ------------------------------------------------- plan()'s page table, run()'s out
+
+
+def test_usual_page_table_is_the_array_by_array_one(xp):
+    """The one-pass check of the usual host int32 page table gives what the
+    array-by-array path gives; every call it does not take (other dtypes,
+    shapes, bad values) goes that path, with its error."""
+    from flashinfer_c import _host
+
+    names = ("indptr", "indices", "last_page_len")
+    indptr = np.array([2, 4, 4, 7], np.int32)  # starts past 0, as vLLM's prefill slice
+    indices = np.array([9, 8, 1, 2, 3, 4, 5, 6, 0], np.int32)
+    last = np.array([3, 0, 16], np.int32)
+    for checked in (False, True):
+        ptr = xp.host(indptr)
+        ptr = _host.CheckedIndptr(np.array(indptr)) if checked else ptr
+        args = (ptr, xp.host(indices), xp.host(last))
+        got = _host._usual_page_table(*args, None)
+        assert got is not None
+        want_ptr, want_idx, want_last = indptr - 2, indices[2:7], last
+        for a, b in zip(_host.page_table(*args, names), (want_ptr, want_idx, want_last)):
+            assert a.dtype == np.int32 and a.tolist() == b.tolist()
+        assert not np.shares_memory(got[1], indices)  # the C plan keeps a copy of its own
+    bad = [
+        (indptr.astype(np.int64), indices, last),  # int64 indptr
+        (indptr, indices, last.astype(np.int64)),
+        (indptr, indices, last[:2]),  # too few lengths
+        (np.array([0, 3, 2, 4], np.int32), indices, last),  # decreasing
+        (np.array([-1, 3, 4, 4], np.int32), indices, last),  # negative start
+        (np.array([0, 3, 4, 12], np.int32), indices, last),  # past the indices
+        (np.zeros(0, np.int32), indices, last),  # empty indptr
+        (indptr, indices.reshape(3, 3), last),  # 2-D indices
+    ]
+    for ptr, idx, lens in bad:
+        args = (xp.host(ptr), xp.host(idx), xp.host(lens))
+        assert _host._usual_page_table(*args, None) is None
+        kind, message = outcome(lambda: _host.page_table(*args, names))
+        assert kind not in ("ok", None) and message
+    # a batch size other than the caller's
+    args = tuple(map(xp.host, (indptr, indices, last)))
+    assert _host._usual_page_table(*args, 2) is None
+    with pytest.raises(ValueError, match="expected batch_size"):
+        _host.page_table(*args, names, batch=2)
+
+
+def test_fresh_out_of_the_fast_run_is_the_full_paths(xp):
+    """run() without out=: the fast path's array has the full path's shape,
+    dtype, strides and device, also for a strided q (then not q's strides)."""
+    g = npref.rng(7)
+    table, caches = batch(g, [6, 21], layers=1)
+    w = decode(xp, table)
+    kv = xp.arr(caches[0])
+    q = npref.randn(g, 2, HQ, D)
+    wide = np.zeros((2, HQ, 2 * D), np.float32)
+    wide[:, :, :D] = q
+    for qx in (xp.arr(q), xp.arr(wide)[:, :, :D]):
+        first = w.run(qx, kv)  # the full path
+        assert fast(w)
+        second = w.run(qx, kv)  # the fast path
+        assert second is not first
+        for o in (first, second):
+            assert tuple(o.shape) == (2, HQ, D)
+            strides = o.stride() if xp.torch else o.strides
+            want = (HQ * D, D, 1) if xp.torch else (HQ * D * 4, D * 4, 4)
+            assert tuple(strides) == want
+            if xp.torch:
+                assert o.device == qx.device and o.dtype == qx.dtype and not o.requires_grad
+        xp.sync()
+        npref.assert_close(xp.np(second), reference(q, caches[0], table)[0])

@@ -3,13 +3,27 @@
  * every call the library and tests/gpu programs make succeeds at once and
  * does nothing (no copies, no kernels), device memory is host memory. For
  * profiling the CUDA backend's host path on a machine without a GPU
- * (`make stub`; LD_LIBRARY_PATH=build/stub perf record build/bench_overhead).
+ * (`make stub`; LD_LIBRARY_PATH=build/stub perf record build/bench_overhead;
+ * FI_STUB_CALLS=1 prints how many driver calls a program made).
  * Outputs are meaningless; only the host time is. NVRTC runs beside it
  * (cuGetExportTable answers that there are no tables).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* FI_STUB_CALLS=1: the number of driver calls made, printed at exit. The
+ * stub is built with -finstrument-functions (Makefile), so every function
+ * here counts itself on entry. */
+#define NOI __attribute__((no_instrument_function, visibility("hidden"))) /* not libc's */
+static unsigned long long calls;
+NOI void __cyg_profile_func_enter(void *fn, void *site) { (void)fn, (void)site; calls++; }
+NOI void __cyg_profile_func_exit(void *fn, void *site) { (void)fn, (void)site; }
+__attribute__((no_instrument_function, destructor)) static void report_calls(void) {
+    const char *e = getenv("FI_STUB_CALLS");
+    if (e && *e && *e != '0') fprintf(stderr, "stub driver: %llu calls\n", calls);
+}
 
 typedef int CUresult;
 typedef unsigned long long dptr;
