@@ -330,7 +330,9 @@ fi_status fi_cuda_gated_act(fi_context *ctx, const fi_act_args *a, void *stream)
 /* ------------------------------------------------------ RoPE from a cache */
 
 fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream) {
-    const char *fn = "fi_rope_apply_cos_sin_cache";
+    const char *fn = a->q_w ? "fi_qk_rmsnorm_rope" : "fi_rope_apply_cos_sin_cache";
+    if (a->q_w)
+        return fi_error(FI_STATUS_UNSUPPORTED, "%s: not on the CUDA backend yet", fn);
     const fi_tensor *q = a->q, *kt = a->k, *qo = a->q_out, *ko = a->k_out, *c = a->cache;
     const int64_t hq = q->shape[1], hk = kt->shape[1], dim = q->shape[2];
     if (hq > INT32_MAX || hk > INT32_MAX) return too_large(fn, "heads", hq > hk ? hq : hk);
