@@ -1498,6 +1498,21 @@ static const bad_case bad_cases[] = {
     {"rope_cache/rotary_odd", FI_STATUS_INVALID_ARGUMENT, "must be even"},
     {"rope_cache/cache_f16", FI_STATUS_INVALID_ARGUMENT, "cos_sin_cache.dtype is f16"},
     {"rope_cache/k_out_is_q", FI_STATUS_INVALID_ARGUMENT, "k_out"},
+    {"qk_norm_rope/null_q_weight", FI_STATUS_INVALID_ARGUMENT, "q_weight: tensor is NULL"},
+    {"qk_norm_rope/null_k_weight", FI_STATUS_INVALID_ARGUMENT, "k_weight: tensor is NULL"},
+    {"qk_norm_rope/q_weight_len", FI_STATUS_INVALID_ARGUMENT, "q_weight.shape[0]=3, expected 4"},
+    {"qk_norm_rope/k_weight_i32", FI_STATUS_INVALID_ARGUMENT, "k_weight.dtype is i32"},
+    {"qk_norm_rope/k_weight_2d", FI_STATUS_INVALID_ARGUMENT, "k_weight"},
+    {"qk_norm_rope/eps_negative", FI_STATUS_INVALID_ARGUMENT, "eps=-2"},
+    {"qk_norm_rope/eps_inf", FI_STATUS_INVALID_ARGUMENT, "eps=inf"},
+    {"qk_norm_rope/rotary_past_dim", FI_STATUS_INVALID_ARGUMENT, "[2, head_dim 4]"},
+    {"qk_norm_rope/q_out_over_k_weight", FI_STATUS_INVALID_ARGUMENT, "k_weight"},
+    {"qk_norm_rope/k_out_one_head_into_q", FI_STATUS_INVALID_ARGUMENT, "k_out"},
+    {"qk_norm_rope/q_out_dtype", FI_STATUS_INVALID_ARGUMENT, "q_out.dtype is f16"},
+    {"qk_norm_rope/position_past_cache", FI_STATUS_INVALID_ARGUMENT,
+     "positions[2]=9 is not a row"},
+    {"gemma_qk_norm_rope/position_negative", FI_STATUS_INVALID_ARGUMENT,
+     "positions[2]=-3 is not a row"},
 };
 #define NUM_BAD ((int)(sizeof bad_cases / sizeof bad_cases[0]))
 
@@ -1634,6 +1649,43 @@ static fi_status bad_call(int i, bad_env *e) {
         for (int r = 0; r < 4; r++) tu_view_set(&e->idx.t, r, 3 - r);
         return st;
     }
+    if (strstr(n, "qk_norm_rope/")) {
+        /* q [4, 2, 4], k [4, 1, 4] of x and res; weights [4] the halves of w */
+        fi_tensor q3 = x, k3 = res, cache = pr, pos = ix, qw = w, kw = w;
+        q3.ndim = k3.ndim = 3;
+        q3.shape[1] = 2, q3.shape[2] = 4, q3.stride[0] = 8, q3.stride[1] = 4, q3.stride[2] = 1;
+        k3.shape[1] = 1, k3.shape[2] = 4, k3.stride[0] = 8, k3.stride[1] = 4, k3.stride[2] = 1;
+        fi_tensor qo3 = q3, ko3 = k3;
+        cache.shape[1] = 4, cache.stride[0] = 8;
+        qw.shape[0] = kw.shape[0] = 4, kw.data = (float *)w.data + 4;
+        float eps = 1e-6f;
+        const fi_tensor *pq = &qw, *pk = &kw;
+        int at = -1;
+        if (!strcmp(n, "qk_norm_rope/null_q_weight")) pq = NULL;
+        if (!strcmp(n, "qk_norm_rope/null_k_weight")) pk = NULL;
+        if (!strcmp(n, "qk_norm_rope/q_weight_len")) qw.shape[0] = 3;
+        if (!strcmp(n, "qk_norm_rope/k_weight_i32")) kw.dtype = FI_DTYPE_I32;
+        if (!strcmp(n, "qk_norm_rope/k_weight_2d"))
+            kw.ndim = 2, kw.shape[0] = 1, kw.shape[1] = 4, kw.stride[0] = 4, kw.stride[1] = 1;
+        if (!strcmp(n, "qk_norm_rope/eps_negative")) eps = -2.0f;
+        if (!strcmp(n, "qk_norm_rope/eps_inf")) eps = INFINITY;
+        if (!strcmp(n, "qk_norm_rope/rotary_past_dim")) cache.shape[1] = 6;
+        if (!strcmp(n, "qk_norm_rope/q_out_over_k_weight")) kw.data = q3.data;
+        if (!strcmp(n, "qk_norm_rope/k_out_one_head_into_q"))
+            ko3 = q3, ko3.shape[1] = 1, ko3.data = (float *)q3.data + 4;
+        if (!strcmp(n, "qk_norm_rope/q_out_dtype")) qo3.dtype = FI_DTYPE_F16;
+        if (!strcmp(n, "qk_norm_rope/position_past_cache"))
+            cache.shape[0] = 4, at = 2, tu_view_set(&e->idx.t, 2, 9);
+        if (!strcmp(n, "gemma_qk_norm_rope/position_negative"))
+            at = 2, tu_view_set(&e->idx.t, 2, -3);
+        fi_status st = !strncmp(n, "gemma_", 6)
+                           ? fi_gemma_qk_rmsnorm_rope(ctx, &pos, &q3, &k3, pq, pk, eps, &cache, 0,
+                                                      &qo3, &ko3, NULL)
+                           : fi_qk_rmsnorm_rope(ctx, &pos, &q3, &k3, pq, pk, eps, &cache, 1,
+                                                &qo3, &ko3, NULL);
+        if (at >= 0) tu_view_set(&e->idx.t, at, 3 - at);
+        return st;
+    }
     if (!strncmp(n, "ragged/", 7)) {
         int which = !strcmp(n, "ragged/indptr_start")        ? 0
                     : !strcmp(n, "ragged/indptr_decreasing") ? 2
@@ -1656,7 +1708,8 @@ static bool device_value_case(const char *name) {
         "sample/index_past_rows",   "sample/index_negative",     "top_p/row_negative",
         "softmax/temperature_row_negative", "spec/draft_id_past_vocab", "top_k/length_past_cols",
         "ragged/indptr_start",      "ragged/indptr_decreasing",  "ragged/indptr_past_input",
-        "rope_cache/position_past_cache"};
+        "rope_cache/position_past_cache", "qk_norm_rope/position_past_cache",
+        "gemma_qk_norm_rope/position_negative"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;
