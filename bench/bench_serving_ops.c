@@ -8,13 +8,15 @@
  * machine's read bandwidth. bench/torch_cpu_serving.py times torch's CPU composition of
  * the same cells (--from this program's JSON) and prints the ratio.
  *
- *   build/bench_serving_ops [--json PATH] [--reps N] [--threads N] [--quick]
+ *   build/bench_serving_ops [--json PATH] [--reps N] [--threads N] [--quick] [--op NAME]...
+ *   (--op: that op's cells only, repeatable)
  *
  * Prints one table: median ms and GB/s moved (each tensor read or written
  * once counts once).
  */
 #include "common.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,14 +180,17 @@ static int time_cell(fi_context *ctx, const cell *c, double *ms) {
 
 int main(int argc, char **argv) {
     const char *json = NULL;
-    int quick = 0;
+    int quick = 0, num_ops = 0;
+    const char *only[16];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--op") && i + 1 < argc && num_ops < 16) only[num_ops++] = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--json PATH] [--reps N] [--threads N] [--quick]\n",
+            fprintf(stderr,
+                    "usage: %s [--json PATH] [--reps N] [--threads N] [--quick] [--op NAME]...\n",
                     argv[0]);
             return 2;
         }
@@ -224,6 +229,9 @@ int main(int argc, char **argv) {
     if (f) fprintf(f, "{\"describe\": \"%s\", \"read_gbs\": %.2f, \"cells\": [", fi_context_describe(ctx), bw);
     int written = 0;
     for (int i = 0; i < nc; i++) {
+        bool wanted = num_ops == 0;
+        for (int k = 0; k < num_ops; k++) wanted |= !strcmp(only[k], op_names[cells[i].op]);
+        if (!wanted) continue;
         double ms = 0.0;
         if (time_cell(ctx, &cells[i], &ms)) continue;
         double gbs = cell_bytes(&cells[i]) / (ms * 1e-3) / 1e9;
