@@ -1424,6 +1424,7 @@ static int device_value_cases(bad_env *e, const char *name) {
         {"spec/draft_id_past_vocab", B_IDS, 2, 8, 2, "draft_token_ids[1][0]=8"},
         {"top_k/length_past_cols", B_TK, 2, 9, 3, "lengths[2]=9 is outside [0, 8]"},
         {"rope_cache/position_past_cache", B_POS, 1, 4, 2, "positions[1]=4 is not a row"},
+        {"qk_norm_rope/position_past_cache", B_POS, 1, 4, 2, "positions[1]=4 is not a row"},
     };
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) {
         snprintf(what, sizeof what, "%s/%s", name, dv[i].case_name);
@@ -1455,7 +1456,12 @@ static int device_value_cases(bad_env *e, const char *name) {
                                                    &v[B_ACC], NULL, cuda ? g_stream : NULL);
             else if (!strcmp(c, "top_k/length_past_cols"))
                 st = fi_top_k(ctx, &v[B_X], 3, &v[B_TK], NULL, &v[B_VL], &v[B_KI], cuda ? g_stream : NULL);
-            else
+            else if (!strcmp(c, "qk_norm_rope/position_past_cache")) {
+                fi_tensor w4 = v[B_W]; /* the weights [head_dim 4] */
+                w4.shape[0] = 4;
+                st = fi_qk_rmsnorm_rope(ctx, &v[B_POS], &v[B_Q], &v[B_K], &w4, &w4, 1e-6f,
+                                        &v[B_CACHE], 1, &v[B_QO], &v[B_KO], cuda ? g_stream : NULL);
+            } else
                 st = fi_rope_apply_cos_sin_cache(ctx, &v[B_POS], &v[B_Q], &v[B_K], &v[B_CACHE], 1,
                                                  &v[B_QO], &v[B_KO], cuda ? g_stream : NULL);
             if (!cuda) {
