@@ -1516,6 +1516,17 @@ static const bad_case bad_cases[] = {
 };
 #define NUM_BAD ((int)(sizeof bad_cases / sizeof bad_cases[0]))
 
+/* The RoPE cases' q [4, 2, 4] and k [4, 1, 4] views of x and res, and a
+ * [4, 4] cache of probs. */
+static void rope_bad_views(const fi_tensor *x, const fi_tensor *res, const fi_tensor *pr,
+                           fi_tensor *q3, fi_tensor *k3, fi_tensor *cache) {
+    *q3 = *x, *k3 = *res, *cache = *pr;
+    q3->ndim = k3->ndim = 3;
+    q3->shape[1] = 2, q3->shape[2] = 4, q3->stride[0] = 8, q3->stride[1] = 4, q3->stride[2] = 1;
+    k3->shape[1] = 1, k3->shape[2] = 4, k3->stride[0] = 8, k3->stride[1] = 4, k3->stride[2] = 1;
+    cache->shape[1] = 4, cache->stride[0] = 8;
+}
+
 static fi_status bad_call(int i, bad_env *e) {
     const char *n = bad_cases[i].name;
     fi_context *ctx = e->ctx;
@@ -1632,13 +1643,9 @@ static fi_status bad_call(int i, bad_env *e) {
         return st;
     }
     if (!strncmp(n, "rope_cache/", 11)) {
-        /* q [4, 2, 4] and k [4, 1, 4] views of x and res; a [4, 4] cache (probs) */
-        fi_tensor q3 = x, k3 = res, cache = pr, pos = ix;
-        q3.ndim = k3.ndim = 3;
-        q3.shape[1] = 2, q3.shape[2] = 4, q3.stride[0] = 8, q3.stride[1] = 4, q3.stride[2] = 1;
-        k3.shape[1] = 1, k3.shape[2] = 4, k3.stride[0] = 8, k3.stride[1] = 4, k3.stride[2] = 1;
+        fi_tensor q3, k3, cache, pos = ix;
+        rope_bad_views(&x, &res, &pr, &q3, &k3, &cache);
         fi_tensor qo3 = q3, ko3 = k3;
-        cache.shape[1] = 4, cache.stride[0] = 8;
         if (!strcmp(n, "rope_cache/position_past_cache"))
             cache.shape[0] = 4, tu_view_set(&e->idx.t, 1, 4);
         if (!strcmp(n, "rope_cache/rotary_odd")) cache.shape[1] = 3;
@@ -1650,13 +1657,10 @@ static fi_status bad_call(int i, bad_env *e) {
         return st;
     }
     if (strstr(n, "qk_norm_rope/")) {
-        /* q [4, 2, 4], k [4, 1, 4] of x and res; weights [4] the halves of w */
-        fi_tensor q3 = x, k3 = res, cache = pr, pos = ix, qw = w, kw = w;
-        q3.ndim = k3.ndim = 3;
-        q3.shape[1] = 2, q3.shape[2] = 4, q3.stride[0] = 8, q3.stride[1] = 4, q3.stride[2] = 1;
-        k3.shape[1] = 1, k3.shape[2] = 4, k3.stride[0] = 8, k3.stride[1] = 4, k3.stride[2] = 1;
+        /* weights [4]: the halves of w */
+        fi_tensor q3, k3, cache, pos = ix, qw = w, kw = w;
+        rope_bad_views(&x, &res, &pr, &q3, &k3, &cache);
         fi_tensor qo3 = q3, ko3 = k3;
-        cache.shape[1] = 4, cache.stride[0] = 8;
         qw.shape[0] = kw.shape[0] = 4, kw.data = (float *)w.data + 4;
         float eps = 1e-6f;
         const fi_tensor *pq = &qw, *pk = &kw;
