@@ -1,6 +1,7 @@
 /*
  * ops_norm.c — the public norm and gated-activation ops (and RoPE from a
- * cos/sin cache, the other row-wise op of a layer): every argument
+ * cos/sin cache, the other row-wise op of a layer, with its QK-RMSNorm
+ * form fi_qk_rmsnorm_rope: one `rope_cos_sin` entry): every argument
  * checked (context, dtypes, ranks, shapes against the input, eps and the
  * FP8 scale, outputs apart from the inputs and from themselves) before the
  * backend's `norm` / `gated_act` entry is called with one fi_norm_args /
