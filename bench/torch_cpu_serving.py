@@ -20,6 +20,17 @@ def rmsnorm(x, w, eps=1e-6):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
+def qk_rmsnorm_rope(q, k, qw, kw, cos_sin, pos, eps=1e-6):
+    """The unfused QK norm + NeoX RoPE of a packed qkv's q and k views, in place."""
+    cs = cos_sin[pos]
+    c, s = cs.chunk(2, -1)
+    c, s = c[:, None, :], s[:, None, :]
+    for x, w in ((q, qw), (k, kw)):
+        y = rmsnorm(x, w, eps).float()
+        a, b = y.chunk(2, -1)
+        x.copy_(torch.cat([a * c - b * s, b * c + a * s], -1))
+
+
 def top_k_top_p_sample(probs, k, p):
     """vLLM's torch path: sort once, mask top-k and top-p, renormalise, draw."""
     sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
@@ -47,6 +58,13 @@ def make(op, rows, cols):
                 x.copy_(rmsnorm(r, w))
             return fused
         return lambda: F.silu(x[:, :cols]) * x[:, cols:]
+    if op == "qk_rmsnorm_rope":  # 32 q + 8 k + 8 v heads of cols (bench_serving_ops.c)
+        qkv = (torch.rand(rows, 48, cols, generator=g) * 4 - 2).bfloat16()
+        w = (torch.rand(cols, generator=g) * 4 - 2).bfloat16()
+        ang = torch.arange(4096.0)[:, None] * 1e4 ** (-torch.arange(0, cols, 2) / cols)
+        cos_sin = torch.cat([ang.cos(), ang.sin()], -1)
+        pos = torch.arange(rows) * 7 % 4096
+        return lambda: qk_rmsnorm_rope(qkv[:, :32], qkv[:, 32:40], w, w, cos_sin, pos)
     probs = torch.rand(rows, cols, generator=g)
     if op == "softmax":
         return lambda: torch.softmax(probs / 0.8, -1)

@@ -843,6 +843,31 @@ FI_API fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *p
                                              fi_tensor *q_out, fi_tensor *k_out,
                                              void *stream);
 
+/* Per-head RMSNorm of q and k, then RoPE from a cos/sin cache, in one pass
+ * (the QK norm of Qwen3, Gemma 3 and OLMo 2 before attention): each head
+ * row x [D] becomes n = x / sqrt(mean(x^2) + eps) * w (w = q_weight for q,
+ * k_weight for k, one weight for every head; the gemma form applies 1 + w),
+ * in f32; then the first rotary_dim R dims of n turn as in
+ * fi_rope_apply_cos_sin_cache and the rest are n itself; the result is
+ * rounded once, at the store. q and k may be views into one packed qkv
+ * tensor (v is never touched); q_out == q and k_out == k (the same views)
+ * write in place, any other overlap is refused. A position outside the
+ * cache is refused on the CPU; on CUDA its token is not written.
+ *   positions [nnz] i32 in [0, max_pos); cos_sin_cache [max_pos, R] f32
+ *   q, q_out [nnz, H_qo, D]; k, k_out [nnz, H_kv, D]   f32/f16/bf16
+ *   q_weight, k_weight [D] f32/f16/bf16; eps finite, >= 0 */
+FI_API fi_status fi_qk_rmsnorm_rope(fi_context *ctx, const fi_tensor *positions,
+                                    const fi_tensor *q, const fi_tensor *k,
+                                    const fi_tensor *q_weight, const fi_tensor *k_weight,
+                                    float eps, const fi_tensor *cos_sin_cache, int32_t is_neox,
+                                    fi_tensor *q_out, fi_tensor *k_out, void *stream);
+FI_API fi_status fi_gemma_qk_rmsnorm_rope(fi_context *ctx, const fi_tensor *positions,
+                                          const fi_tensor *q, const fi_tensor *k,
+                                          const fi_tensor *q_weight, const fi_tensor *k_weight,
+                                          float eps, const fi_tensor *cos_sin_cache,
+                                          int32_t is_neox, fi_tensor *q_out, fi_tensor *k_out,
+                                          void *stream);
+
 /* RoPE + FP8 quantize (+ append to a paged FP8 KV cache) in one pass, the
  * form of FlashInfer's rope_quantize_fp8 and
  * rope_quantize_fp8_append_paged_kv_cache that MLA and GQA engines call.

@@ -4,7 +4,8 @@
  * and RoPE from a cos/sin cache. One kernel per compile, chosen by -D
  * constants (src/cuda/serving_ops.c builds the name and the options):
  *
- *   FI_SV_KIND   1 norm, 2 gated activation, 3 RoPE from a cos/sin cache
+ *   FI_SV_KIND   1 norm, 2 gated activation, 3 RoPE from a cos/sin cache,
+ *                9 QK RMSNorm + RoPE from a cos/sin cache
  *   FI_SV_XT FI_SV_RT FI_SV_WT FI_SV_BT FI_SV_OT   norm: input, residual
  *                (-1: none), weight, bias (-1: none), out dtypes (out may be
  *                FP8); act: FI_SV_XT, FI_SV_OT
@@ -12,6 +13,7 @@
  *   FI_SV_GEMMA  norm: the weight applied as 1 + w
  *   FI_SV_ACT    act: 0 silu, 1 gelu (erf), 2 gelu (tanh)
  *   FI_SV_QT FI_SV_KT FI_SV_NEOX   rope: q, k dtypes; halves (else GPT-J pairs)
+ *   FI_SV_QWT FI_SV_KWT   QK norm: q_weight, k_weight dtypes (FI_SV_GEMMA: 1 + w)
  *   FI_SV_VEC    norm, act: every row contiguous and aligned to 8 elements
  *                (16 bytes; 8 for FP8 out), H (d) a multiple of 8: units of
  *                8 elements with vector loads and stores; else one element
@@ -29,7 +31,12 @@
  * Activations: serving_math.cuh's f32 functions (the CPU's formulas with
  * MUFU exponentials: within rounding of its results). RoPE: y = x c - x' s
  * in f32 as the CPU; a token whose position is outside the cache is
- * skipped (the CPU backend refuses it; its rows are not written).
+ * skipped (the CPU backend refuses it; its rows are not written). QK
+ * norm + RoPE: one warp per head row sums its squares (the warp's fixed
+ * tree), then each lane reads its pairs and tail dims again (from L1),
+ * normalises them in f32 ((x rstd) w, as the CPU), turns the pairs and
+ * stores each value once; every value a lane writes it has read itself
+ * after the warp's reduction, so in place is safe.
  */
 #include "serving_math.cuh"
 
@@ -74,6 +81,12 @@
 #endif
 #ifndef FI_SV_VEC
 #define FI_SV_VEC 1
+#endif
+#ifndef FI_SV_QWT
+#define FI_SV_QWT FI_SV_QT
+#endif
+#ifndef FI_SV_KWT
+#define FI_SV_KWT FI_SV_KT
 #endif
 
 namespace fi_sv {
@@ -428,6 +441,75 @@ extern "C" __global__ void __launch_bounds__(256) FI_SV_NAME(const fi_sv_rope_ar
     }
 }
 
+/* ============================================== QK RMSNorm + RoPE cache */
+#elif FI_SV_KIND == 9
+
+namespace fi_sv {
+
+template <int WT>
+FI_DEV float weight_at(const char *w, int64_t col, int64_t d) {
+    const float v = fi_load_elem<WT>(w + d * col);
+    return FI_SV_GEMMA ? add(1.0f, v) : v;
+}
+
+/* Head row `in` [dim] normalised by w and turned by cs into `out`, by the
+ * 32 lanes of one warp. */
+template <int T, int WT>
+FI_DEV void norm_rope_row(const fi_sv_rope_args &a, const char *in, int64_t in_dim, char *out,
+                          int64_t out_dim, const char *w, int64_t w_col, const float *cs,
+                          int lane) {
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int d = lane; d < a.dim; d += 32) {
+        const float x = fi_load_elem<T>(in + d * in_dim);
+        ss = add(ss, mul(x, x));
+    }
+    ss = warp_sum(ss); /* every lane has read its values before any lane writes */
+    const float rstd = 1.0f / sqrtf(ss / (float)a.dim + a.eps);
+    const int half = a.rot / 2;
+#pragma unroll 2
+    for (int i = lane; i < half; i += 32) {
+        const int64_t d1 = FI_SV_NEOX ? i : 2 * i, d2 = FI_SV_NEOX ? i + half : 2 * i + 1;
+        const float c = cs[(int64_t)i * a.cache_col], s = cs[(int64_t)(half + i) * a.cache_col];
+        const float x1 = mul(mul(fi_load_elem<T>(in + d1 * in_dim), rstd), weight_at<WT>(w, w_col, d1));
+        const float x2 = mul(mul(fi_load_elem<T>(in + d2 * in_dim), rstd), weight_at<WT>(w, w_col, d2));
+        fi_store_elem<T>(out + d1 * out_dim, sub(mul(x1, c), mul(x2, s)));
+        fi_store_elem<T>(out + d2 * out_dim, add(mul(x2, c), mul(x1, s)));
+    }
+#pragma unroll 1
+    for (int d = a.rot + lane; d < a.dim; d += 32) {
+        const float x = fi_load_elem<T>(in + d * in_dim);
+        fi_store_elem<T>(out + d * out_dim, mul(mul(x, rstd), weight_at<WT>(w, w_col, d)));
+    }
+}
+
+} // namespace fi_sv
+
+/* blockIdx.y strides over tokens, the block's 8 warps (and blockIdx.x)
+ * over the token's q heads then k heads. */
+extern "C" __global__ void __launch_bounds__(256) FI_SV_NAME(const fi_sv_rope_args a) {
+    using namespace fi_sv;
+    const int lane = threadIdx.x & 31;
+    const int64_t heads = (int64_t)a.heads_q + a.heads_k;
+    for (int64_t t = blockIdx.y; t < a.nnz; t += gridDim.y) {
+        const int32_t p = a.pos[t * a.pos_st];
+        if (p < 0 || p >= a.max_pos) continue; /* no row of the cache: skipped */
+        const float *cs = a.cache + p * a.cache_row;
+        for (int64_t h = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); h < heads;
+             h += (int64_t)gridDim.x * 8) {
+            if (h < a.heads_q)
+                norm_rope_row<FI_SV_QT, FI_SV_QWT>(a, a.q + t * a.q_tok + h * a.q_head, a.q_dim,
+                                                   a.qo + t * a.qo_tok + h * a.qo_head, a.qo_dim,
+                                                   a.qw, a.qw_col, cs, lane);
+            else
+                norm_rope_row<FI_SV_KT, FI_SV_KWT>(
+                    a, a.k + t * a.k_tok + (h - a.heads_q) * a.k_head, a.k_dim,
+                    a.ko + t * a.ko_tok + (h - a.heads_q) * a.ko_head, a.ko_dim, a.kw, a.kw_col,
+                    cs, lane);
+        }
+    }
+}
+
 #else
-#error "FI_SV_KIND must be 1 (norm), 2 (gated activation) or 3 (RoPE from a cos/sin cache)"
+#error "FI_SV_KIND must be 1 (norm), 2 (gated activation), 3 (RoPE from a cos/sin cache) or 9 (QK RMSNorm + RoPE)"
 #endif

@@ -44,7 +44,8 @@ typedef struct fi_sv_act_args {
     int32_t pad;
 } fi_sv_act_args;
 
-/* RoPE from a cos/sin cache (fi_rope_apply_cos_sin_cache). */
+/* RoPE from a cos/sin cache (fi_rope_apply_cos_sin_cache), and the QK
+ * RMSNorm before it (fi_qk_rmsnorm_rope). */
 typedef struct fi_sv_rope_args {
     const char *q, *k;
     char *qo, *ko;
@@ -56,6 +57,11 @@ typedef struct fi_sv_rope_args {
     int64_t nnz, max_pos;
     int32_t heads_q, heads_k, dim, rot;
     int32_t copy_tail_q, copy_tail_k; /* dims past rot copied (not in place) */
+    /* QK RMSNorm + RoPE (fi_qk_rmsnorm_rope, FI_SV_KIND 9) only */
+    const char *qw, *kw;   /* [dim] */
+    int64_t qw_col, kw_col; /* bytes */
+    float eps;
+    int32_t pad;
 } fi_sv_rope_args;
 
 /* softmax(logits / temperature) per row. */

@@ -22,6 +22,10 @@
  *   topk          fi_top_k (lengths, offsets, ties, NaN) and fi_top_k_ragged
  *   rope_cache    fi_rope_apply_cos_sin_cache: NeoX and GPT-J pairs,
  *                 rotary_dim < head_dim, in place
+ *   qk_norm_rope  fi_qk_rmsnorm_rope and its Gemma form: odd head dims,
+ *                 rotary_dim < head_dim, NeoX / GPT-J, weights f32 or the
+ *                 input's dtype, in place, strided, q and k views of one
+ *                 packed qkv (v must stay untouched)
  *   rope_quant    fi_rope_quantize_fp8 and its append form (rope_quant_cases.c):
  *                 R 32 / 64 / 128, N 0 / 64 / 96 / 512, MLA / GQA / MHA, NHD /
  *                 HND caches of page size 1 / 16 / 32, strided inputs and
@@ -308,6 +312,9 @@ typedef struct rope_cache_cfg {
     int64_t nnz, hq, hk, dim, rot;
     fi_dtype dtype;
     int neox, strided, in_place;
+    int norm;         /* fi_qk_rmsnorm_rope: 1 RMSNorm, 2 Gemma (1 + w); 0 plain RoPE */
+    fi_dtype w_dtype; /* q_weight, k_weight */
+    int packed;       /* q, k views of one [nnz, hq + 2 hk, dim] qkv tensor */
 } rope_cache_cfg;
 
 /* x [nnz][h][d] rotated by rows pos[t] of cache [.][rot] (cos, then sin). */
@@ -328,49 +335,108 @@ static void rope_cache_ref(const rope_cache_cfg *c, int64_t h, const double *x, 
         }
 }
 
+/* vLLM's cache (theta 1e4) of max_pos rows. */
+static float *rope_cache_table(int64_t max_pos, int64_t rot) {
+    float *cache = malloc((size_t)(max_pos * rot) * sizeof *cache);
+    if (!cache) return NULL;
+    for (int64_t pp = 0; pp < max_pos; pp++)
+        for (int64_t i = 0; i < rot / 2; i++) {
+            double ang = (double)pp * pow(1e4, -2.0 * (double)i / (double)rot);
+            cache[pp * rot + i] = (float)cos(ang);
+            cache[pp * rot + rot / 2 + i] = (float)sin(ang);
+        }
+    return cache;
+}
+
+/* The view of heads [h0, h0 + n) of a packed [nnz, heads, dim] tensor. */
+static fi_tensor head_slice(const fi_tensor *qkv, int64_t h0, int64_t n) {
+    fi_tensor t = *qkv;
+    t.data = (char *)qkv->data + h0 * qkv->stride[1] * (int64_t)fi_dtype_size(qkv->dtype);
+    t.shape[1] = n;
+    return t;
+}
+
 static int case_rope_cache(fi_context *ctx, tu_rng *rng, const void *p) {
     const rope_cache_cfg *c = p;
     const int64_t qs[3] = {c->nnz, c->hq, c->dim}, ks[3] = {c->nnz, c->hk, c->dim};
+    const int64_t ps[3] = {c->nnz, c->hq + 2 * c->hk, c->dim};
     const int64_t max_pos = 4096;
-    tu_buf q, k, qo, ko;
+    tu_buf q, k, qo, ko, qkv, qw, kw;
+    memset(&q, 0, sizeof q), memset(&k, 0, sizeof k), memset(&qkv, 0, sizeof qkv);
     memset(&qo, 0, sizeof qo), memset(&ko, 0, sizeof ko);
-    int ok = !ops_view_alloc(&q, c->dtype, 3, qs, c->strided, rng) &&
-             !ops_view_alloc(&k, c->dtype, 3, ks, c->strided, rng);
+    memset(&qw, 0, sizeof qw), memset(&kw, 0, sizeof kw);
+    int ok = c->packed ? !ops_view_alloc(&qkv, c->dtype, 3, ps, c->strided, rng)
+                       : !ops_view_alloc(&q, c->dtype, 3, qs, c->strided, rng) &&
+                             !ops_view_alloc(&k, c->dtype, 3, ks, c->strided, rng);
     if (ok && !c->in_place)
         ok = !ops_view_alloc(&qo, c->dtype, 3, qs, c->strided, rng) &&
              !ops_view_alloc(&ko, c->dtype, 3, ks, c->strided, rng);
-    float *cache = malloc((size_t)(max_pos * c->rot) * sizeof *cache);
+    if (ok && c->norm)
+        ok = !ops_view_alloc(&qw, c->w_dtype, 1, &c->dim, c->strided, rng) &&
+             !ops_view_alloc(&kw, c->w_dtype, 1, &c->dim, c->strided, rng);
+    float *cache = rope_cache_table(max_pos, c->rot);
     int32_t *pos = malloc((size_t)(c->nnz + 1) * sizeof *pos);
     if (!ok || !cache || !pos) {
         tu_note("allocation failed");
         return 0;
     }
-    for (int64_t pp = 0; pp < max_pos; pp++) /* vLLM's cache: theta 1e4 */
-        for (int64_t i = 0; i < c->rot / 2; i++) {
-            double ang = (double)pp * pow(1e4, -2.0 * (double)i / (double)c->rot);
-            cache[pp * c->rot + i] = (float)cos(ang);
-            cache[pp * c->rot + c->rot / 2 + i] = (float)sin(ang);
-        }
     for (int64_t t = 0; t < c->nnz; t++) pos[t] = tu_rng_int(rng, 0, (int32_t)max_pos - 1);
-    double *qv = fill_read(rng, &q, -2, 2), *kv = fill_read(rng, &k, -2, 2);
+    fi_tensor tq = q.t, tk = k.t, tv;
+    double *vv = NULL;
+    if (c->packed) {
+        vv = fill_read(rng, &qkv, -2, 2);
+        tq = head_slice(&qkv.t, 0, c->hq), tk = head_slice(&qkv.t, c->hq, c->hk);
+        tv = head_slice(&qkv.t, c->hq + c->hk, c->hk);
+        free(vv);
+        vv = tu_view_read(&tv);
+    } else {
+        tu_fill_uniform(rng, &q.t, -2, 2, 0.0), tu_fill_uniform(rng, &k.t, -2, 2, 0.0);
+    }
+    double *qv = tu_view_read(&tq), *kv = tu_view_read(&tk), *qwv = NULL, *kwv = NULL;
     double *qr = malloc((size_t)(c->nnz * c->hq * c->dim + 1) * sizeof *qr);
     double *kr = malloc((size_t)(c->nnz * c->hk * c->dim + 1) * sizeof *kr);
+    const double eps = c->dim % 2 ? 1e-2 : 1e-6;
+    if (c->norm) { /* Gemma weights sit near 0 (1 + w), the others near 1 */
+        qwv = fill_read(rng, &qw, c->norm == 2 ? -0.5 : 0.5, c->norm == 2 ? 0.5 : 1.5);
+        kwv = fill_read(rng, &kw, c->norm == 2 ? -0.5 : 0.5, c->norm == 2 ? 0.5 : 1.5);
+        oracle_rmsnorm(c->nnz * c->hq, c->dim, qv, qwv, eps, c->norm == 2, qv);
+        oracle_rmsnorm(c->nnz * c->hk, c->dim, kv, kwv, eps, c->norm == 2, kv);
+    }
     rope_cache_ref(c, c->hq, qv, pos, cache, qr);
     rope_cache_ref(c, c->hk, kv, pos, cache, kr);
     const int64_t cshape[2] = {max_pos, c->rot};
     fi_tensor tc = fi_tensor_contiguous(cache, FI_DTYPE_F32, 2, cshape);
     fi_tensor tp = vec_i32(pos, c->nnz);
-    const tu_buf *dq = c->in_place ? &q : &qo, *dk = c->in_place ? &k : &ko;
-    ok = ops_check_ok(fi_rope_apply_cos_sin_cache(ctx, &tp, &q.t, &k.t, &tc, c->neox,
-                                                  (fi_tensor *)&dq->t, (fi_tensor *)&dk->t, NULL),
-                      "fi_rope_apply_cos_sin_cache");
+    fi_tensor dq = c->in_place ? tq : qo.t, dk = c->in_place ? tk : ko.t;
+    fi_status st;
+    const char *fn = c->norm == 2 ? "fi_gemma_qk_rmsnorm_rope"
+                     : c->norm    ? "fi_qk_rmsnorm_rope"
+                                  : "fi_rope_apply_cos_sin_cache";
+    if (c->norm == 2)
+        st = fi_gemma_qk_rmsnorm_rope(ctx, &tp, &tq, &tk, &qw.t, &kw.t, (float)eps, &tc, c->neox,
+                                      &dq, &dk, NULL);
+    else if (c->norm)
+        st = fi_qk_rmsnorm_rope(ctx, &tp, &tq, &tk, &qw.t, &kw.t, (float)eps, &tc, c->neox, &dq,
+                                &dk, NULL);
+    else
+        st = fi_rope_apply_cos_sin_cache(ctx, &tp, &tq, &tk, &tc, c->neox, &dq, &dk, NULL);
+    ok = ops_check_ok(st, fn);
     if (ok) {
-        ok &= ops_check_view("q_out", &dq->t, qr, tu_dtype_tol(c->dtype) * 2);
-        ok &= ops_check_view("k_out", &dk->t, kr, tu_dtype_tol(c->dtype) * 2);
-        ok &= ops_check_outside("q_out", dq) & ops_check_outside("k_out", dk);
+        /* one rounding of values up to ~3 (normalised, times w) */
+        const double tol = tu_dtype_tol(c->dtype) * (c->norm ? 3 : 2);
+        ok &= ops_check_view("q_out", &dq, qr, tol);
+        ok &= ops_check_view("k_out", &dk, kr, tol);
+        if (c->packed) {
+            ok &= ops_check_view("v (untouched)", &tv, vv, 0.0);
+            ok &= ops_check_outside("qkv", &qkv);
+        } else if (c->in_place) {
+            ok &= ops_check_outside("q_out", &q) & ops_check_outside("k_out", &k);
+        }
+        if (!c->in_place) ok &= ops_check_outside("q_out", &qo) & ops_check_outside("k_out", &ko);
     }
-    free(cache), free(pos), free(qv), free(kv), free(qr), free(kr);
-    tu_buf_free(&q), tu_buf_free(&k), tu_buf_free(&qo), tu_buf_free(&ko);
+    free(cache), free(pos), free(qv), free(kv), free(qr), free(kr), free(vv), free(qwv), free(kwv);
+    tu_buf_free(&q), tu_buf_free(&k), tu_buf_free(&qo), tu_buf_free(&ko), tu_buf_free(&qkv);
+    tu_buf_free(&qw), tu_buf_free(&kw);
     return ok;
 }
 
@@ -383,7 +449,8 @@ static void suite_rope_cache(const tu_cpu_backend *be) {
             for (int mode = 0; mode < 4; mode++) {
                 rope_cache_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2],
                                     shapes[si][3], shapes[si][4], float_dtypes[di],
-                                    mode & 1,      mode >= 2,     mode == 3};
+                                    mode & 1,      mode >= 2,     mode == 3,
+                                    0,             FI_DTYPE_F32,  0};
                 snprintf(name, sizeof name, "rope_cache/%s/%s/h%lld_%lld_d%lld_r%lld/%s%s",
                          be->name, tu_dtype_name(c.dtype), (long long)c.hq, (long long)c.hk,
                          (long long)c.dim, (long long)c.rot, c.neox ? "neox" : "gptj",
@@ -392,6 +459,35 @@ static void suite_rope_cache(const tu_cpu_backend *be) {
                                      : "");
                 run_case("rope_cache", name, case_rope_cache, &c, be->ctx);
             }
+}
+
+/* fi_qk_rmsnorm_rope / fi_gemma_qk_rmsnorm_rope: shapes (odd D, R < D),
+ * dtypes with weights of the same dtype or f32, NeoX / GPT-J, contiguous,
+ * strided, in place, views of one packed qkv (in place and out). */
+static void suite_qk_norm_rope(const tu_cpu_backend *be) {
+    static const int64_t shapes[][5] = {{1, 1, 1, 2, 2},      {7, 4, 2, 64, 64},
+                                        {5, 3, 1, 128, 64},   {4, 2, 1, 67, 32},
+                                        {9, 8, 8, 130, 96},   {3, 16, 2, 256, 256}};
+    static const char *const modes[] = {"", "_strided", "_in_place", "_packed_in_place",
+                                        "_packed_strided"};
+    char name[192];
+    for (int si = 0; si < 6; si++)
+        for (int di = 0; di < 3; di++)
+            for (int mode = 0; mode < 5; mode++)
+                for (int form = 1; form <= 2; form++) {
+                    const int neox = (si + mode + form) % 2;
+                    const fi_dtype wt = (si + mode) % 3 ? float_dtypes[di] : FI_DTYPE_F32;
+                    rope_cache_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2],
+                                        shapes[si][3], shapes[si][4], float_dtypes[di],
+                                        neox, mode == 1 || mode == 4, mode == 2 || mode == 3,
+                                        form, wt, mode >= 3};
+                    snprintf(name, sizeof name,
+                             "qk_norm_rope/%s/%s_w%s/h%lld_%lld_d%lld_r%lld/%s_%s%s", be->name,
+                             tu_dtype_name(c.dtype), tu_dtype_name(wt), (long long)c.hq,
+                             (long long)c.hk, (long long)c.dim, (long long)c.rot,
+                             form == 2 ? "gemma" : "rms", neox ? "neox" : "gptj", modes[mode]);
+                    run_case("qk_norm_rope", name, case_rope_cache, &c, be->ctx);
+                }
 }
 
 /* =========================================================== rope quant */
@@ -1402,8 +1498,34 @@ static const bad_case bad_cases[] = {
     {"rope_cache/rotary_odd", FI_STATUS_INVALID_ARGUMENT, "must be even"},
     {"rope_cache/cache_f16", FI_STATUS_INVALID_ARGUMENT, "cos_sin_cache.dtype is f16"},
     {"rope_cache/k_out_is_q", FI_STATUS_INVALID_ARGUMENT, "k_out"},
+    {"qk_norm_rope/null_q_weight", FI_STATUS_INVALID_ARGUMENT, "q_weight: tensor is NULL"},
+    {"qk_norm_rope/null_k_weight", FI_STATUS_INVALID_ARGUMENT, "k_weight: tensor is NULL"},
+    {"qk_norm_rope/q_weight_len", FI_STATUS_INVALID_ARGUMENT, "q_weight.shape[0]=3, expected 4"},
+    {"qk_norm_rope/k_weight_i32", FI_STATUS_INVALID_ARGUMENT, "k_weight.dtype is i32"},
+    {"qk_norm_rope/k_weight_2d", FI_STATUS_INVALID_ARGUMENT, "k_weight"},
+    {"qk_norm_rope/eps_negative", FI_STATUS_INVALID_ARGUMENT, "eps=-2"},
+    {"qk_norm_rope/eps_inf", FI_STATUS_INVALID_ARGUMENT, "eps=inf"},
+    {"qk_norm_rope/rotary_past_dim", FI_STATUS_INVALID_ARGUMENT, "[2, head_dim 4]"},
+    {"qk_norm_rope/q_out_over_k_weight", FI_STATUS_INVALID_ARGUMENT, "k_weight"},
+    {"qk_norm_rope/k_out_one_head_into_q", FI_STATUS_INVALID_ARGUMENT, "k_out"},
+    {"qk_norm_rope/q_out_dtype", FI_STATUS_INVALID_ARGUMENT, "q_out.dtype is f16"},
+    {"qk_norm_rope/position_past_cache", FI_STATUS_INVALID_ARGUMENT,
+     "positions[2]=9 is not a row"},
+    {"gemma_qk_norm_rope/position_negative", FI_STATUS_INVALID_ARGUMENT,
+     "positions[2]=-3 is not a row"},
 };
 #define NUM_BAD ((int)(sizeof bad_cases / sizeof bad_cases[0]))
+
+/* The RoPE cases' q [4, 2, 4] and k [4, 1, 4] views of x and res, and a
+ * [4, 4] cache of probs. */
+static void rope_bad_views(const fi_tensor *x, const fi_tensor *res, const fi_tensor *pr,
+                           fi_tensor *q3, fi_tensor *k3, fi_tensor *cache) {
+    *q3 = *x, *k3 = *res, *cache = *pr;
+    q3->ndim = k3->ndim = 3;
+    q3->shape[1] = 2, q3->shape[2] = 4, q3->stride[0] = 8, q3->stride[1] = 4, q3->stride[2] = 1;
+    k3->shape[1] = 1, k3->shape[2] = 4, k3->stride[0] = 8, k3->stride[1] = 4, k3->stride[2] = 1;
+    cache->shape[1] = 4, cache->stride[0] = 8;
+}
 
 static fi_status bad_call(int i, bad_env *e) {
     const char *n = bad_cases[i].name;
@@ -1521,13 +1643,9 @@ static fi_status bad_call(int i, bad_env *e) {
         return st;
     }
     if (!strncmp(n, "rope_cache/", 11)) {
-        /* q [4, 2, 4] and k [4, 1, 4] views of x and res; a [4, 4] cache (probs) */
-        fi_tensor q3 = x, k3 = res, cache = pr, pos = ix;
-        q3.ndim = k3.ndim = 3;
-        q3.shape[1] = 2, q3.shape[2] = 4, q3.stride[0] = 8, q3.stride[1] = 4, q3.stride[2] = 1;
-        k3.shape[1] = 1, k3.shape[2] = 4, k3.stride[0] = 8, k3.stride[1] = 4, k3.stride[2] = 1;
+        fi_tensor q3, k3, cache, pos = ix;
+        rope_bad_views(&x, &res, &pr, &q3, &k3, &cache);
         fi_tensor qo3 = q3, ko3 = k3;
-        cache.shape[1] = 4, cache.stride[0] = 8;
         if (!strcmp(n, "rope_cache/position_past_cache"))
             cache.shape[0] = 4, tu_view_set(&e->idx.t, 1, 4);
         if (!strcmp(n, "rope_cache/rotary_odd")) cache.shape[1] = 3;
@@ -1536,6 +1654,40 @@ static fi_status bad_call(int i, bad_env *e) {
         fi_status st =
             fi_rope_apply_cos_sin_cache(ctx, &pos, &q3, &k3, &cache, 1, &qo3, &ko3, NULL);
         for (int r = 0; r < 4; r++) tu_view_set(&e->idx.t, r, 3 - r);
+        return st;
+    }
+    if (strstr(n, "qk_norm_rope/")) {
+        /* weights [4]: the halves of w */
+        fi_tensor q3, k3, cache, pos = ix, qw = w, kw = w;
+        rope_bad_views(&x, &res, &pr, &q3, &k3, &cache);
+        fi_tensor qo3 = q3, ko3 = k3;
+        qw.shape[0] = kw.shape[0] = 4, kw.data = (float *)w.data + 4;
+        float eps = 1e-6f;
+        const fi_tensor *pq = &qw, *pk = &kw;
+        int at = -1;
+        if (!strcmp(n, "qk_norm_rope/null_q_weight")) pq = NULL;
+        if (!strcmp(n, "qk_norm_rope/null_k_weight")) pk = NULL;
+        if (!strcmp(n, "qk_norm_rope/q_weight_len")) qw.shape[0] = 3;
+        if (!strcmp(n, "qk_norm_rope/k_weight_i32")) kw.dtype = FI_DTYPE_I32;
+        if (!strcmp(n, "qk_norm_rope/k_weight_2d"))
+            kw.ndim = 2, kw.shape[0] = 1, kw.shape[1] = 4, kw.stride[0] = 4, kw.stride[1] = 1;
+        if (!strcmp(n, "qk_norm_rope/eps_negative")) eps = -2.0f;
+        if (!strcmp(n, "qk_norm_rope/eps_inf")) eps = INFINITY;
+        if (!strcmp(n, "qk_norm_rope/rotary_past_dim")) cache.shape[1] = 6;
+        if (!strcmp(n, "qk_norm_rope/q_out_over_k_weight")) kw.data = q3.data;
+        if (!strcmp(n, "qk_norm_rope/k_out_one_head_into_q"))
+            ko3 = q3, ko3.shape[1] = 1, ko3.data = (float *)q3.data + 4;
+        if (!strcmp(n, "qk_norm_rope/q_out_dtype")) qo3.dtype = FI_DTYPE_F16;
+        if (!strcmp(n, "qk_norm_rope/position_past_cache"))
+            cache.shape[0] = 4, at = 2, tu_view_set(&e->idx.t, 2, 9);
+        if (!strcmp(n, "gemma_qk_norm_rope/position_negative"))
+            at = 2, tu_view_set(&e->idx.t, 2, -3);
+        fi_status st = !strncmp(n, "gemma_", 6)
+                           ? fi_gemma_qk_rmsnorm_rope(ctx, &pos, &q3, &k3, pq, pk, eps, &cache, 0,
+                                                      &qo3, &ko3, NULL)
+                           : fi_qk_rmsnorm_rope(ctx, &pos, &q3, &k3, pq, pk, eps, &cache, 1,
+                                                &qo3, &ko3, NULL);
+        if (at >= 0) tu_view_set(&e->idx.t, at, 3 - at);
         return st;
     }
     if (!strncmp(n, "ragged/", 7)) {
@@ -1560,7 +1712,8 @@ static bool device_value_case(const char *name) {
         "sample/index_past_rows",   "sample/index_negative",     "top_p/row_negative",
         "softmax/temperature_row_negative", "spec/draft_id_past_vocab", "top_k/length_past_cols",
         "ragged/indptr_start",      "ragged/indptr_decreasing",  "ragged/indptr_past_input",
-        "rope_cache/position_past_cache"};
+        "rope_cache/position_past_cache", "qk_norm_rope/position_past_cache",
+        "gemma_qk_norm_rope/position_negative"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(name, names[i])) return true;
     return false;
@@ -1674,6 +1827,7 @@ int main(int argc, char **argv) {
         suite_spec(&be);
         suite_topk(&be);
         suite_rope_cache(&be);
+        suite_qk_norm_rope(&be);
         suite_rope_quant(&be);
         char name[96];
         snprintf(name, sizeof name, "large/%s/v262144_h16384", be.name);

@@ -8,7 +8,9 @@
  * apply_rope_with_cos_sin_cache (bf16, 32/8 heads, d 128), rope_quantize_fp8
  * (DeepSeek MLA: bf16 into e4m3, 128 heads, R 64, N 512) and
  * rope_quantize_fp8_append_paged_kv_cache (GQA 32/8 heads, R 128, N 0, V
- * 128, an NHD e4m3 cache of 16-token pages), 64 / 4096 tokens.
+ * 128, an NHD e4m3 cache of 16-token pages), 64 / 4096 tokens, and
+ * qk_rmsnorm_rope (fi_qk_rmsnorm_rope on the q and k heads of a packed bf16
+ * qkv of 32 + 8 + 8 heads of 128, in place; 64 / 4096 tokens).
  *
  * Each cell's inputs are random (probabilities in [0, 1), never a zero
  * row) in enough copies that one sweep over them reads >= 256 MB (at most
@@ -40,12 +42,13 @@ static const double CEILING = 4.22e12;
 typedef enum op {
     OP_RMSNORM, OP_FUSED_ADD_RMSNORM, OP_SILU_AND_MUL, OP_SOFTMAX, OP_TOP_K_SAMPLING,
     OP_TOP_P_SAMPLING, OP_TOP_K_TOP_P_SAMPLING, OP_TOP_K_RENORM, OP_TOP_K_MASK, OP_TOP_K, OP_ROPE,
-    OP_ROPE_QUANT, OP_ROPE_QUANT_APPEND
+    OP_ROPE_QUANT, OP_ROPE_QUANT_APPEND, OP_QK_RMSNORM_ROPE
 } op;
 static const char *const op_names[] = {
     "rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "softmax", "top_k_sampling",
     "top_p_sampling", "top_k_top_p_sampling", "top_k_renorm_probs", "top_k_mask_logits",
-    "top_k", "rope_cos_sin_cache", "rope_quantize_fp8_mla", "rope_quantize_fp8_append_gqa"};
+    "top_k", "rope_cos_sin_cache", "rope_quantize_fp8_mla", "rope_quantize_fp8_append_gqa",
+    "qk_rmsnorm_rope"};
 
 typedef struct cell {
     op op;
@@ -78,9 +81,17 @@ static void cell_bytes(const cell *c, size_t *in, size_t *out, double *moved) {
         *in = (size_t)c->rows * (HQ + 2 * HK) * HD * 2, *out = *in / 2;
         *moved = 1.5 * (double)*in;
         break;
+    case OP_QK_RMSNORM_ROPE: /* the packed qkv; q and k read and written in place */
+        *in = (size_t)c->rows * (HQ + 2 * HK) * HD * 2, *out = 0;
+        *moved = 2.0 * (double)c->rows * (HQ + HK) * HD * 2;
+        break;
     default: *in = (size_t)n * 4, *out = (size_t)c->rows * 4, *moved = 4 * n; break;
     }
 }
+
+/* aux: the cos/sin cache [MAXPOS, HD], positions, then one bf16 weight [HD]
+ * for q and k. */
+static size_t qk_weight_offset(const cell *c) { return MAXPOS * HD * 4 + (size_t)c->rows * 16; }
 
 /* n f32 values uniform in [lo, hi) at dst. */
 static int fill_f32(gu_ptr dst, size_t n, float lo, float hi, tu_rng *rng) {
@@ -179,6 +190,16 @@ static fi_status run_op(fi_context *ctx, const cell *c, gu_ptr in, gu_ptr out, g
         return fi_rope_apply_cos_sin_cache(ctx, &pos, &q, &k, &cache, 1, &qo, &ko, s);
     }
     case OP_ROPE_QUANT: case OP_ROPE_QUANT_APPEND: return run_rope_quant(ctx, c, pi, po, aux, s);
+    case OP_QK_RMSNORM_ROPE: {
+        const int64_t ps[3] = {c->rows, HQ + 2 * HK, HD}, cs[2] = {MAXPOS, HD}, ws[1] = {HD};
+        fi_tensor q = fi_tensor_contiguous(pi, FI_DTYPE_BF16, 3, ps), k = q;
+        q.shape[1] = HQ;
+        k.data = (char *)pi + HQ * HD * 2, k.shape[1] = HK;
+        fi_tensor cache = fi_tensor_contiguous((void *)(uintptr_t)aux, FI_DTYPE_F32, 2, cs);
+        fi_tensor pos = fi_tensor_contiguous((char *)(uintptr_t)aux + MAXPOS * HD * 4, FI_DTYPE_I32, 1, b1);
+        fi_tensor w = fi_tensor_contiguous((char *)(uintptr_t)aux + qk_weight_offset(c), FI_DTYPE_BF16, 1, ws);
+        return fi_qk_rmsnorm_rope(ctx, &pos, &q, &k, &w, &w, 1e-6f, &cache, 1, &q, &k, s);
+    }
     default: break;
     }
     fi_tensor x = fi_tensor_contiguous(pi, FI_DTYPE_F32, 2, m2);
@@ -224,7 +245,7 @@ int main(int argc, char **argv) {
     static const int64_t act_rows[] = {1, 64, 256, 1024, 4096}, act_d[] = {4096, 14336};
     static const int64_t vocab_rows[] = {1, 16, 64, 256, 512};
     enum { NR = 6, NH = 4, NAR = 5, NAD = 2, NV = 5 };
-    cell cells[2 * NR * NH + NAR * NAD + (OP_TOP_K - OP_SOFTMAX + 1) * NV + 1 + 4];
+    cell cells[2 * NR * NH + NAR * NAD + (OP_TOP_K - OP_SOFTMAX + 1) * NV + 1 + 4 + 2];
     int nc = 0;
     for (int o = OP_RMSNORM; o <= OP_FUSED_ADD_RMSNORM; o++)
         for (int r = 0; r < NR; r++)
@@ -239,6 +260,7 @@ int main(int argc, char **argv) {
         cells[nc++] = (cell){OP_ROPE_QUANT, rq_tokens[r], (MLA_H + 1) * (MLA_R + MLA_N)};
         cells[nc++] = (cell){OP_ROPE_QUANT_APPEND, rq_tokens[r], (HQ + 2 * HK) * HD};
     }
+    for (int r = 0; r < 2; r++) cells[nc++] = (cell){OP_QK_RMSNORM_ROPE, rq_tokens[r], (HQ + 2 * HK) * HD};
     FILE *jf = json ? fopen(json, "w") : NULL;
     char table[65536];
     int tl = snprintf(table, sizeof table, "| op | rows | cols | us | GB/s | %% of copy |\n"
@@ -277,6 +299,8 @@ int main(int argc, char **argv) {
             for (int64_t i = 0; i < pages; i++) pos[3 * t + 2 + i] = (int32_t)i;
             if (fill_f32(aux, (size_t)(MAXPOS * r), -1.0f, 1.0f, &rng) ||
                 GU(gu.HtoD(aux + MAXPOS * r * 4, pos, (size_t)(3 * t + 2 + pages) * 4)))
+                return 1;
+            if (c->op == OP_QK_RMSNORM_ROPE && gu_fill_random_bf16(aux + qk_weight_offset(c), HD * 2, &rng))
                 return 1;
             free(pos);
         } else if (gu_fill_random_bf16(aux, aux_bytes & ~(size_t)1, &rng)) {

@@ -13,7 +13,13 @@ top_k_mask_logits and top_k (f32, rows 1 / 16 / 64 / 256 / 512 x vocab
 d 128, NeoX, a cache of 8192 positions), rope_quantize_fp8 (DeepSeek MLA, bf16
 into e4m3: 128 heads, rope 64, nope 512; 64 / 4096 tokens) and
 rope_quantize_fp8_append_paged_kv_cache (GQA 32/8 heads, d 128 all rope, V
-128, an NHD e4m3 cache of 16-token pages holding one request; 64 / 4096).
+128, an NHD e4m3 cache of 16-token pages holding one request; 64 / 4096) and
+qk_rmsnorm_rope (per-head RMSNorm of q and k, then NeoX RoPE, 32/8 heads of
+128, in place; 64 / 4096 tokens). Ours works on views of a packed bf16 qkv
+(32 + 8 + 8 heads); the peers get q and k as contiguous tensors, since
+FlashInfer's peer is the unfused path engines take: its rmsnorm over the
+[tokens * heads, 128] rows of q and of k, then
+apply_rope_with_cos_sin_cache_inplace (three launches).
 
 Inputs random (values uniform in [0, 1), the samplers' probabilities each
 row normalised as FlashInfer's samplers expect; top_k_mask_logits' logits in
@@ -55,7 +61,8 @@ CELLS = ([("rmsnorm", r, h) for r in (1, 16, 64, 256, 1024, 4096)
          + [("rope_cos_sin_cache", 4096, (HQ + HK) * HD)]
          + [(op, t, cols) for t in (64, 4096)
             for op, cols in (("rope_quantize_fp8_mla", (MLA_H + 1) * (MLA_R + MLA_N)),
-                             ("rope_quantize_fp8_append_gqa", (HQ + 2 * HK) * HD))])
+                             ("rope_quantize_fp8_append_gqa", (HQ + 2 * HK) * HD))]
+         + [("qk_rmsnorm_rope", t, (HQ + 2 * HK) * HD) for t in (64, 4096)])
 
 
 def cell_bytes(op, rows, cols):
@@ -73,6 +80,8 @@ def cell_bytes(op, rows, cols):
         return 2 * n, 4 * n
     if op.startswith("rope_quantize_fp8"):
         return 2 * n, 3 * n  # bf16 in, FP8 out
+    if op == "qk_rmsnorm_rope":  # the packed qkv; q and k read and written
+        return 2 * n, 4 * rows * (HQ + HK) * HD
     return 4 * n, 4 * n  # samplers, top_k
 
 
@@ -93,6 +102,8 @@ def make_inputs(op, rows, cols, copies, gen):
         elif op == "rope_quantize_fp8_mla":  # q_rope, q_nope, k_rope, k_nope
             xs.append((uni((rows, MLA_H, MLA_R), BF16, -1, 1), uni((rows, MLA_H, MLA_N), BF16, -1, 1),
                        uni((rows, MLA_R), BF16, -1, 1), uni((rows, MLA_N), BF16, -1, 1)))
+        elif op == "qk_rmsnorm_rope":  # q, k
+            xs.append((uni((rows, HQ, HD), BF16, -1, 1), uni((rows, HK, HD), BF16, -1, 1)))
         elif op == "rope_quantize_fp8_append_gqa":  # q, k, v
             xs.append(tuple(uni((rows, h, HD), BF16, -1, 1) for h in (HQ, HK, HK)))
         elif op == "top_k_mask_logits":
@@ -147,6 +158,17 @@ def flashinfer_op(op, rows, cols, sh):
     if op == "rope_cos_sin_cache":
         return lambda x: flashinfer.rope.apply_rope_with_cos_sin_cache(
             sh["pos"], x[0], x[1], HD, sh["cache"], is_neox=True)
+    if op == "qk_rmsnorm_rope":
+        w = sh["w"][:HD]
+
+        def f(x):  # FlashInfer's unfused path: norm of q's and k's head rows, then RoPE
+            q, k = x[0].view(-1, HD), x[1].view(-1, HD)
+            flashinfer.norm.rmsnorm(q, w, EPS, out=q)
+            flashinfer.norm.rmsnorm(k, w, EPS, out=k)
+            flashinfer.rope.apply_rope_with_cos_sin_cache_inplace(
+                sh["pos"], x[0].view(rows, -1), x[1].view(rows, -1), HD, sh["cache"],
+                is_neox=True)
+        return f
     if op == "rope_quantize_fp8_mla":
         outs = [torch.empty((rows, MLA_H, MLA_R), device=DEV, dtype=FP8),
                 torch.empty((rows, MLA_R), device=DEV, dtype=FP8),
@@ -224,6 +246,17 @@ def torch_op(op, rows, cols, sh):
             a, b = t[..., : HD // 2], t[..., HD // 2:]
             return torch.cat((a * cos - b * sin, b * cos + a * sin), -1).to(BF16)
         return lambda x: (rot(x[0], HQ), rot(x[1], HK))
+    if op == "qk_rmsnorm_rope":
+        cos_sin = sh["cache"][sh["pos"]]
+        cos, sin = cos_sin[:, None, : HD // 2], cos_sin[:, None, HD // 2:]
+        w = sh["w"][:HD].float()
+
+        def f(x):
+            for t in x:
+                n = F.rms_norm(t.float(), (HD,), w, EPS)
+                a, b = n[..., : HD // 2], n[..., HD // 2:]
+                t.copy_(torch.cat((a * cos - b * sin, b * cos + a * sin), -1))
+        return f
     if op.startswith("rope_quantize_fp8"):
         r = MLA_R if op == "rope_quantize_fp8_mla" else HD
         cos_sin = (sh["cache64"] if r == MLA_R else sh["cache"])[sh["pos"]]

@@ -1,5 +1,5 @@
 """The C library's serving ops (norms, gated activations, softmax, sampling,
-top-k, RoPE from a cos/sin cache) as the public modules (norm, activation,
+top-k, RoPE from a cos/sin cache, with the QK RMSNorm before it) as the public modules (norm, activation,
 sampling, topk, rope) call them:
 their C signatures, per-row parameters given as a number or a tensor, the
 (seed, offset) of a call's draws, and outputs allocated like the inputs.
@@ -53,6 +53,8 @@ _SIGNATURES = {
     "fi_top_k": [_TP, c_int32, _TP, _TP, _TP, _TP],
     "fi_top_k_ragged": [_TP, _TP, c_int32, _TP, _TP],
     "fi_rope_apply_cos_sin_cache": [_TP, _TP, _TP, _TP, c_int32, _TP, _TP],
+    "fi_qk_rmsnorm_rope": [_TP, _TP, _TP, _TP, _TP, c_float, _TP, c_int32, _TP, _TP],
+    "fi_gemma_qk_rmsnorm_rope": [_TP, _TP, _TP, _TP, _TP, c_float, _TP, c_int32, _TP, _TP],
 }
 
 _fns = {}

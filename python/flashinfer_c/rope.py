@@ -175,12 +175,16 @@ def apply_llama31_rope_pos_ids_inplace(
     _rope(q, k, params, True, pos_ids=pos_ids)
 
 
-def _rope_cos_sin(positions, query, key, head_size, cos_sin_cache, is_neox, inplace):
+def _rope_cos_sin(positions, query, key, head_size, cos_sin_cache, is_neox, inplace,
+                  norm=None):
+    """norm: None, or (q_weight, k_weight, eps, gemma) for fi_qk_rmsnorm_rope."""
     from . import _serving
 
     device = device_of(query)
+    weights = [] if norm is None else [("q_weight", norm[0]), ("k_weight", norm[1])]
     _context.check_same_device(
-        device, [("key", key), ("positions", positions), ("cos_sin_cache", cos_sin_cache)]
+        device,
+        [("key", key), ("positions", positions), ("cos_sin_cache", cos_sin_cache)] + weights,
     )
     head_size = c_int32(head_size, "head_size", 1)
     nnz = query.shape[0]
@@ -192,9 +196,16 @@ def _rope_cos_sin(positions, query, key, head_size, cos_sin_cache, is_neox, inpl
     q_out, k_out = _outputs(q3, k3, inplace, ("query", "key"))
     pos = int32_index(positions, "positions")
     v = _serving.Views()
-    _serving.call("fi_rope_apply_cos_sin_cache", device, v(pos, "positions"), v(q3, "query"),
-                  v(k3, "key"), v(cos_sin_cache, "cos_sin_cache"), int(bool(is_neox)),
-                  v(q_out, "query_out"), v(k_out, "key_out"))
+    head = (v(pos, "positions"), v(q3, "query"), v(k3, "key"))
+    tail = (int(bool(is_neox)), v(q_out, "query_out"), v(k_out, "key_out"))
+    if norm is None:
+        _serving.call("fi_rope_apply_cos_sin_cache", device, *head,
+                      v(cos_sin_cache, "cos_sin_cache"), *tail)
+    else:
+        q_weight, k_weight, eps, gemma = norm
+        name = "fi_gemma_qk_rmsnorm_rope" if gemma else "fi_qk_rmsnorm_rope"
+        _serving.call(name, device, *head, v(q_weight, "q_weight"), v(k_weight, "k_weight"),
+                      float(eps), v(cos_sin_cache, "cos_sin_cache"), *tail)
     if inplace:
         # a reshape of a non-contiguous array may have been a copy: write back
         for dst, src in ((query, q3), (key, k3)):
@@ -224,6 +235,49 @@ def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size, cos_
                                           is_neox=True):
     """apply_rope_with_cos_sin_cache writing query and key in place."""
     _rope_cos_sin(positions, query, key, head_size, cos_sin_cache, is_neox, True)
+
+
+# ------------------------------------------------- QK RMSNorm + RoPE from a cache
+
+
+def fused_qk_rmsnorm_rope(positions, query, key, head_size, cos_sin_cache, q_weight, k_weight,
+                          eps=1e-6, is_neox=True, gemma=False, inplace=False):
+    """Per-head RMSNorm of query and key (the QK norm of Qwen3 / Gemma 3 /
+    OLMo 2) fused with RoPE from a cos/sin cache: each head row x becomes
+    x / sqrt(mean(x^2) + eps) * w (1 + w with gemma=True; q_weight,
+    k_weight [head_size], one for every head), in float32, then turns as
+    apply_rope_with_cos_sin_cache; one rounding at the store. query [nnz,
+    num_q_heads * head_size] (or [nnz, heads, head_size]), key likewise;
+    either may be a strided view into a packed qkv tensor. Returns
+    (query_out, key_out), or None with inplace=True (query and key
+    overwritten)."""
+    return _rope_cos_sin(positions, query, key, head_size, cos_sin_cache, is_neox, inplace,
+                         (q_weight, k_weight, eps, gemma))
+
+
+def fused_qk_norm_rope(qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps, q_weight,
+                       k_weight, cos_sin_cache, is_neox, position_ids):
+    """vLLM's packed form (its fused_qk_norm_rope custom op): qkv [nnz,
+    (num_heads_q + num_heads_k + num_heads_v) * head_dim], q and k heads
+    RMS-normalised and turned in place, v untouched. Returns None."""
+    heads = [c_int32(h, n, 0) for h, n in ((num_heads_q, "num_heads_q"),
+                                            (num_heads_k, "num_heads_k"),
+                                            (num_heads_v, "num_heads_v"))]
+    head_dim = c_int32(head_dim, "head_dim", 1)
+    if qkv.ndim != 2 or qkv.shape[-1] != sum(heads) * head_dim:
+        raise ValueError(
+            f"qkv.shape is {tuple(qkv.shape)}; expected [nnz, {sum(heads) * head_dim}] "
+            f"(({heads[0]} + {heads[1]} + {heads[2]}) heads x head_dim {head_dim})")
+    check_writable(qkv, "qkv")
+    # views, never copies: a reshape of a non-contiguous qkv would be one
+    packed = qkv.view(qkv.shape[0], sum(heads), head_dim) if is_torch(qkv) else \
+        qkv.reshape(qkv.shape[0], sum(heads), head_dim)
+    if not _same_memory(packed, qkv):
+        raise ValueError("qkv must be viewable as [nnz, heads, head_dim] (its last dim "
+                         "contiguous)")
+    q, k = packed[:, :heads[0]], packed[:, heads[0]:heads[0] + heads[1]]
+    _rope_cos_sin(position_ids, q, k, head_dim, cos_sin_cache, is_neox, True,
+                  (q_weight, k_weight, eps, False))
 
 
 # ------------------------------------------------- RoPE + FP8 quantize (+ append)

@@ -1,6 +1,7 @@
 /*
  * ops_norm.c — the public norm and gated-activation ops (and RoPE from a
- * cos/sin cache, the other row-wise op of a layer): every argument
+ * cos/sin cache, the other row-wise op of a layer, with its QK-RMSNorm
+ * form fi_qk_rmsnorm_rope: one `rope_cos_sin` entry): every argument
  * checked (context, dtypes, ranks, shapes against the input, eps and the
  * FP8 scale, outputs apart from the inputs and from themselves) before the
  * backend's `norm` / `gated_act` entry is called with one fi_norm_args /
@@ -183,11 +184,14 @@ fi_status fi_gelu_tanh_and_mul(fi_context *ctx, const fi_tensor *input, fi_tenso
 
 /* ----------------------------------------------------- RoPE from a cache */
 
-fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *positions,
-                                      const fi_tensor *q, const fi_tensor *k,
-                                      const fi_tensor *cos_sin_cache, int32_t is_neox,
-                                      fi_tensor *q_out, fi_tensor *k_out, void *stream) {
-    const char *fn = "fi_rope_apply_cos_sin_cache";
+/* RoPE from a cache, and the QK-norm form of it (q_w non-NULL): the
+ * weights [D] are checked beside the rest, then one backend entry runs
+ * both. */
+static fi_status rope_cache_run(fi_context *ctx, const char *fn, const fi_tensor *positions,
+                                const fi_tensor *q, const fi_tensor *k, const fi_tensor *q_w,
+                                const fi_tensor *k_w, float eps, bool gemma,
+                                const fi_tensor *cos_sin_cache, int32_t is_neox,
+                                fi_tensor *q_out, fi_tensor *k_out, void *stream) {
     FI_OP_CONTEXT(ctx, fn, rope_cos_sin);
     FI_OP_TRY(fi_op_float(q, fn, "q", 3, NULL, false));
     const int64_t nnz = q->shape[0], dim = q->shape[2];
@@ -203,18 +207,25 @@ fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *position
                         "%s: cos_sin_cache.shape[1]=%lld (rotary_dim) must be even and in "
                         "[2, head_dim %lld]",
                         fn, (long long)rot, (long long)dim);
+    if (q_w) {
+        FI_OP_TRY(fi_op_float(q_w, fn, "q_weight", 1, &dim, false));
+        FI_OP_TRY(fi_op_float(k_w, fn, "k_weight", 1, &dim, false));
+        if (!isfinite(eps) || eps < 0.0f)
+            return fi_error(FI_STATUS_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0",
+                            fn, (double)eps);
+    }
     snprintf(full, sizeof full, "%s: q_out", fn);
     FI_OP_TRY(fi_check_tensor(q_out, full, q->dtype, 3, q->shape));
     snprintf(full, sizeof full, "%s: k_out", fn);
     FI_OP_TRY(fi_check_tensor(k_out, full, k->dtype, 3, k->shape));
     {
-        const fi_tensor *others[] = {q, k, positions, cos_sin_cache, k_out};
-        static const char *const names[] = {"q", "k", "positions", "cos_sin_cache", "k_out"};
-        const bool same_q[] = {true, false, false, false, false};
-        const bool same_k[] = {false, true, false, false};
-        const fi_tensor *k_others[] = {q, k, positions, cos_sin_cache};
-        FI_OP_TRY(fi_op_apart(q_out, fn, "q_out", others, names, same_q, 5));
-        FI_OP_TRY(fi_op_apart(k_out, fn, "k_out", k_others, names, same_k, 4));
+        const fi_tensor *others[] = {q, k, positions, cos_sin_cache, q_w, k_w, k_out};
+        static const char *const names[] = {"q",        "k",        "positions", "cos_sin_cache",
+                                            "q_weight", "k_weight", "k_out"};
+        const bool same_q[] = {true, false, false, false, false, false, false};
+        const bool same_k[] = {false, true, false, false, false, false};
+        FI_OP_TRY(fi_op_apart(q_out, fn, "q_out", others, names, same_q, 7));
+        FI_OP_TRY(fi_op_apart(k_out, fn, "k_out", others, names, same_k, 6));
     }
     if (ctx->backend->host_memory)
         for (int64_t t = 0; t < nnz; t++) {
@@ -232,6 +243,47 @@ fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *position
                             .cache = cos_sin_cache,
                             .neox = is_neox != 0,
                             .q_out = q_out,
-                            .k_out = k_out};
+                            .k_out = k_out,
+                            .q_w = q_w,
+                            .k_w = q_w ? k_w : NULL,
+                            .eps = eps,
+                            .gemma = gemma};
     return ctx->backend->rope_cos_sin(ctx, &a, stream);
+}
+
+fi_status fi_rope_apply_cos_sin_cache(fi_context *ctx, const fi_tensor *positions,
+                                      const fi_tensor *q, const fi_tensor *k,
+                                      const fi_tensor *cos_sin_cache, int32_t is_neox,
+                                      fi_tensor *q_out, fi_tensor *k_out, void *stream) {
+    return rope_cache_run(ctx, "fi_rope_apply_cos_sin_cache", positions, q, k, NULL, NULL, 0.0f,
+                          false, cos_sin_cache, is_neox, q_out, k_out, stream);
+}
+
+/* q_weight NULL must not fall back to plain RoPE: the NULL is refused. */
+static fi_status qk_norm_rope(fi_context *ctx, const char *fn, bool gemma,
+                              const fi_tensor *positions, const fi_tensor *q, const fi_tensor *k,
+                              const fi_tensor *q_weight, const fi_tensor *k_weight, float eps,
+                              const fi_tensor *cos_sin_cache, int32_t is_neox, fi_tensor *q_out,
+                              fi_tensor *k_out, void *stream) {
+    if (!q_weight)
+        return fi_error(FI_STATUS_INVALID_ARGUMENT, "%s: q_weight: tensor is NULL", fn);
+    return rope_cache_run(ctx, fn, positions, q, k, q_weight, k_weight, eps, gemma, cos_sin_cache,
+                          is_neox, q_out, k_out, stream);
+}
+
+fi_status fi_qk_rmsnorm_rope(fi_context *ctx, const fi_tensor *positions, const fi_tensor *q,
+                             const fi_tensor *k, const fi_tensor *q_weight,
+                             const fi_tensor *k_weight, float eps, const fi_tensor *cos_sin_cache,
+                             int32_t is_neox, fi_tensor *q_out, fi_tensor *k_out, void *stream) {
+    return qk_norm_rope(ctx, "fi_qk_rmsnorm_rope", false, positions, q, k, q_weight, k_weight,
+                        eps, cos_sin_cache, is_neox, q_out, k_out, stream);
+}
+
+fi_status fi_gemma_qk_rmsnorm_rope(fi_context *ctx, const fi_tensor *positions,
+                                   const fi_tensor *q, const fi_tensor *k,
+                                   const fi_tensor *q_weight, const fi_tensor *k_weight, float eps,
+                                   const fi_tensor *cos_sin_cache, int32_t is_neox,
+                                   fi_tensor *q_out, fi_tensor *k_out, void *stream) {
+    return qk_norm_rope(ctx, "fi_gemma_qk_rmsnorm_rope", true, positions, q, k, q_weight,
+                        k_weight, eps, cos_sin_cache, is_neox, q_out, k_out, stream);
 }

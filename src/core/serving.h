@@ -129,6 +129,11 @@ typedef struct fi_rope_cache_args {
     const fi_tensor *cache;     /* [max_pos, R] f32 */
     bool neox;
     fi_tensor *q_out, *k_out;   /* may be q, k (in place) */
+    /* fi_qk_rmsnorm_rope: each head row RMS-normalised by q_w / k_w [D]
+     * (1 + w when gemma) before it turns; q_w NULL: plain RoPE */
+    const fi_tensor *q_w, *k_w;
+    float eps;
+    bool gemma;
 } fi_rope_cache_args;
 
 /* RoPE + FP8 quantize (+ paged append): fi_rope_quantize_fp8 and its

@@ -1,6 +1,7 @@
 /*
  * ops_norm.c — RMSNorm, LayerNorm (fused residual add, Gemma weights, FP8
- * output), the gated activations and RoPE from a cos/sin cache on the CPU.
+ * output), the gated activations and RoPE from a cos/sin cache (with the
+ * per-head QK RMSNorm before it, fi_qk_rmsnorm_rope) on the CPU.
  *
  * Rows are split across the thread pool. A row is read into f32 (in place
  * when it already is contiguous f32), reduced with the level's lane sums
@@ -135,17 +136,26 @@ fi_status fi_cpu_gated_act(fi_context *ctx, const fi_act_args *a, void *stream) 
 
 typedef struct rope_cache_job {
     const fi_rope_cache_args *a;
+    const fi_cpu_serving_kernels *k;
     fi_ops_isa isa;
     int64_t dim, rot;
+    const float *qw, *kw; /* [dim] f32 (1 + w for Gemma); NULL: no norm */
 } rope_cache_job;
 
-/* Rotate head h of token t of `in` into `out` by cos c, sin s [rot / 2]. */
+/* Rotate head h of token t of `in` into `out` by cos c, sin s [rot / 2],
+ * RMS-normalised by w first when w is not NULL (into n: the f32 values
+ * that turn, rounded once at the store). */
 static void rope_cache_head(const rope_cache_job *j, const fi_tensor *in, const fi_tensor *out,
-                            int64_t t, int64_t h, const float *c, const float *s, float *x,
-                            float *y) {
+                            const float *w, int64_t t, int64_t h, const float *c, const float *s,
+                            float *x, float *y, float *n) {
     const int64_t io = t * in->stride[0] + h * in->stride[1];
     const int64_t oo = t * out->stride[0] + h * out->stride[1];
     const float *v = fi_sv_load(j->isa, in, io, in->stride[2], j->dim, x);
+    if (w) {
+        const float rstd = 1.0f / sqrtf(j->k->sum_sq(v, j->dim) / (float)j->dim + j->a->eps);
+        j->k->rms_apply(n, v, w, rstd, j->dim);
+        v = n;
+    }
     const int64_t half = j->rot / 2;
     if (j->a->neox) {
         for (int64_t i = 0; i < half; i++) {
@@ -165,26 +175,44 @@ static void rope_cache_head(const rope_cache_job *j, const fi_tensor *in, const 
 static void rope_cache_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
     const rope_cache_job *j = arg;
     const fi_rope_cache_args *a = j->a;
-    float *x = scratch, *y = (float *)((char *)scratch + fi_sv_floats(j->dim));
-    float *cs = (float *)((char *)scratch + 2 * fi_sv_floats(j->dim));
+    const size_t row = fi_sv_floats(j->dim);
+    float *x = scratch, *y = (float *)((char *)scratch + row);
+    float *n = (float *)((char *)scratch + 2 * row);
+    float *cs = (float *)((char *)scratch + 3 * row);
     const fi_tensor *cache = a->cache;
     for (int64_t t = begin; t < end; t++) {
         int64_t p = ((const int32_t *)a->positions->data)[t * a->positions->stride[0]];
-        const float *row =
+        const float *crow =
             fi_sv_load(j->isa, cache, p * cache->stride[0], cache->stride[1], j->rot, cs);
-        const float *c = row, *s = row + j->rot / 2;
+        const float *c = crow, *s = crow + j->rot / 2;
         for (int64_t h = 0; h < a->q->shape[1]; h++)
-            rope_cache_head(j, a->q, a->q_out, t, h, c, s, x, y);
+            rope_cache_head(j, a->q, a->q_out, j->qw, t, h, c, s, x, y, n);
         for (int64_t h = 0; h < a->k->shape[1]; h++)
-            rope_cache_head(j, a->k, a->k_out, t, h, c, s, x, y);
+            rope_cache_head(j, a->k, a->k_out, j->kw, t, h, c, s, x, y, n);
     }
+}
+
+/* q_w and k_w (+1 for Gemma) as f32 into the call's shared scratch. */
+static void rope_cache_weights(void *arg, void *shared) {
+    rope_cache_job *j = arg;
+    const fi_rope_cache_args *a = j->a;
+    const fi_tensor *src[2] = {a->q_w, a->k_w};
+    float *dst[2] = {shared, (float *)((char *)shared + fi_sv_floats(j->dim))};
+    for (int i = 0; i < 2; i++) {
+        const float *wl = fi_sv_load(j->isa, src[i], 0, src[i]->stride[0], j->dim, dst[i]);
+        for (int64_t d = 0; d < j->dim; d++) dst[i][d] = a->gemma ? 1.0f + wl[d] : wl[d];
+    }
+    j->qw = dst[0], j->kw = dst[1];
 }
 
 fi_status fi_cpu_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream) {
     (void)stream;
-    rope_cache_job j = {a, fi_ops_isa_for(ctx), a->q->shape[2], a->cache->shape[1]};
+    rope_cache_job j = {a, fi_cpu_serving_for(ctx), fi_ops_isa_for(ctx), a->q->shape[2],
+                        a->cache->shape[1], NULL, NULL};
     const int64_t nnz = a->q->shape[0];
     const int64_t bytes = 4 * nnz * j.dim * (a->q->shape[1] + a->k->shape[1]);
-    return fi_sv_parallel_rows(ctx, nnz, bytes, 0, NULL,
-                               2 * fi_sv_floats(j.dim) + fi_sv_floats(j.rot), rope_cache_rows, &j);
+    const bool norm = a->q_w != NULL;
+    return fi_sv_parallel_rows(ctx, nnz, bytes, norm ? 2 * fi_sv_floats(j.dim) : 0,
+                               norm ? rope_cache_weights : NULL,
+                               3 * fi_sv_floats(j.dim) + fi_sv_floats(j.rot), rope_cache_rows, &j);
 }

@@ -59,6 +59,8 @@ void fi_cuda_sv_norm_spec(fi_sv_norm_form form, int xt, int rt, int wt, int bt, 
                           fi_kernel_spec *s);
 void fi_cuda_sv_act_spec(int kind, int xt, int ot, int vec, fi_kernel_spec *s);
 void fi_cuda_sv_rope_spec(int qt, int kt, int neox, fi_kernel_spec *s);
+void fi_cuda_sv_qk_norm_rope_spec(int qt, int kt, int qwt, int kwt, int gemma, int neox,
+                                  fi_kernel_spec *s);
 void fi_cuda_sv_softmax_spec(int xt, int ot, fi_kernel_spec *s);
 void fi_cuda_sv_sample_spec(int xt, int logits, fi_kernel_spec *s);
 void fi_cuda_sv_filter_spec(int op, int xt, int ot, fi_kernel_spec *s); /* op: fi_filter_op */

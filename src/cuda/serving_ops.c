@@ -1,7 +1,8 @@
 /*
  * serving_ops.c — the row-wise serving ops on CUDA: RMSNorm / LayerNorm
  * (fused residual add, Gemma weights, FP8 output), the gated activations
- * and RoPE from a cos/sin cache (kernels/serving.cuh); the serving kernels'
+ * and RoPE from a cos/sin cache, with the QK RMSNorm before it
+ * (kernels/serving.cuh); the serving kernels'
  * specs and the launch the sampling ops share (sampling_ops.c). The core
  * (src/core/ops_norm.c) has checked shapes, dtypes, eps, the FP8 scale and
  * aliasing; position values live on the device and are checked by the
@@ -82,6 +83,16 @@ void fi_cuda_sv_rope_spec(int qt, int kt, int neox, fi_kernel_spec *s) {
             neox ? "neox" : "gptj");
 }
 
+/* fi_sv_qk_rmsnorm_rope_q2k2w2w0_neox (gemma: fi_sv_qk_gemma_rmsnorm_rope_...) */
+void fi_cuda_sv_qk_norm_rope_spec(int qt, int kt, int qwt, int kwt, int gemma, int neox,
+                                  fi_kernel_spec *s) {
+    const sv_opt opt[] = {{"FI_SV_QT", qt},   {"FI_SV_KT", kt},
+                          {"FI_SV_QWT", qwt}, {"FI_SV_KWT", kwt},
+                          {"FI_SV_GEMMA", gemma != 0}, {"FI_SV_NEOX", neox != 0}};
+    sv_spec(s, "serving.cuh", 9, opt, NOPT(opt), "fi_sv_qk_%srmsnorm_rope_q%dk%dw%dw%d_%s",
+            gemma ? "gemma_" : "", qt, kt, qwt, kwt, neox ? "neox" : "gptj");
+}
+
 /* fi_sv_softmax_x2o0 */
 void fi_cuda_sv_softmax_spec(int xt, int ot, fi_kernel_spec *s) {
     const sv_opt opt[] = {{"FI_SV_XT", xt}, {"FI_SV_OT", ot}};
@@ -136,6 +147,8 @@ static const int ci_specs[][8] = {
     {6, FI_FILTER_TOP_K_MASK, BF16, BF16},
     {7, F32, F32}, {7, BF16, F16},
     {8, F32, 0}, {8, BF16, 1}, {8, F16, 0},
+    {9, BF16, BF16, BF16, BF16, 0, 1}, {9, F16, F16, F32, F32, 1, 0},
+    {9, F32, F32, F32, F32, 0, 0}, {9, BF16, F16, F32, BF16, 1, 1},
 };
 
 int fi_cuda_sv_num_ci_specs(void) { return (int)(sizeof ci_specs / sizeof ci_specs[0]); }
@@ -150,7 +163,8 @@ void fi_cuda_sv_ci_spec(int i, fi_kernel_spec *s) {
     case 5: fi_cuda_sv_sample_spec(c[1], c[2], s); break;
     case 6: fi_cuda_sv_filter_spec(c[1], c[2], c[3], s); break;
     case 7: fi_cuda_sv_spec_spec(c[1], c[2], s); break;
-    default: fi_cuda_sv_topk_spec(c[1], c[2], s); break;
+    case 8: fi_cuda_sv_topk_spec(c[1], c[2], s); break;
+    default: fi_cuda_sv_qk_norm_rope_spec(c[1], c[2], c[3], c[4], c[5], c[6], s); break;
     }
 }
 
@@ -352,7 +366,7 @@ fi_status fi_cuda_gated_act(fi_context *ctx, const fi_act_args *a, void *stream)
 /* ------------------------------------------------------ RoPE from a cache */
 
 fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, void *stream) {
-    const char *fn = "fi_rope_apply_cos_sin_cache";
+    const char *fn = a->q_w ? "fi_qk_rmsnorm_rope" : "fi_rope_apply_cos_sin_cache";
     const fi_tensor *q = a->q, *kt = a->k, *qo = a->q_out, *ko = a->k_out, *c = a->cache;
     const int64_t hq = q->shape[1], hk = kt->shape[1], dim = q->shape[2];
     if (hq > INT32_MAX || hk > INT32_MAX) return too_large(fn, "heads", hq > hk ? hq : hk);
@@ -376,10 +390,21 @@ fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, voi
     k.dim = (int32_t)dim, k.rot = (int32_t)c->shape[1];
     k.copy_tail_q = qo->data != q->data; /* in place: the same view (core-checked) */
     k.copy_tail_k = ko->data != kt->data;
-    const int64_t units = (hq + hk) * dim; /* at most: pairs and copied dims */
-    int64_t gx = (units + 255) / 256, gy = k.nnz < 65535 ? k.nnz : 65535;
-    if (gx > 64) gx = 64;
     fi_kernel_spec spec;
+    const int64_t gy = k.nnz < 65535 ? k.nnz : 65535;
+    if (a->q_w) { /* a warp per head row, 8 to a block */
+        k.qw = a->q_w->data, k.kw = a->k_w->data;
+        k.qw_col = fi_cuda_sv_bstride(a->q_w, 0), k.kw_col = fi_cuda_sv_bstride(a->k_w, 0);
+        k.eps = a->eps;
+        int64_t gx = (hq + hk + 7) / 8;
+        if (gx > 64) gx = 64;
+        fi_cuda_sv_qk_norm_rope_spec((int)q->dtype, (int)kt->dtype, (int)a->q_w->dtype,
+                                     (int)a->k_w->dtype, a->gemma, a->neox, &spec);
+        return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, &k, stream);
+    }
+    const int64_t units = (hq + hk) * dim; /* at most: pairs and copied dims */
+    int64_t gx = (units + 255) / 256;
+    if (gx > 64) gx = 64;
     fi_cuda_sv_rope_spec((int)q->dtype, (int)kt->dtype, a->neox, &spec);
     return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, 1, &k, stream);
 }

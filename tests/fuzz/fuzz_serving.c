@@ -2,7 +2,8 @@
  * fuzz_serving.c — the serving ops from arbitrary bytes: the norms (RMSNorm,
  * Gemma, fused residual add, LayerNorm, FP8 out), the gated activations,
  * softmax, every sampler, the renorm / mask filters, chain speculative
- * sampling, top-k (dense and ragged), RoPE from a cos/sin cache and RoPE +
+ * sampling, top-k (dense and ragged), RoPE from a cos/sin cache (with the
+ * per-head QK RMSNorm before it, fi_qk_rmsnorm_rope) and RoPE +
  * FP8 quantize (+ paged append: tests/rope_quant_cases.c). Rows of
  * 1-3 leading dimensions, padded strides, mixed dtypes, outputs in place,
  * overlapping an input or apart, parameters some out of range (eps, scale,
@@ -461,6 +462,9 @@ static void fuzz_top_k(fz *f, fi_context *ctx, tu_rng *rng) {
 
 /* ------------------------------------------------------- RoPE from a cache */
 
+/* RoPE from a cache, or (norm 1 / 2) fi_qk_rmsnorm_rope / its Gemma form:
+ * each head row RMS-normalised by its weight before it turns. The norm's
+ * choices come last, so older inputs keep their meaning (norm 0). */
 static void fuzz_rope_cache(fz *f, fi_context *ctx, tu_rng *rng) {
     const int64_t nnz = fz_range(f, 0, 6), hq = fz_range(f, 1, 3), hk = fz_range(f, 1, 2);
     const int64_t d = 2 * fz_range(f, 1, 40), maxp = fz_range(f, 1, 50);
@@ -469,43 +473,68 @@ static void fuzz_rope_cache(fz *f, fi_context *ctx, tu_rng *rng) {
     const fi_dtype qt = float_dt[fz_pick(f, 3)], kt = float_dt[fz_pick(f, 3)];
     const int64_t qs[3] = {nnz, hq, d}, ks[3] = {nnz, hk, d}, cs[2] = {maxp, rot};
     bool bad = rot % 2 || rot > d;
-    tu_buf q, k, qo, ko, c, pos;
+    tu_buf q, k, qo, ko, c, pos, qw, kw;
+    memset(&qw, 0, sizeof qw), memset(&kw, 0, sizeof kw);
     int fail = fz_tensor(&q, qt, 3, qs, rng, 2.0) || fz_tensor(&k, kt, 3, ks, rng, 2.0) ||
                fz_tensor(&qo, qt, 3, qs, rng, 1.0) || fz_tensor(&ko, kt, 3, ks, rng, 1.0) ||
                fz_tensor(&c, FI_DTYPE_F32, 2, cs, rng, 1.0) || tu_buf_alloc(&pos, FI_DTYPE_I32, 1, &nnz);
     if (!fail) {
         for (int64_t t = 0; t < nnz; t++) ((int32_t *)pos.t.data)[t] = tu_rng_int(rng, 0, (int32_t)maxp - 1);
         if (nnz > 0 && fz_one_in(f, 6)) ((int32_t *)pos.t.data)[fz_range(f, 0, nnz - 1)] = (int32_t)maxp, bad = true;
+        const int norm = fz_pick(f, 3);
+        const float eps = norm ? pick_eps(f) : 0.0f;
+        const int64_t qwl = norm && fz_one_in(f, 12) ? d + 1 : d; /* a weight of the wrong length */
+        const bool wover = norm && !inplace && nnz > 0 && fz_one_in(f, 8); /* q_out over k_weight */
+        if (norm) {
+            fail = fz_tensor(&qw, float_dt[fz_pick(f, 3)], 1, &qwl, rng, 1.5) ||
+                   fz_tensor(&kw, float_dt[fz_pick(f, 3)], 1, &d, rng, 1.5);
+            bad = bad || eps < 0.0f || !isfinite(eps) || qwl != d || wover;
+        }
+        fi_tensor kwt = kw.t;
+        if (wover) kwt = qo.t, kwt.ndim = 1, kwt.shape[0] = d, kwt.stride[0] = qo.t.stride[2];
         double *qv = tu_view_read(&q.t), *kv = tu_view_read(&k.t), *cv = tu_view_read(&c.t);
         fi_tensor *qd = inplace ? &q.t : &qo.t, *kd = inplace ? &k.t : &ko.t;
-        fi_status st = fi_rope_apply_cos_sin_cache(ctx, &pos.t, &q.t, &k.t, &c.t, neox, qd, kd, NULL);
-        fz_check_status(st, "fi_rope_apply_cos_sin_cache");
-        if (st == FI_OK && bad) FZ_FAIL("fi_rope_apply_cos_sin_cache accepted rotary dim %lld of %lld or a position "
-                                        "past the cache", (long long)rot, (long long)d);
+        const char *name = norm == 2 ? "fi_gemma_qk_rmsnorm_rope"
+                           : norm    ? "fi_qk_rmsnorm_rope"
+                                     : "fi_rope_apply_cos_sin_cache";
+        fi_status st = fail ? FI_STATUS_OUT_OF_MEMORY
+                       : norm == 2 ? fi_gemma_qk_rmsnorm_rope(ctx, &pos.t, &q.t, &k.t, &qw.t, &kwt, eps, &c.t,
+                                                              neox, qd, kd, NULL)
+                       : norm ? fi_qk_rmsnorm_rope(ctx, &pos.t, &q.t, &k.t, &qw.t, &kwt, eps, &c.t, neox, qd,
+                                                   kd, NULL)
+                              : fi_rope_apply_cos_sin_cache(ctx, &pos.t, &q.t, &k.t, &c.t, neox, qd, kd, NULL);
+        if (!fail) fz_check_status(st, name);
+        if (st == FI_OK && bad) FZ_FAIL("%s accepted rotary dim %lld of %lld, a position past the cache, eps %g, "
+                                        "a q_weight of %lld or q_out over k_weight", name, (long long)rot,
+                                        (long long)d, (double)eps, (long long)qwl);
         for (int side = 0; st == FI_OK && side < 2; side++) { /* q, then k */
             const int64_t h = side ? hk : hq, n = nnz * h * d;
-            const double *x = side ? kv : qv;
+            double *x = side ? kv : qv;
             double *ref = malloc(sizeof(double) * (size_t)(n + 1));
+            if (norm) { /* normalised in place, then turned */
+                double *wv = tu_view_read(side ? &kw.t : &qw.t);
+                oracle_rmsnorm(nnz * h, d, x, wv, eps, norm == 2, x);
+                free(wv);
+            }
             for (int64_t t = 0; t < nnz; t++) {
-                const double *cr = cv + (int64_t)((int32_t *)pos.t.data)[t] * rot, *sr = cr + rot / 2;
+                const double *cr = cv + (int64_t)((int32_t *)pos.t.data)[t] * rot;
                 for (int64_t hh = 0; hh < h; hh++) {
                     const double *v = x + (t * h + hh) * d;
                     double *y = ref + (t * h + hh) * d;
                     for (int64_t i = rot; i < d; i++) y[i] = v[i];
-                    for (int64_t i = 0; i < rot / 2; i++) {
-                        const int64_t a = neox ? i : 2 * i, b = neox ? i + rot / 2 : 2 * i + 1;
-                        y[a] = v[a] * cr[i] - v[b] * sr[i];
-                        y[b] = v[b] * cr[i] + v[a] * sr[i];
-                    }
+                    oracle_rope_cos_sin(rot, neox, v, cr, y);
                 }
             }
             double *got = tu_view_read(side ? kd : qd);
-            fz_compare(side ? "RoPE k" : "RoPE q", got, ref, n, out_tol(side ? kt : qt));
+            /* normalised values times weights reach ~4 */
+            const double tol = out_tol(side ? kt : qt) * (norm ? 4 : 1);
+            fz_compare(side ? "RoPE k" : "RoPE q", got, ref, n, tol);
             free(got), free(ref);
         }
         free(qv), free(kv), free(cv);
     }
     tu_buf_free(&q), tu_buf_free(&k), tu_buf_free(&qo), tu_buf_free(&ko), tu_buf_free(&c), tu_buf_free(&pos);
+    tu_buf_free(&qw), tu_buf_free(&kw);
 }
 
 /* ------------------------------------------- RoPE + FP8 quantize (+ append) */

@@ -23,6 +23,8 @@
  *   act        silu / gelu / gelu_tanh _and_mul, d 1 .. 8192
  *   rope_cache NeoX and GPT-J, rotary_dim < head_dim, in place, q and k of
  *              different dtypes
+ *   qk_norm_rope fi_qk_rmsnorm_rope and its Gemma form: the same crossed
+ *              with weight dtypes, odd head dims, D up to 256
  *   rope_quant fi_rope_quantize_fp8 and its append form (tests/rope_quant_cases.c):
  *              MLA / GQA / MHA, R 32 .. 128, N 0 .. 512, NHD / HND, page size
  *              1 / 16 / 32, e4m3 / e5m2, scales != 1, sliced outputs, all three
@@ -432,13 +434,21 @@ typedef struct rope_cfg {
     int64_t nnz, hq, hk, dim, rot;
     fi_dtype qt, kt;
     int neox, layout, in_place;
+    int norm;         /* fi_qk_rmsnorm_rope: 1 RMSNorm, 2 Gemma; 0 plain RoPE */
+    fi_dtype qwt, kwt; /* its weights */
 } rope_cfg;
 
 static fi_status rope_fn(fi_context *ctx, const fi_tensor *t, const void *p, void *s) {
-    const rope_cfg *c = p; /* q, k, pos, cache[, q_out, k_out] */
-    return fi_rope_apply_cos_sin_cache(ctx, &t[2], &t[0], &t[1], &t[3], c->neox,
-                                       (fi_tensor *)&t[c->in_place ? 0 : 4],
-                                       (fi_tensor *)&t[c->in_place ? 1 : 5], s);
+    const rope_cfg *c = p; /* q, k, pos, cache[, q_weight, k_weight][, q_out, k_out] */
+    const int o = c->in_place ? 0 : c->norm ? 6 : 4;
+    fi_tensor *qo = (fi_tensor *)&t[o], *ko = (fi_tensor *)&t[o + 1];
+    if (c->norm == 2)
+        return fi_gemma_qk_rmsnorm_rope(ctx, &t[2], &t[0], &t[1], &t[4], &t[5], 1e-6f, &t[3],
+                                        c->neox, qo, ko, s);
+    if (c->norm)
+        return fi_qk_rmsnorm_rope(ctx, &t[2], &t[0], &t[1], &t[4], &t[5], 1e-6f, &t[3], c->neox,
+                                  qo, ko, s);
+    return fi_rope_apply_cos_sin_cache(ctx, &t[2], &t[0], &t[1], &t[3], c->neox, qo, ko, s);
 }
 
 static int case_rope(tu_rng *rng, const void *p) {
@@ -452,6 +462,9 @@ static int case_rope(tu_rng *rng, const void *p) {
     int ok = cb_add(&b, c->qt, 3, qs, st, rng) >= 0 && cb_add(&b, c->kt, 3, ks, st, rng) >= 0 &&
              cb_add(&b, FI_DTYPE_I32, 1, ps, st, rng) >= 0 &&
              cb_add(&b, FI_DTYPE_F32, 2, cs, st, rng) >= 0;
+    if (ok && c->norm)
+        ok = cb_add(&b, c->qwt, 1, &c->dim, st, rng) >= 0 &&
+             cb_add(&b, c->kwt, 1, &c->dim, st, rng) >= 0;
     if (ok && !c->in_place)
         ok = cb_add(&b, c->qt, 3, qs, st, rng) >= 0 && cb_add(&b, c->kt, 3, ks, st, rng) >= 0;
     if (!ok) {
@@ -459,6 +472,7 @@ static int case_rope(tu_rng *rng, const void *p) {
         return 0;
     }
     fill(rng, &b, 0, -2, 2), fill(rng, &b, 1, -2, 2);
+    if (c->norm) fill(rng, &b, 4, -0.5, 1.5), fill(rng, &b, 5, -0.5, 1.5);
     for (int64_t t = 0; t < c->nnz; t++) tu_view_set(&b.b[2].t, t, tu_rng_int(rng, 0, max_pos - 1));
     for (int64_t pp = 0; pp < max_pos; pp++)
         for (int64_t i = 0; i < c->rot / 2; i++) {
@@ -468,8 +482,11 @@ static int case_rope(tu_rng *rng, const void *p) {
         }
     ok = cb_run(&b, rope_fn, c);
     if (ok == 1) {
-        const int qo = c->in_place ? 0 : 4, ko = c->in_place ? 1 : 5;
-        ok = cb_float(&b, qo, "q_out", tu_dtype_tol(c->qt)) & cb_float(&b, ko, "k_out", tu_dtype_tol(c->kt));
+        const int qo = c->in_place ? 0 : c->norm ? 6 : 4, ko = qo + 1;
+        /* normalised values reach ~3: the rounding of one store of them */
+        const double f = c->norm ? 3 : 1;
+        ok = cb_float(&b, qo, "q_out", f * tu_dtype_tol(c->qt)) &
+             cb_float(&b, ko, "k_out", f * tu_dtype_tol(c->kt));
     }
     cb_free(&b);
     return ok;
@@ -483,9 +500,32 @@ static void suite_rope(void) {
         if (tu_opt.quick && (mode + si + di) % 3) continue;
         rope_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], shapes[si][4],
                       fdt[di], fdt[(di + mode) % 3], mode & 1,
-                      mode == 4 ? MISALIGNED : mode >= 2 ? STRIDED : CONTIG, mode == 3};
+                      mode == 4 ? MISALIGNED : mode >= 2 ? STRIDED : CONTIG, mode == 3,
+                      0, FI_DTYPE_F32, FI_DTYPE_F32};
         run_case("rope_cache", case_rope, &c, "q%s_k%s/h%lld_%lld_d%lld_r%lld/%s_%s%s",
                  tu_dtype_name(c.qt), tu_dtype_name(c.kt), (long long)c.hq, (long long)c.hk,
+                 (long long)c.dim, (long long)c.rot, c.neox ? "neox" : "gptj",
+                 layout_names[c.layout], c.in_place ? "_in_place" : "");
+    }
+}
+
+/* fi_qk_rmsnorm_rope / its Gemma form: head dims 2 .. 256 (odd, R < D,
+ * more than 32 pairs a warp), q, k and weights of mixed dtypes, every
+ * layout, in place. */
+static void suite_qk_norm_rope(void) {
+    static const int64_t shapes[][5] = {{1, 1, 1, 2, 2},    {7, 4, 2, 64, 64},
+                                        {4, 2, 1, 67, 32},  {9, 8, 8, 130, 96},
+                                        {5, 16, 2, 256, 256}, {300, 32, 8, 128, 128}};
+    for (grid g = {.ext = {LEN(shapes), LEN(fdt), 5, 2}}; grid_next(&g);) {
+        const int si = g.i[0], di = g.i[1], mode = g.i[2], form = g.i[3] + 1;
+        if (tu_opt.quick && (mode + si + di + form) % 3) continue;
+        rope_cfg c = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], shapes[si][4],
+                      fdt[di], fdt[(di + mode) % 3], (mode + form) & 1,
+                      mode == 4 ? MISALIGNED : mode >= 2 ? STRIDED : CONTIG, mode == 3,
+                      form, fdt[(di + form) % 3], fdt[(di + mode + 1) % 3]};
+        run_case("qk_norm_rope", case_rope, &c, "%s/q%s_k%s_w%s%s/h%lld_%lld_d%lld_r%lld/%s_%s%s",
+                 form == 2 ? "gemma" : "rms", tu_dtype_name(c.qt), tu_dtype_name(c.kt),
+                 tu_dtype_name(c.qwt), tu_dtype_name(c.kwt), (long long)c.hq, (long long)c.hk,
                  (long long)c.dim, (long long)c.rot, c.neox ? "neox" : "gptj",
                  layout_names[c.layout], c.in_place ? "_in_place" : "");
     }
@@ -1384,6 +1424,7 @@ static int device_value_cases(bad_env *e, const char *name) {
         {"spec/draft_id_past_vocab", B_IDS, 2, 8, 2, "draft_token_ids[1][0]=8"},
         {"top_k/length_past_cols", B_TK, 2, 9, 3, "lengths[2]=9 is outside [0, 8]"},
         {"rope_cache/position_past_cache", B_POS, 1, 4, 2, "positions[1]=4 is not a row"},
+        {"qk_norm_rope/position_past_cache", B_POS, 1, 4, 2, "positions[1]=4 is not a row"},
     };
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) {
         snprintf(what, sizeof what, "%s/%s", name, dv[i].case_name);
@@ -1415,7 +1456,12 @@ static int device_value_cases(bad_env *e, const char *name) {
                                                    &v[B_ACC], NULL, cuda ? g_stream : NULL);
             else if (!strcmp(c, "top_k/length_past_cols"))
                 st = fi_top_k(ctx, &v[B_X], 3, &v[B_TK], NULL, &v[B_VL], &v[B_KI], cuda ? g_stream : NULL);
-            else
+            else if (!strcmp(c, "qk_norm_rope/position_past_cache")) {
+                fi_tensor w4 = v[B_W]; /* the weights [head_dim 4] */
+                w4.shape[0] = 4;
+                st = fi_qk_rmsnorm_rope(ctx, &v[B_POS], &v[B_Q], &v[B_K], &w4, &w4, 1e-6f,
+                                        &v[B_CACHE], 1, &v[B_QO], &v[B_KO], cuda ? g_stream : NULL);
+            } else
                 st = fi_rope_apply_cos_sin_cache(ctx, &v[B_POS], &v[B_Q], &v[B_K], &v[B_CACHE], 1,
                                                  &v[B_QO], &v[B_KO], cuda ? g_stream : NULL);
             if (!cuda) {
@@ -1545,6 +1591,7 @@ int main(int argc, char **argv) {
     suite_norm();
     suite_act();
     suite_rope();
+    suite_qk_norm_rope();
     suite_rope_quant();
     suite_softmax();
     suite_sample();

@@ -404,3 +404,26 @@ def test_rope_with_cos_sin_cache(fi, backend, dtype, is_neox, rot, inplace):
     assert tuple(qo.shape) == (nnz, hq * d)
     assert_close(qo, qr, dtype, "query")
     assert_close(ko, kr, dtype, "key")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("gemma", [False, True])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_fused_qk_rmsnorm_rope(fi, backend, dtype, is_neox, gemma, inplace):
+    nnz, hq, hk, d, rot = 9, 4, 2, 128, 64
+    q = torch.randn(nnz, hq * d).to(dtype)
+    k = torch.randn(nnz, hk * d).to(dtype)
+    qw, kw = torch.rand(d).to(dtype), torch.rand(d)
+    pos = torch.randint(0, 2048, (nnz,), dtype=torch.int64)
+    cache = cos_sin_cache(2048, rot)
+    qn = rms_ref(q.view(nnz, hq, d), qw, gemma=gemma)
+    kn = rms_ref(k.view(nnz, hk, d), kw, gemma=gemma)
+    qr = rope_cache_ref(qn, pos, cache, is_neox).view(nnz, -1)
+    kr = rope_cache_ref(kn, pos, cache, is_neox).view(nnz, -1)
+    qb, kb = backend(q.clone()), backend(k.clone())
+    out = fi.fused_qk_rmsnorm_rope(backend(pos), qb, kb, d, backend(cache), backend(qw),
+                                   backend(kw), is_neox=is_neox, gemma=gemma, inplace=inplace)
+    qo, ko = (qb, kb) if inplace else out
+    assert_close(qo, qr, dtype, "query")
+    assert_close(ko, kr, dtype, "key")
