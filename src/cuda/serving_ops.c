@@ -400,7 +400,7 @@ fi_status fi_cuda_rope_cos_sin(fi_context *ctx, const fi_rope_cache_args *a, voi
         if (gx > 64) gx = 64;
         fi_cuda_sv_qk_norm_rope_spec((int)q->dtype, (int)kt->dtype, (int)a->q_w->dtype,
                                      (int)a->k_w->dtype, a->gemma, a->neox, &spec);
-        return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, &k, stream);
+        return fi_cuda_sv_launch(ctx, &spec, gx, gy, 256, 1, &k, stream);
     }
     const int64_t units = (hq + hk) * dim; /* at most: pairs and copied dims */
     int64_t gx = (units + 255) / 256;
