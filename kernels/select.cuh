@@ -82,6 +82,7 @@ struct shm {
     uint32_t redu[NW];
     float team_max;      /* this CTA's row_stats, read by the team */
     uint32_t team_kinds;
+    uint32_t team_left;  /* select_key: this CTA's candidates in the chosen bucket */
     double dv[3];
     int64_t iv[3];
     int ncand;
@@ -255,6 +256,9 @@ FI_DEV int boundary(shm &s, int nb, int lvl, bool mass, uint32_t e0, double frac
         }
         *target = frac * total;
     }
+    /* 2^(52 + k), 2^k the unit of a level-1 or level-2 bucket's mass */
+    const double exact_below =
+        __longlong_as_double(((int64_t)(e0 ? e0 : 1u) - 150 + 52 + 1023) << 52);
     for (int c = nb - 32; c >= 0; c -= 32) {
         const int b = c + lane;
         const uint32_t cnt = s.count[b];
@@ -271,26 +275,35 @@ FI_DEV int boundary(shm &s, int nb, int lvl, bool mass, uint32_t e0, double frac
          * so the top bucket reaching target - E and the top one reaching
          * target + E (E = 2^-45 T) bracket the CPU's; when they differ (a
          * sum within E of target: rare) this chunk is walked as the CPU
-         * walks it. *above itself is always summed in the CPU's order. */
+         * walks it. *above is the CPU's sum of the buckets over: where
+         * every partial sum is exact (counts; the masses of levels 1 and 2,
+         * multiples of one power of two 2^k, as *above is, while the sum
+         * stays below 2^(52 + k)) the chunk's scanned sum is that sum, in
+         * any order; else they are added one at a time in the CPU's order. */
         double suffix = sv;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             const double y = __shfl_down_sync(FULL, suffix, o);
             if (lane + o < 32) suffix += y;
         }
-        const double p = *above + suffix;
-        const double e = mass ? (*above + __shfl_sync(FULL, suffix, 0)) * 0x1p-45 : 0.0;
+        const double p = *above + suffix, chunk = __shfl_sync(FULL, suffix, 0);
+        const double e = mass ? (*above + chunk) * 0x1p-45 : 0.0;
         const unsigned reach_lo = __ballot_sync(FULL, cnt != 0 && p >= *target - e);
         const unsigned reach_hi = __ballot_sync(FULL, cnt != 0 && p >= *target + e);
         const int top_lo = reach_lo ? 31 - __clz(reach_lo) : -1;
         const int top_hi = reach_hi ? 31 - __clz(reach_hi) : -1;
         if (top_lo < 0 || top_lo == top_hi) {
             /* the buckets over the chosen one (all of them when none is) */
-            unsigned over = top_lo < 0 ? nz : nz & ~((2u << top_lo) - 1u);
-            while (over) {
-                const int l = 31 - __clz(over);
-                over &= ~(1u << l);
-                *above += __shfl_sync(FULL, sv, l);
+            const double past = __shfl_sync(FULL, suffix, (top_lo + 1) & 31);
+            if (!mass || (lvl > 0 && *above + chunk <= exact_below)) {
+                *above += top_lo < 0 ? chunk : top_lo == 31 ? 0.0 : past;
+            } else {
+                unsigned over = top_lo < 0 ? nz : nz & ~((2u << top_lo) - 1u);
+                while (over) {
+                    const int l = 31 - __clz(over);
+                    over &= ~(1u << l);
+                    *above += __shfl_sync(FULL, sv, l);
+                }
             }
             if (top_lo >= 0) return c + top_lo;
             continue;
@@ -307,8 +320,9 @@ FI_DEV int boundary(shm &s, int nb, int lvl, bool mass, uint32_t e0, double frac
 }
 
 /* The team's histograms of buckets [0, nb) summed into every CTA's (the
- * counts and mantissa sums are integers: exact in any order). */
-FI_DEV void team_hist(shm &s, const team &t, int nb, bool mass) {
+ * counts and mantissa sums are integers: exact in any order); this CTA's
+ * own counts kept in `own` when not NULL. */
+FI_DEV void team_hist(shm &s, const team &t, int nb, bool mass, uint32_t *own) {
     if (t.size == 1) return;
     constexpr int PER = BUCKETS / NT;
     uint32_t cnt[PER];
@@ -319,6 +333,7 @@ FI_DEV void team_hist(shm &s, const team &t, int nb, bool mass) {
         const int b = threadIdx.x + j * NT;
         cnt[j] = 0, sum[j] = 0;
         if (b >= nb) continue;
+        if (own) own[b] = s.count[b];
         for (uint32_t q = 0; q < t.size; q++) {
             cnt[j] += *peer(&s.count[b], q);
             if (mass)
@@ -348,7 +363,9 @@ FI_DEV uint32_t select_key(shm &s, const team &t, const F &v, int64_t n, uint32_
     double above = 0.0, target = count;
     bool listed = false;
     int m = 0;
-    int64_t left = n; /* candidates of this level (at most) */
+    /* the most candidates of this level one CTA holds (a team's CTAs
+     * gather their own) */
+    int64_t left = t.size > 1 ? ((int64_t)(n + BLK - 1) / BLK + t.size - 1) / t.size * BLK : n;
     *all = false;
     for (int lvl = 0; lvl < 3; lvl++) {
         const int shift = lvl == 0 ? 21 : lvl == 1 ? 10 : 0, nb = lvl == 2 ? 1024 : 2048;
@@ -387,7 +404,10 @@ FI_DEV uint32_t select_key(shm &s, const team &t, const F &v, int64_t n, uint32_
             }
         }
         __syncthreads();
-        team_hist(s, t, nb, mass);
+        /* the candidates array is free at a level that neither gathers nor
+         * reads it: it keeps this CTA's own counts */
+        const bool own = !gather && !listed && lvl < 2;
+        team_hist(s, t, nb, mass, own ? s.u.s.cand : nullptr);
         __syncthreads();
         if (gather) listed = true, m = s.ncand;
         if (threadIdx.x < 32) {
@@ -401,6 +421,16 @@ FI_DEV uint32_t select_key(shm &s, const team &t, const F &v, int64_t n, uint32_
         __syncthreads();
         const int b = (int)s.iv[0];
         left = s.iv[1], above = s.dv[0], target = s.dv[1];
+        if (t.size > 1) { /* the next level's candidates: the most one CTA holds */
+            if (threadIdx.x == 0) s.team_left = own && b >= 0 ? s.u.s.cand[b] : 0xffffffffu;
+            team_sync(t);
+            uint32_t most = 0;
+            for (uint32_t q = 0; q < t.size; q++) {
+                const uint32_t l = *peer(&s.team_left, q);
+                most = l > most ? l : most;
+            }
+            left = most;
+        }
         if (b < 0) {
             *all = true;
             return lo;

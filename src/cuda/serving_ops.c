@@ -194,8 +194,11 @@ int fi_cuda_sv_team_size(const fi_context *ctx, int64_t rows, int64_t vocab) {
     const fi_cuda_ctx *cc = ctx->backend_state;
     if (cc->cc_major < 9 || !cc->cu->LaunchKernelEx || rows <= 0) return 1;
     const int64_t blocks = (vocab + BLOCK - 1) / BLOCK;
+    /* clusters of 4 or 8 need that many free SMs of one GPC: 15 of 8 at
+     * once on the H200's 132 SMs, so they fill 7/8 of the SMs */
+    const int64_t fill = cc->sm_count - cc->sm_count / 8;
     int c = 1;
-    while (c < MAX_TEAM && rows * 2 * c <= cc->sm_count && 2 * c <= blocks) c *= 2;
+    while (c < MAX_TEAM && rows * 2 * c <= (c >= 2 ? fill : cc->sm_count) && 2 * c <= blocks) c *= 2;
     return (blocks + c - 1) / c <= SUMS ? c : 1;
 }
 
