@@ -130,7 +130,7 @@ MIXES = {  # bench_mixed.c's mixes: (kv_len, q_len, count) per group
 
 # bench_serving.c's ops on bf16 tensors (the rest: f32 probabilities / logits)
 SERVING_BF16 = ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "rope_cos_sin_cache",
-                "rope_quantize_fp8_mla", "rope_quantize_fp8_append_gqa")
+                "rope_quantize_fp8_mla", "rope_quantize_fp8_append_gqa", "qk_rmsnorm_rope")
 
 
 def run_ceiling(d):
