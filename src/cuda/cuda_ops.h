@@ -94,8 +94,9 @@ bool fi_cuda_sv_rows_aligned(const fi_tensor *t, int64_t align);
 int64_t fi_cuda_sv_row_blocks(const fi_context *ctx, int64_t rows);
 /* CTAs of a cluster that share one row of `vocab` values (kernels/
  * select.cuh's teams) when `rows` rows run at once: up to 8 (the portable
- * cluster size) while the rows' clusters fit on the SMs, each CTA at least
- * one draw block and at most SB of them; 1 before sm_90. */
+ * cluster size) while the rows' clusters fit at once (clusters of 4 and 8
+ * on 7/8 of the SMs), each CTA at least one draw block and at most SB of
+ * them; 1 before sm_90. */
 int fi_cuda_sv_team_size(const fi_context *ctx, int64_t rows, int64_t vocab);
 
 #endif /* FI_CUDA_OPS_H */
