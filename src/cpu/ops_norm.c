@@ -156,18 +156,7 @@ static void rope_cache_head(const rope_cache_job *j, const fi_tensor *in, const 
         j->k->rms_apply(n, v, w, rstd, j->dim);
         v = n;
     }
-    const int64_t half = j->rot / 2;
-    if (j->a->neox) {
-        for (int64_t i = 0; i < half; i++) {
-            y[i] = v[i] * c[i] - v[i + half] * s[i];
-            y[i + half] = v[i + half] * c[i] + v[i] * s[i];
-        }
-    } else {
-        for (int64_t i = 0; i < half; i++) {
-            y[2 * i] = v[2 * i] * c[i] - v[2 * i + 1] * s[i];
-            y[2 * i + 1] = v[2 * i + 1] * c[i] + v[2 * i] * s[i];
-        }
-    }
+    j->k->rotate(y, v, c, s, j->rot / 2, j->a->neox);
     for (int64_t i = j->rot; i < j->dim; i++) y[i] = v[i];
     fi_sv_store(j->isa, out, oo, out->stride[2], y, j->dim);
 }

@@ -30,6 +30,8 @@ typedef struct fi_cpu_serving_kernels {
     void (*add)(float *y, const float *a, const float *b, int64_t n);
     void (*masked_scale)(float *y, const float *x, float t, float s, int64_t n);
     void (*rms_apply)(float *y, const float *x, const float *w, float r, int64_t n);
+    void (*rotate)(float *y, const float *x, const float *c, const float *s, int64_t half,
+                   int neox);
     void (*ln_apply)(float *y, const float *x, const float *w, const float *b, float m,
                      float r, int64_t n);
     void (*to_fp8)(uint8_t *y, const float *x, float s, int e5m2, int64_t n);

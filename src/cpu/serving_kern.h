@@ -200,6 +200,21 @@ static void SK(rms_apply)(float *y, const float *x, const float *restrict w, flo
     for (int64_t j = 0; j < n; j++) y[j] = (x[j] * r) * w[j];
 }
 
+/* RoPE of x's first 2 half values by (c, s) [half] into y: the pairs
+ * (i, i + half) (NeoX) or (2i, 2i + 1); y is none of the inputs. */
+static void SK(rotate)(float *restrict y, const float *restrict x, const float *restrict c,
+                       const float *restrict s, int64_t half, int neox) {
+    if (neox) {
+        for (int64_t i = 0; i < half; i++) y[i] = x[i] * c[i] - x[i + half] * s[i];
+        for (int64_t i = 0; i < half; i++) y[i + half] = x[i + half] * c[i] + x[i] * s[i];
+    } else {
+        for (int64_t i = 0; i < half; i++) {
+            y[2 * i] = x[2 * i] * c[i] - x[2 * i + 1] * s[i];
+            y[2 * i + 1] = x[2 * i + 1] * c[i] + x[2 * i] * s[i];
+        }
+    }
+}
+
 /* y = (x - m) r w + b (LayerNorm). y may be x. */
 static void SK(ln_apply)(float *y, const float *x, const float *restrict w,
                          const float *restrict b, float m, float r, int64_t n) {
@@ -267,6 +282,7 @@ const fi_cpu_serving_kernels SK(fi_cpu_serving) = {
     .add = SK(add),
     .masked_scale = SK(masked_scale),
     .rms_apply = SK(rms_apply),
+    .rotate = SK(rotate),
     .ln_apply = SK(ln_apply),
     .to_fp8 = SK(to_fp8),
     .act = SK(act),
