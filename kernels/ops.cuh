@@ -28,9 +28,12 @@
  *
  * Semantics are FlashInfer's and the CPU backend's (src/cpu/ops_*.c):
  *   merge   M = max L_s, w_s = 2^(L_s - M), O = sum w_s O_s / sum w_s,
- *           L = M + log2 sum w_s; a state of weight 0 is never read (its O
- *           may hold anything); no state left: O = 0, L = -inf. f32 sums in
- *           a fixed order, so the result is bitwise the same run after run.
+ *           L = M + log2 sum w_s; non-finite values as docs/SEMANTICS.md
+ *           says: a state with L = -inf is never read (its O may hold
+ *           anything), one with L NaN or +inf makes the row NaN, every
+ *           other one is read whatever its weight; no state left: O = 0,
+ *           L = -inf; a sum past f32 is done again in f64. f32 sums in a
+ *           fixed order, so the result is bitwise the same run after run.
  *   append  token n (request b = batch[n], position p) goes to page
  *           indices[indptr[b] + p / page_size], slot p % page_size, bit for
  *           bit. Index values cannot be checked on the host without a sync,
@@ -177,41 +180,46 @@ extern "C" __global__ void __launch_bounds__(fi_ops::NT) FI_OPS_NAME(const fi_op
             la = a.sa[i * a.sa_tok + h * a.sa_head];
             lb = a.sb[i * a.sb_tok + h * a.sb_head];
         }
+        const bool poisoned = !(la < FI_POS_INF) || !(lb < FI_POS_INF);
         const float m = fmaxf(la, lb);
         float wa = 0.0f, wb = 0.0f, sum = 0.0f;
-        if (m != FI_NEG_INF) {
+        if (m != FI_NEG_INF && !poisoned) {
             wa = exp2f(la - m);
             wb = exp2f(lb - m);
             sum = wa + wb;
             wa /= sum;
             wb /= sum;
         }
+        /* every state with a finite LSE is read, whatever its weight */
+        const bool ra = !poisoned && la != FI_NEG_INF, rb = !poisoned && lb != FI_NEG_INF;
         if (live) {
             const char *pa = a.va + i * a.va_tok + h * a.va_head;
             const char *pb = a.vb + i * a.vb_tok + h * a.vb_head;
             char *po = a.vo + i * a.vo_tok + h * a.vo_head;
             if constexpr (VEC) {
                 for (int c = w.sub; c < a.dim / EV; c += tpr) {
-                    float acc[EV], x[EV];
+                    float acc[EV], xa[EV], xb[EV];
 #pragma unroll
-                    for (int e = 0; e < EV; e++) acc[e] = 0.0f;
-                    if (wa > 0.0f) {
-                        fi_load_vec<VA, EV>(pa + (int64_t)c * EV * ESA, x);
+                    for (int e = 0; e < EV; e++) acc[e] = poisoned ? FI_NAN : 0.0f, xa[e] = xb[e] = 0.0f;
+                    if (ra) fi_load_vec<VA, EV>(pa + (int64_t)c * EV * ESA, xa);
+                    if (rb) fi_load_vec<VB, EV>(pb + (int64_t)c * EV * ESB, xb);
 #pragma unroll
-                        for (int e = 0; e < EV; e++) acc[e] = fmaf(wa, x[e], acc[e]);
-                    }
-                    if (wb > 0.0f) {
-                        fi_load_vec<VB, EV>(pb + (int64_t)c * EV * ESB, x);
-#pragma unroll
-                        for (int e = 0; e < EV; e++) acc[e] = fmaf(wb, x[e], acc[e]);
+                    for (int e = 0; e < EV; e++) {
+                        if (ra) acc[e] = fmaf(wa, xa[e], acc[e]);
+                        if (rb) acc[e] = fmaf(wb, xb[e], acc[e]);
+                        if (!poisoned && !fi_finite(acc[e])) /* past f32: in f64 */
+                            acc[e] = (float)((double)wa * xa[e] + (double)wb * xb[e]);
                     }
                     store_vec<VO, EV>(po + (int64_t)c * EV * ESO, acc);
                 }
             } else {
                 for (int d = w.sub; d < a.dim; d += tpr) {
-                    float acc = 0.0f;
-                    if (wa > 0.0f) acc = fmaf(wa, fi_load_elem<VA>(pa + d * a.va_dim), acc);
-                    if (wb > 0.0f) acc = fmaf(wb, fi_load_elem<VB>(pb + d * a.vb_dim), acc);
+                    const float xa = ra ? fi_load_elem<VA>(pa + d * a.va_dim) : 0.0f;
+                    const float xb = rb ? fi_load_elem<VB>(pb + d * a.vb_dim) : 0.0f;
+                    float acc = poisoned ? FI_NAN : 0.0f;
+                    if (ra) acc = fmaf(wa, xa, acc);
+                    if (rb) acc = fmaf(wb, xb, acc);
+                    if (!poisoned && !fi_finite(acc)) acc = (float)((double)wa * xa + (double)wb * xb);
                     fi_store_elem<VO>(po + d * a.vo_dim, acc);
                 }
             }
@@ -220,7 +228,8 @@ extern "C" __global__ void __launch_bounds__(fi_ops::NT) FI_OPS_NAME(const fi_op
          * the LSEs before the first lane overwrites one. */
         __syncwarp();
         if (live && w.sub == 0)
-            a.so[i * a.so_tok + h * a.so_head] = m == FI_NEG_INF ? FI_NEG_INF : m + log2f(sum);
+            a.so[i * a.so_tok + h * a.so_head] =
+                poisoned ? FI_NAN : m == FI_NEG_INF ? FI_NEG_INF : m + log2f(sum);
     }
 }
 
@@ -239,46 +248,82 @@ extern "C" __global__ void __launch_bounds__(fi_ops::NT) FI_OPS_NAME(const fi_op
         const int64_t i = row / a.heads, h = row % a.heads;
         const float *ls = a.sa + i * a.sa_tok + h * a.sa_head;
         float m = FI_NEG_INF;
-        for (int s = 0; s < a.states; s++) m = fmaxf(m, ls[s * a.sa_state]);
+        bool poisoned = false; /* a state with LSE NaN or +inf: the row is NaN */
+        for (int s = 0; s < a.states; s++) {
+            const float l = ls[s * a.sa_state];
+            poisoned = poisoned || !(l < FI_POS_INF);
+            m = fmaxf(m, l);
+        }
+        const bool any = m != FI_NEG_INF && !poisoned;
         float sum = 0.0f;
-        if (m != FI_NEG_INF)
+        if (any)
             for (int s = 0; s < a.states; s++) sum += exp2f(ls[s * a.sa_state] - m);
-        const float inv = m != FI_NEG_INF ? 1.0f / sum : 0.0f;
+        const float inv = any ? 1.0f / sum : poisoned ? FI_NAN : 0.0f;
         const char *pv = a.va + i * a.va_tok + h * a.va_head;
         char *po = a.vo + i * a.vo_tok + h * a.vo_head;
+        /* every state with a finite LSE is read, whatever its weight (index
+         * order: deterministic); a chunk whose f32 sum is not finite is
+         * summed again in f64 */
         if constexpr (VEC) {
             for (int c = w.sub; c < a.dim / EV; c += tpr) {
                 float acc[EV], x[EV];
 #pragma unroll
                 for (int e = 0; e < EV; e++) acc[e] = 0.0f;
-                if (m != FI_NEG_INF) {
-                    for (int s = 0; s < a.states; s++) { /* index order: deterministic */
-                        const float wgt = exp2f(ls[s * a.sa_state] - m);
-                        if (wgt == 0.0f) continue;
-                        fi_load_vec<VA, EV>(pv + s * a.va_state + (int64_t)c * EV * ESA, x);
+                for (int s = 0; s < a.states && any; s++) {
+                    const float l = ls[s * a.sa_state];
+                    if (l == FI_NEG_INF) continue;
+                    fi_load_vec<VA, EV>(pv + s * a.va_state + (int64_t)c * EV * ESA, x);
+                    const float wgt = exp2f(l - m);
 #pragma unroll
-                        for (int e = 0; e < EV; e++) acc[e] = fmaf(wgt, x[e], acc[e]);
-                    }
+                    for (int e = 0; e < EV; e++) acc[e] = fmaf(wgt, x[e], acc[e]);
                 }
+                bool finite = true;
 #pragma unroll
-                for (int e = 0; e < EV; e++) acc[e] *= inv;
+                for (int e = 0; e < EV; e++) {
+                    acc[e] *= inv;
+                    finite = finite && fi_finite(acc[e]);
+                }
+                if (any && !finite) {
+                    double ex[EV];
+#pragma unroll
+                    for (int e = 0; e < EV; e++) ex[e] = 0.0;
+                    for (int s = 0; s < a.states; s++) {
+                        const float l = ls[s * a.sa_state];
+                        if (l == FI_NEG_INF) continue;
+                        fi_load_vec<VA, EV>(pv + s * a.va_state + (int64_t)c * EV * ESA, x);
+                        const double wgt = exp2f(l - m) * inv;
+#pragma unroll
+                        for (int e = 0; e < EV; e++) ex[e] += wgt * x[e];
+                    }
+#pragma unroll
+                    for (int e = 0; e < EV; e++) acc[e] = (float)ex[e];
+                }
                 store_vec<VO, EV>(po + (int64_t)c * EV * ESO, acc);
             }
         } else {
             for (int d = w.sub; d < a.dim; d += tpr) {
                 float acc = 0.0f;
-                if (m != FI_NEG_INF) {
-                    for (int s = 0; s < a.states; s++) {
-                        const float wgt = exp2f(ls[s * a.sa_state] - m);
-                        if (wgt == 0.0f) continue;
-                        acc = fmaf(wgt, fi_load_elem<VA>(pv + s * a.va_state + d * a.va_dim), acc);
-                    }
+                for (int s = 0; s < a.states && any; s++) {
+                    const float l = ls[s * a.sa_state];
+                    if (l == FI_NEG_INF) continue;
+                    acc = fmaf(exp2f(l - m), fi_load_elem<VA>(pv + s * a.va_state + d * a.va_dim), acc);
                 }
-                fi_store_elem<VO>(po + d * a.vo_dim, acc * inv);
+                acc *= inv;
+                if (any && !fi_finite(acc)) {
+                    double ex = 0.0;
+                    for (int s = 0; s < a.states; s++) {
+                        const float l = ls[s * a.sa_state];
+                        if (l == FI_NEG_INF) continue;
+                        ex += (double)(exp2f(l - m) * inv) * fi_load_elem<VA>(pv + s * a.va_state + d * a.va_dim);
+                    }
+                    acc = (float)ex;
+                }
+                fi_store_elem<VO>(po + d * a.vo_dim, acc);
             }
         }
         if (w.sub == 0)
-            a.so[i * a.so_tok + h * a.so_head] = m == FI_NEG_INF ? FI_NEG_INF : m + log2f(sum);
+            a.so[i * a.so_tok + h * a.so_head] =
+                poisoned ? FI_NAN : m == FI_NEG_INF ? FI_NEG_INF : m + log2f(sum);
     }
 }
 

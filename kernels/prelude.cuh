@@ -31,6 +31,11 @@ typedef unsigned long long uint64_t;
 
 #define FI_DEV __device__ __forceinline__
 #define FI_NEG_INF (__int_as_float(0xff800000))
+#define FI_POS_INF (__int_as_float(0x7f800000))
+#define FI_NAN (__int_as_float(0x7fc00000))
+
+/* Whether x is finite (not NaN, not an infinity). */
+FI_DEV bool fi_finite(float x) { return fabsf(x) < FI_POS_INF; }
 
 /* Programmatic dependent launch (sm_90 on; the host launches the attention
  * kernels with it there, src/cuda/run.c). fi_pdl_launch_dependents: the

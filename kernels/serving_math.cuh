@@ -20,8 +20,6 @@
 #include "prelude.cuh"
 #include "serving_args.h"
 
-#define FI_POS_INF (__int_as_float(0x7f800000))
-
 namespace fi_sv {
 
 /* ------------------------------------------------------------------ rows */

@@ -1897,13 +1897,14 @@ static void suite_table(backend *be) {
  * soft-cap (which makes an infinite logit finite), f32 and bf16. The same
  * answers on every backend. */
 static void suite_nonfinite(backend *be) {
-    /* The CUDA kernels do not keep the contract yet: their cases run only
-     * when a filter names them (--filter nonfinite), else one skip. */
+    /* The CUDA attention kernels do not keep the contract yet: their cases
+     * run only when a filter names them (--filter nonfinite), else one
+     * skip. */
     int asked = 0;
     for (int i = 0; i < tu_opt.num_filters; i++) asked |= strstr(tu_opt.filter[i], "nonfinite") != NULL;
     if (be->device == FI_DEVICE_CUDA && !asked) {
         if (!tu_opt.list) {
-            tu_note("cuda: the kernels do not keep the non-finite contract yet");
+            tu_note("cuda: the attention kernels do not keep the non-finite contract yet");
             tu_record("nonfinite", "cuda/nonfinite/", TU_SKIP);
         }
         return;
@@ -1926,6 +1927,30 @@ static void suite_nonfinite(backend *be) {
                 c.quick = every(2);
                 submit(c);
             }
+    /* each kernel family's masks and formats: a window, custom bits, ALiBi,
+     * fused RoPE, FP8 K/V, one-token pages, a device page table, head dims
+     * 64 and 256 (the NaN sits where some rows do not see it) */
+    for (int v = 0; v < 9; v++)
+        for (int s = 0; s < 3; s++) {
+            case_spec c = default_spec("nonfinite", be);
+            static const int kinds[9] = {NF_K_NAN, NF_V_NAN, NF_K_INF, NF_Q_NAN, NF_V_NAN,
+                                         NF_V_NAN, NF_K_NAN, NF_V_INF, NF_V_NAN};
+            c.nonfinite = kinds[v];
+            c.mask = v == 1 ? FI_MASK_CUSTOM : FI_MASK_CAUSAL;
+            c.shape = shapes[s];
+            c.q_dt = c.kv_dt = c.o_dt = FI_DTYPE_BF16;
+            if (v == 0) c.window_left = 24;
+            if (v == 2) c.pos = FI_POS_ALIBI;
+            if (v == 3) c.pos = FI_POS_ROPE_LLAMA;
+            if (v == 4) c.kv_dt = FI_DTYPE_E4M3, c.k_scale = 0.5f, c.v_scale = 2.0f;
+            if (v == 5) c.page_size = 1;
+            if (v == 6) c.device_table = 1;
+            if (v == 7) c.dqk = c.dvo = 64;
+            if (v == 8) c.dqk = c.dvo = 256;
+            if (s == 1) c.fixed_split = 16;
+            c.quick = every(3);
+            submit(c);
+        }
     static const int capped[2] = {NF_K_INF, NF_Q_INF};
     for (int i = 0; i < 2; i++) { /* soft-cap: the infinite logits become finite */
         case_spec c = default_spec("nonfinite", be);

@@ -296,15 +296,6 @@ static int case_merge_states(tu_rng *rng, const void *p) {
 /* The merges on NaN and infinite inputs, as tests/test_ops.c's "nonfinite"
  * cases (docs/SEMANTICS.md, "Non-finite values"). */
 static void suite_nonfinite(void) {
-    /* The CUDA merge kernels do not keep the contract yet: these cases run
-     * only when a filter names them (--filter nonfinite), else one skip. */
-    int asked = 0;
-    for (int i = 0; i < tu_opt.num_filters; i++) asked |= strstr(tu_opt.filter[i], "nonfinite") != NULL;
-    if (!asked) {
-        tu_note("cuda: the merge kernels do not keep the non-finite contract yet");
-        tu_record("nonfinite", "nonfinite/merge_state/", TU_SKIP);
-        return;
-    }
     char name[160];
     for (int di = 0; di < 3; di++)
         for (int mode = 0; mode < 4; mode++) {
