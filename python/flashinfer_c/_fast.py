@@ -14,10 +14,11 @@ it does not know, and the wrapper then takes the full path, which raises
 what is wrong. Nothing is allocated but an out/lse left to the library.
 
 What a FastRun was checked against and the call itself cannot change, the
-memo is dropped when it does: Plan.update (plan(): the batch, the Spec, the
-C plan and its handle; a failed plan() too), a full run (it rewrites the
-argument block), a run-time attribute set (RunOption). So run() asks only
-whether a memo exists.
+memo is dropped when it does: Plan.update where the Spec or the C plan (its
+handle) changes, the batch is empty or the update fails (an engine's next
+step keeps it: same Spec, same C plan), a full run (it rewrites the argument
+block), a run-time attribute set (RunOption). So run() asks only whether a
+memo exists.
 
 KV caches: a FastRun keeps the KVViews (_attention.kv_views) it has accepted
 (their dtype the planned one, their layout the wrapper's, checked on its
@@ -69,7 +70,7 @@ else:  # numpy_data's fallback: the pointer through x.ctypes (see _arrays)
 
 class FastRun:
     __slots__ = (
-        "want_lse", "kv", "kv_code", "layout", "device", "kv_cur", "args_bytes",
+        "spec", "handle", "want_lse", "kv", "kv_code", "layout", "device", "kv_cur", "args_bytes",
         "q_data", "o_data", "lse_data", "c_run", "c_handle", "c_args",
         "cuda", "index", "is_capturing", "raw_stream", "stream",
         "q_type", "q_dtype", "q_shape", "q_strides",
@@ -78,6 +79,7 @@ class FastRun:
     )
 
     def __init__(self, plan, device, layout, q, out, lse, fresh_out, fresh_lse, kv_entry):
+        self.spec, self.handle = plan.spec, plan.handle
         self.want_lse = lse is not None
         self.kv = {}
         self.kv_code = plan.spec.kv_dtype
@@ -119,6 +121,12 @@ class FastRun:
             self.l_type, self.l_dtype, self.l_shape = type(lse), lse.dtype, lse.shape
             self.l_strides = _strides(lse)
             self.l_fresh = fresh_lse
+
+    def serves(self, plan):
+        """Whether this still is a fast run of plan after its update(): the
+        same Spec object (dtypes, head dims, options: what the full run checked
+        against) and the same C plan (the handle the call is prebuilt with)."""
+        return plan.spec is self.spec and plan.handle == self.handle
 
     # ---------------------------------------------------------- KV caches
 

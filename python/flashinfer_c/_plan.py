@@ -309,7 +309,8 @@ class Plan:
         self._o_data = ctypes.c_void_p.from_buffer(self._args, _OFF_O)
         self._lse_data = ctypes.c_void_p.from_buffer(self._args, _OFF["lse"])
         # The fast run of the last full run() (a _fast.FastRun; None: none
-        # valid). Dropped by update() and by a full run().
+        # valid). Dropped by a full run(), and by update() unless the batch
+        # keeps the Spec and the C plan (FastRun.serves).
         self.memo = None
 
     # ------------------------------------------------------------ planning
@@ -326,7 +327,9 @@ class Plan:
                 "plan() was called while the current CUDA stream is being captured into a "
                 "graph: plan outside the captured region; replays read the latest plan"
             )
-        self.memo = None  # made for the batch, Spec and C plan that this replaces
+        # The fast run stays through a new batch of the same Spec on the same C
+        # plan (an engine's next step); it is put back below when this succeeds.
+        memo, self.memo = self.memo, None
         if _deferred:
             flush_deferred()
         n = qo_indptr.shape[0] - 1
@@ -361,6 +364,8 @@ class Plan:
             check(status, self._what)
         self.total_qo = total_qo
         self.batch_size = n
+        if memo is not None and total_qo and memo.serves(self):
+            self.memo = memo
         if self.fixed is not None:
             # A graph may have captured a sibling's run: it must see this batch too.
             for sib in self._siblings.values():
