@@ -122,12 +122,6 @@ class FastRun:
             self.l_strides = _strides(lse)
             self.l_fresh = fresh_lse
 
-    def serves(self, plan):
-        """Whether this still is a fast run of plan after its update(): the
-        same Spec object (dtypes, head dims, options: what the full run checked
-        against) and the same C plan (the handle the call is prebuilt with)."""
-        return plan.spec is self.spec and plan.handle == self.handle
-
     # ---------------------------------------------------------- KV caches
 
     def _accept_entry(self, e, key):
@@ -161,34 +155,16 @@ class FastRun:
                 return None
         return e if self._accept_entry(e, key) else None
 
-    def _kv_entry(self, kv):
-        """The accepted KVViews of cache kv, checked to be its views still."""
-        t = type(kv)
-        if t is tuple or t is list:
-            if len(kv) != 2:
-                return None
-            k, v = kv
-            e = self.kv.get((id(k), id(v)))
-            if e is not None and e.holds_pair(k, v):
-                return e
-            return self._accept(kv)
-        e = self.kv.get(id(kv))
-        if (
-            e is not None
-            and e.refs[0]() is kv
-            and kv.shape == e.shapes[0]
-            and (e.ptrs[0] is None or kv.data_ptr() == e.ptrs[0])
-        ):
+    def _kv_pair(self, kv):
+        """The accepted KVViews of a (k_cache, v_cache) pair, checked to be its
+        views still (run() checks a single cache tensor itself)."""
+        if len(kv) != 2:
+            return None
+        k, v = kv
+        e = self.kv.get((id(k), id(v)))
+        if e is not None and e.holds_pair(k, v):
             return e
         return self._accept(kv)
-
-    def _call(self, e):
-        """The K/V views of e into the block (when another cache's are there),
-        then the C run. Returns its status."""
-        if e is not self.kv_cur:
-            self.args_bytes[KV_BYTES] = e.kv_bytes
-            self.kv_cur = e
-        return self.c_run(self.c_handle, self.c_args)
 
     def _empty(self, shape, dtype):
         """An output as the full run() allocates it: like q, on the wrapper's device."""
@@ -216,7 +192,18 @@ class NumpyFastRun(FastRun):
             or q.strides != self.q_strides
         ):
             return None
-        e = self._kv_entry(kv_cache)
+        t = type(kv_cache)
+        if t is tuple or t is list:
+            e = self._kv_pair(kv_cache)
+        else:  # the accepted views of this cache, checked to be its views still
+            e = self.kv.get(id(kv_cache))
+            if (
+                e is None
+                or e.refs[0]() is not kv_cache
+                or kv_cache.shape != e.shapes[0]
+                or (e.ptrs[0] is not None and kv_cache.data_ptr() != e.ptrs[0])
+            ):
+                e = self._accept(kv_cache)
         if e is None:
             return None
         if out is None:
@@ -251,7 +238,10 @@ class NumpyFastRun(FastRun):
         else:
             self.q_data.value = q.ctypes.data
             self.o_data.value = out.ctypes.data
-        status = self._call(e)
+        if e is not self.kv_cur:  # another cache's K/V views are in the block
+            self.args_bytes[KV_BYTES] = e.kv_bytes
+            self.kv_cur = e
+        status = self.c_run(self.c_handle, self.c_args)
         if status:
             check(status, "run")
         return (out, lse) if return_lse else out
@@ -288,7 +278,18 @@ class TorchFastRun(FastRun):
                 return None
         elif not q.is_cpu:
             return None
-        e = self._kv_entry(kv_cache)
+        t = type(kv_cache)
+        if t is tuple or t is list:
+            e = self._kv_pair(kv_cache)
+        else:  # the accepted views of this cache, checked to be its views still
+            e = self.kv.get(id(kv_cache))
+            if (
+                e is None
+                or e.refs[0]() is not kv_cache
+                or kv_cache.shape != e.shapes[0]
+                or (e.ptrs[0] is not None and kv_cache.data_ptr() != e.ptrs[0])
+            ):
+                e = self._accept(kv_cache)
         if e is None:
             return None
         if out is None:
@@ -322,7 +323,10 @@ class TorchFastRun(FastRun):
             self.lse_data.value = lse.data_ptr()
         self.q_data.value = q.data_ptr()
         self.o_data.value = out.data_ptr()
-        status = self._call(e)
+        if e is not self.kv_cur:  # another cache's K/V views are in the block
+            self.args_bytes[KV_BYTES] = e.kv_bytes
+            self.kv_cur = e
+        status = self.c_run(self.c_handle, self.c_args)
         if status:
             check(status, "run")
         return (out, lse) if return_lse else out

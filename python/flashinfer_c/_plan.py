@@ -310,7 +310,7 @@ class Plan:
         self._lse_data = ctypes.c_void_p.from_buffer(self._args, _OFF["lse"])
         # The fast run of the last full run() (a _fast.FastRun; None: none
         # valid). Dropped by a full run(), and by update() unless the batch
-        # keeps the Spec and the C plan (FastRun.serves).
+        # keeps the Spec object and the C plan (its handle).
         self.memo = None
 
     # ------------------------------------------------------------ planning
@@ -364,8 +364,8 @@ class Plan:
             check(status, self._what)
         self.total_qo = total_qo
         self.batch_size = n
-        if memo is not None and total_qo and memo.serves(self):
-            self.memo = memo
+        if memo is not None and total_qo and memo.spec is self.spec and memo.handle == self.handle:
+            self.memo = memo  # the same Spec and C plan: what the fast run was made for
         if self.fixed is not None:
             # A graph may have captured a sibling's run: it must see this batch too.
             for sib in self._siblings.values():
