@@ -17,6 +17,9 @@ Cases (--case, default all):
   attention  BatchAttention: run(q, kv_cache[layer], out=out, lse=lse), and
              plan() (kv_len_arr instead of last_page_len)
   decode-alloc  decode's run() without out= (the output allocated per call)
+  decode-step   decode's run() with a plan() of the same batch before each
+             repetition's layers (an engine's step; the plan() untimed):
+             `first_run_us` is the median of the first run() after plan()
 
 What is timed is host time per call (time.perf_counter_ns around the call;
 on CUDA the calls only queue work, and the GPU is synchronised once per
@@ -107,11 +110,11 @@ class Case:
         self.out = empty((batch * qlen, HQ, D), dtype=f16)
         self.lse = empty((batch * qlen, HQ), dtype=f32)
         opts = dict(q_data_type="float16", kv_data_type="float16")
-        if case in ("decode", "decode-alloc"):
+        if case in ("decode", "decode-alloc", "decode-step"):
             w = lib.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
             args = tuple(host(a) for a in (indptr, indices, last))
             self._plan = lambda: w.plan(*args, HQ, HK, D, PAGE, **opts)
-            if case == "decode":
+            if case in ("decode", "decode-step"):
                 self._run = lambda c: w.run(self.q, c, out=self.out)
             else:
                 # the result kept until the next call: the C call timed after it writes there
@@ -189,16 +192,21 @@ class RunTimer:
         c.sync()
         plan = c.c_plan()
         self.c_run = None if plan is None else _c_calls(plan, lib)[0]
-        self.run_t, self.c_run_t = [], []
+        self.run_t, self.c_run_t, self.first_t = [], [], []
+        self.step = case.endswith("-step")
 
     def rep(self):
         c, c_run, pc = self.c, self.c_run, time.perf_counter_ns
+        if self.step:
+            c._plan()
         for cache in c.caches:
             t0 = pc()
             c._run(cache)
             self.run_t.append(pc() - t0)
             if c_run is not None:
                 self.c_run_t.append(c_run())
+        if self.step:
+            self.first_t.append(self.run_t[-len(c.caches)])
         c.sync()
 
     def result(self):
@@ -207,6 +215,8 @@ class RunTimer:
         if c_run_t:
             r["c_run_us"] = _us(c_run_t)
             r["run_overhead_us"] = _us([a - b for a, b in zip(run_t, c_run_t)])
+        if self.first_t:
+            r["first_run_us"] = _us(self.first_t)
         return r
 
 
@@ -266,7 +276,7 @@ def bench(libs, a, case):
             t.rep()
     for out, t in zip(outs, timers):
         out.update(t.result())
-    if case != "decode-alloc":
+    if case not in ("decode-alloc", "decode-step"):
         timers = [PlanTimer(lib, case, a.device, a.batch) for lib, _ in libs]
         for _ in range(a.reps * 4):
             for t in timers:
@@ -297,7 +307,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cpu-numpy", "cuda"])
     ap.add_argument("--case", default="all",
-                    choices=["all", "decode", "prefill", "attention", "decode-alloc"])
+                    choices=["all", "decode", "prefill", "attention", "decode-alloc",
+                             "decode-step"])
     ap.add_argument("--batch", type=int, default=256, help="requests of the timed plan()")
     ap.add_argument("--run-batch", type=int, default=0,
                     help="requests of the plan run() is timed on (0: see above)")
@@ -317,7 +328,8 @@ def main():
     libs = [(flashinfer_c, "flashinfer_c")]
     if a.pair:
         libs.append((_load_pair(a.pair), "flashinfer_c@" + str(Path(a.pair).resolve())))
-    cases = ["decode", "prefill", "attention", "decode-alloc"] if a.case == "all" else [a.case]
+    cases = ["decode", "prefill", "attention", "decode-alloc", "decode-step"]
+    cases = cases if a.case == "all" else [a.case]
     for case in cases:
         for out in bench(libs, a, case):
             print(json.dumps(out), flush=True)

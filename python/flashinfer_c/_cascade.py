@@ -21,7 +21,7 @@ import ctypes
 
 from . import _structs as S
 from ._arrays import c_int32
-from ._lib import check, fn
+from ._lib import cascade_run_raw, check, fn
 from ._plan import (
     Bounds,
     InfoTable,
@@ -145,6 +145,9 @@ class AutoCascadePlan(UploadStreams, Plan):
 
     def _c_run_ref(self):
         return fn.cascade_run(self.handle, self._args_ref)
+
+    def _c_run_call(self):
+        return cascade_run_raw, ctypes.c_void_p(self.handle), self._args_ref
 
     def _sibling(self):
         return AutoCascadePlan(self.ctx, self.detection, self.fixed, self.fixed_names)

@@ -26,7 +26,7 @@ from . import _structs as S
 from . import _context
 from ._arrays import FI_NAME, DTypeError, c_int32, fill_view, numpy_data, pack_view
 from ._arrays import numpy_data_or_0 as _ptr0
-from ._lib import check, fn, plan_run_addr, plan_update_addr
+from ._lib import check, fn, plan_run_addr, plan_run_raw, plan_update_addr
 
 # Byte offsets of fi_run_args' fields (for pack_view).
 _OFF = {name: getattr(S.RunArgs, name).offset for name, _ in S.RunArgs._fields_}
@@ -300,16 +300,18 @@ class Plan:
         self._last_k = self._last_v = None  # the K/V views args holds now
         self._lse_set = self._mask_set = False
         self._stream_handle = None
-        # For the wrappers' fast run (WrapperBase._fast_run): the argument
-        # block's address and bytes, its data pointers as ctypes objects that
-        # alias the fields, and what the last full run() left in it.
+        # For the wrappers' fast run (_fast.FastRun): the argument block's
+        # address and bytes, and its data pointers as ctypes objects that
+        # alias the fields.
         self._args_addr = ctypes.addressof(self._args)
         self._args_bytes = memoryview(self._args).cast("B")
         self._q_data = ctypes.c_void_p.from_buffer(self._args, _OFF_Q)
         self._o_data = ctypes.c_void_p.from_buffer(self._args, _OFF_O)
         self._lse_data = ctypes.c_void_p.from_buffer(self._args, _OFF["lse"])
-        self.memo = None  # the wrapper's record of the last full run (None: none valid)
-        self.kv_in_args = None  # the fast run's K/V entry whose views args holds
+        # The fast run of the last full run() (a _fast.FastRun; None: none
+        # valid). Dropped by a full run(), and by update() unless the batch
+        # keeps the Spec object and the C plan (its handle).
+        self.memo = None
 
     # ------------------------------------------------------------ planning
 
@@ -325,6 +327,9 @@ class Plan:
                 "plan() was called while the current CUDA stream is being captured into a "
                 "graph: plan outside the captured region; replays read the latest plan"
             )
+        # The fast run stays through a new batch of the same Spec on the same C
+        # plan (an engine's next step); it is put back below when this succeeds.
+        memo, self.memo = self.memo, None
         if _deferred:
             flush_deferred()
         n = qo_indptr.shape[0] - 1
@@ -359,6 +364,8 @@ class Plan:
             check(status, self._what)
         self.total_qo = total_qo
         self.batch_size = n
+        if memo is not None and total_qo and memo.spec is self.spec and memo.handle == self.handle:
+            self.memo = memo  # the same Spec and C plan: what the fast run was made for
         if self.fixed is not None:
             # A graph may have captured a sibling's run: it must see this batch too.
             for sib in self._siblings.values():
@@ -427,7 +434,7 @@ class Plan:
         handed to the C entry point, whose ctypes prototype is bound once."""
         spec = self.spec
         args = self._args
-        self.memo = self.kv_in_args = None  # args is rewritten below
+        self.memo = None  # args is rewritten below
         if pack_view(args, _OFF_Q, q, "q") != spec.q_dtype:
             _expect(args.q, spec.q_dtype, "q", "q_data_type")
         if k is not self._last_k or v is not self._last_v:
@@ -481,6 +488,11 @@ class Plan:
         """fi_plan_run on the prebuilt argument block (subclasses: their C run)."""
         return plan_run_addr(self.handle, self._args_addr)
 
+    def _c_run_call(self):
+        """(function, a, b): the fast run's call of _c_run_ref, function(a, b),
+        its arguments prebuilt ctypes objects (valid until the next update())."""
+        return plan_run_raw, ctypes.c_void_p(self.handle), self._args_ref
+
     # ------------------------------------------- what a subclass replaces
 
     _what = "plan"
@@ -526,6 +538,7 @@ class Plan:
         return InfoTable({name: getattr(info, name) for name, _ in S.PlanInfo._fields_[1:]})
 
     def _release(self):
+        self.memo = None
         self._siblings.clear()
         if self.handle:
             release(self._destroy, self.handle, self.ctx.device)

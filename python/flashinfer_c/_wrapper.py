@@ -1,18 +1,13 @@
 """The base of the batch wrappers: the workspace's device, the CUDA-graph
 buffers, the C plan, and the run step they share."""
 
-import ctypes
 import math
 from dataclasses import replace
 
-import numpy as np
-
-from . import _context, _host
+from . import _context, _fast, _host
 from . import _structs as S
-from . import _arrays
-from ._arrays import device_str, is_torch, numpy_data
+from ._arrays import device_str, is_torch
 from ._attention import (
-    _VIEW_CACHE,
     apply_sinks,
     apply_v_scale,
     check_rank,
@@ -23,8 +18,7 @@ from ._attention import (
     workspace_device,
 )
 from ._cascade import AutoCascadePlan, detection_code
-from ._lib import check
-from ._plan import KV_BYTES, Bounds, Plan
+from ._plan import Bounds, Plan
 from .utils import pos_encoding_code
 
 
@@ -97,6 +91,9 @@ class RunOption:
         if old is not value and (type(old) is not type(value) or old != value):
             d["_options_stale"] = True
             d["_options_touched"] = True  # since the last plan() (_reset_options)
+            plan = d.get("_plan")
+            if plan is not None:
+                plan.memo = None  # the fast run knows the old options only
 
 
 _UNSET = object()
@@ -114,102 +111,6 @@ def unit_scales(*scales):
         if not (x is None or (type(x) is float and x == 1.0)):
             return False
     return True
-
-
-class RunMemo:
-    """What a run() through the full path checked and left in its C plan's
-    argument block: the types, dtypes, shapes and strides of q, out and lse
-    (the K/V views are remembered per cache object, KVViews). A later run()
-    whose arrays match all of them passes the same checks, so
-    WrapperBase._fast_run only patches the data pointers and calls C.
-    The memo lives on the Plan, which drops it whenever its full run()
-    rewrites the block."""
-
-    __slots__ = (
-        "spec", "torch", "cuda", "index", "want_lse", "is_capturing", "raw_stream",
-        "q_type", "q_dtype", "q_shape", "q_strides",
-        "o_type", "o_dtype", "o_shape", "o_strides", "o_fresh", "o_like_q",
-        "l_type", "l_dtype", "l_shape", "l_strides", "l_fresh",
-    )
-
-
-def _strides(x):
-    return x.stride() if is_torch(x) else x.strides
-
-
-def _plain_array(x):
-    """An exact numpy.ndarray or torch.Tensor (not a subclass, whose
-    attributes the fast run could not trust)."""
-    t = type(x)
-    return t is np.ndarray or (t is _arrays._torch_tensor and t is not None)
-
-
-def _remember_run(plan, device, q, out, lse, fresh_out, fresh_lse):
-    """plan.memo after a successful full run() of plain arrays, else nothing.
-    fresh_*: whether the run allocated out / lse itself (a later run without
-    them allocates the same shapes, dtypes and strides)."""
-    if not (_plain_array(q) and _plain_array(out) and (lse is None or _plain_array(lse))):
-        return
-    m = RunMemo()
-    m.spec = plan.spec
-    m.torch = type(q) is not np.ndarray
-    m.cuda = device[0] == "cuda"
-    m.index = device[1]
-    if m.cuda:  # torch's functions for the current stream, found once
-        m.is_capturing = _context.capture_query()
-        m.raw_stream = _context.raw_stream_query()
-    m.want_lse = lse is not None
-    m.q_type, m.q_dtype, m.q_shape, m.q_strides = type(q), q.dtype, q.shape, _strides(q)
-    m.o_type, m.o_dtype, m.o_shape, m.o_strides = type(out), out.dtype, out.shape, _strides(out)
-    m.o_fresh = fresh_out
-    # A fresh out like q (its shape and dtype, and q's strides those of the
-    # new contiguous out): torch.empty_like(q) makes the same tensor on q's
-    # device (the wrapper's: checked before) with less argument parsing.
-    # numpy's np.empty(shape, dtype) is cheaper than its empty_like.
-    m.o_like_q = None
-    if fresh_out and m.torch and m.o_shape == m.q_shape and m.o_dtype is m.q_dtype and (
-        m.o_strides == m.q_strides
-    ):
-        m.o_like_q = _arrays._torch().empty_like
-    if lse is not None:
-        m.l_type, m.l_dtype, m.l_shape = type(lse), lse.dtype, lse.shape
-        m.l_strides = _strides(lse)
-        m.l_fresh = fresh_lse
-    plan.memo = m
-
-
-def _empty(m, shape, dtype):
-    """An output as the full run() allocates it: like q, on the wrapper's device."""
-    if not m.torch:
-        return np.empty(shape, dtype)
-    device = f"cuda:{m.index}" if m.cuda else "cpu"
-    return _arrays._torch().empty(shape, dtype=dtype, device=device)
-
-
-if _arrays._DATA_OFFSET is not None:
-    _read_pointer = ctypes.c_void_p.from_address
-    _DATA_OFFSET = _arrays._DATA_OFFSET
-
-    def _numpy_ptr(x):
-        return _read_pointer(id(x) + _DATA_OFFSET).value or 0
-
-else:
-    _numpy_ptr = numpy_data
-
-
-def _torch_ok(x, strides, want_strides, m, device=None, plan=None):
-    """A torch array of the fast run: the remembered strides, on the wrapper's
-    device; for q on CUDA (plan given) also no capture running and the same
-    current stream as the remembered run's."""
-    if strides != want_strides:
-        return False
-    if not m.cuda:
-        return x.is_cpu
-    if not x.is_cuda or x.get_device() != m.index:
-        return False
-    if plan is None:
-        return True
-    return not m.is_capturing() and m.raw_stream(m.index) == plan._stream_handle
 
 
 _raw_stream = _context.raw_current_stream
@@ -493,12 +394,12 @@ class WrapperBase:
         **spec_changes,
     ):
         """Check q/out/lse against the plan, then run: shared by every wrapper
-        (the full path; _fast_run takes the calls it has seen before).
+        (the full path; the plan's FastRun takes the calls it has seen before).
 
         The dtypes of q, k and v are checked against the plan by Plan.run.
         sinks: attention-sink logits [num_qo_heads] (see apply_sinks).
         kv_entry: the KVViews k and v come from, if any (then a plain run is
-        remembered for _fast_run).
+        remembered for the fast run, _fast.FastRun).
         """
         plan = self._plan if self._planned else self._require_plan()
         if self._options_stale:
@@ -546,114 +447,14 @@ class WrapperBase:
                 and sinks is None
                 and plan.spec.variant is None
             ):
-                _remember_run(plan, device, q, out, lse, given_out is None, given_lse is None)
+                _fast.remember(
+                    plan, device, self._kv_layout, q, out, lse, given_out is None,
+                    given_lse is None, kv_entry,
+                )
         if sinks is not None:
             apply_sinks(out, lse, sinks, plan.spec.num_qo_heads, self.device)
         if not unit_scale(v_scale):
             apply_v_scale(out, v_scale)
-        return (out, lse) if return_lse else out
-
-    def _fast_run(self, q, kv_cache, out, lse, return_lse):
-        """run() of a call like one the full path (_run) has checked and run
-        on this C plan: q, out and lse of the same types, dtypes, shapes,
-        strides and device, a KV cache whose views are remembered (KVViews),
-        the same current stream, no capture, no run-time option changed.
-        Only the data pointers in the C plan's argument block are rewritten
-        (and the K/V views when the cache is another layer's), and
-        fi_plan_run is called: no ctypes object is made, nothing is
-        re-validated that cannot have changed. The caller has checked that
-        the call has no scale, sink or extra argument. Returns None, having
-        changed nothing, for any call it does not know; the caller then
-        takes the full path, which raises what is wrong."""
-        plan = self._plan
-        if plan is None:
-            return None
-        m = plan.memo
-        if (
-            m is None
-            or m.spec is not plan.spec
-            or not self._planned
-            or self._options_stale
-            or self._option_changes
-            or not plan.total_qo
-            or bool(return_lse) is not m.want_lse
-        ):
-            return None
-        # the KV cache: its views, checked on this device, of the planned dtype
-        t = type(kv_cache)
-        if t is tuple or t is list:
-            if len(kv_cache) != 2:
-                return None
-            kc, vc = kv_cache
-            e = _VIEW_CACHE.get((id(kc), id(vc)))
-            if e is None or not e.holds_pair(kc, vc):
-                return None
-        else:
-            e = _VIEW_CACHE.get(id(kv_cache))
-            if (
-                e is None
-                or e.refs[0]() is not kv_cache
-                or kv_cache.shape != e.shapes[0]
-                or (e.ptrs[0] is not None and kv_cache.data_ptr() != e.ptrs[0])
-            ):
-                return None
-        if e.kv_code != m.spec.kv_dtype or e.layout != self._kv_layout:
-            return None
-        if self.device not in e.arrays.verified_on:
-            return None
-        # q, out, lse: as the remembered run's
-        if type(q) is not m.q_type or q.dtype is not m.q_dtype or q.shape != m.q_shape:
-            return None
-        if m.q_type is np.ndarray:
-            if q.strides != m.q_strides:
-                return None
-            q_ptr = _numpy_ptr(q)
-        elif not _torch_ok(q, q.stride(), m.q_strides, m, self.device, plan):
-            return None
-        else:
-            q_ptr = q.data_ptr()
-        if out is None:
-            if not m.o_fresh:
-                return None
-            like = m.o_like_q
-            out = like(q) if like is not None else _empty(m, m.o_shape, m.o_dtype)
-        elif type(out) is not m.o_type or out.dtype is not m.o_dtype or out.shape != m.o_shape:
-            return None
-        if return_lse:
-            if lse is None:
-                if not m.l_fresh:
-                    return None
-                lse = _empty(m, m.l_shape, m.l_dtype)
-            elif type(lse) is not m.l_type or lse.dtype is not m.l_dtype or (
-                lse.shape != m.l_shape
-            ):
-                return None
-        if m.o_type is np.ndarray:
-            if out.strides != m.o_strides or not out.flags.writeable:
-                return None
-            o_ptr = _numpy_ptr(out)
-        elif out.requires_grad or not _torch_ok(out, out.stride(), m.o_strides, m):
-            return None
-        else:
-            o_ptr = out.data_ptr()
-        if return_lse:
-            if m.l_type is np.ndarray:
-                if lse.strides != m.l_strides or not lse.flags.writeable:
-                    return None
-                plan._lse_data.value = _numpy_ptr(lse)
-            elif lse.requires_grad or not _torch_ok(lse, lse.stride(), m.l_strides, m):
-                return None
-            else:
-                plan._lse_data.value = lse.data_ptr()
-        plan._q_data.value = q_ptr
-        plan._o_data.value = o_ptr
-        if plan.kv_in_args is not e:
-            plan._args_bytes[KV_BYTES] = e.kv_bytes
-            plan.kv_in_args = e
-            plan._last_k = plan._last_v = None  # Plan.run rewrites them next time
-        status = plan._c_run_ref()
-        if status:
-            check(status, "run")
         return (out, lse) if return_lse else out
 
     # ---------------------------------------------------------- inspection

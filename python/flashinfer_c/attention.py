@@ -97,9 +97,12 @@ class BatchAttention:
             and (logits_soft_cap is None or logits_soft_cap == self._logits_soft_cap)
             and w._mask is None
         ):
-            result = w._fast_run(q, kv_cache, out, lse, True)
-            if result is not None:
-                return result
+            plan = w._plan
+            fast = None if plan is None else plan.memo
+            if fast is not None:
+                result = fast.run(q, kv_cache, out, lse, True)
+                if result is not None:
+                    return result
         refuse_extras("BatchAttention.run()", (), profiler_buffer=profiler_buffer)
         changes = {}
         if logits_soft_cap is not None and float(logits_soft_cap) != self._logits_soft_cap:

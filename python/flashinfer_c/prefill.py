@@ -388,9 +388,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
                 or unit_scales(q_scale, k_scale, v_scale)
             )
         ):
-            result = self._fast_run(q, paged_kv_cache, out, lse, return_lse)
-            if result is not None:
-                return result
+            plan = self._plan
+            fast = None if plan is None else plan.memo
+            if fast is not None:
+                result = fast.run(q, paged_kv_cache, out, lse, return_lse)
+                if result is not None:
+                    return result
         if args or self._variant is not None:
             refuse_extras(f"{self._name}.run()", self._variant_args(args))
         if newer:

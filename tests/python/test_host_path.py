@@ -199,6 +199,34 @@ def test_decode_new_batch_and_new_strides(xp):
         npref.assert_close(xp.np(w.run(xp.arr(q2), kv)), reference(q2, caches[0], table2)[0])
 
 
+def test_next_step_plan_keeps_the_fast_run(xp):
+    """An engine's next step: plan() with the same options and batch size,
+    other lengths and pages. The fast run stays (same Spec, same C plan) and
+    its first run already reads the new batch; a plan() of other options
+    drops it."""
+    g = npref.rng(15)
+    table, caches = batch(g, [7, 20, 3], layers=2)
+    w = decode(xp, table)
+    kv = [xp.arr(c) for c in caches]
+    q = npref.randn(g, 3, HQ, D)
+    qx, out = xp.arr(q), xp.empty((3, HQ, D))
+    for c in kv:
+        w.run(qx, c, out=out)
+    assert fast(w)
+    table2 = npref.page_table([30, 1, 12], PAGE, g, num_pages=caches[0].shape[0])
+    w.plan(*map(xp.host, table2), HQ, HK, D, PAGE, q_data_type="float32")
+    assert fast(w)
+    for c, ref in zip(kv, caches):
+        assert w.run(qx, c, out=out) is out
+        xp.sync()
+        npref.assert_close(xp.np(out), reference(q, ref, table2)[0])
+    w.plan(*map(xp.host, table2), HQ, HK, D, PAGE, q_data_type="float32", sm_scale=0.5)
+    assert not fast(w)
+    w.run(qx, kv[0], out=out)
+    xp.sync()
+    npref.assert_close(xp.np(out), reference(q, caches[0], table2, sm_scale=0.5)[0])
+
+
 def test_decode_cache_changes_are_seen(xp):
     g = npref.rng(5)
     table, caches = batch(g, [10, 25], layers=2)
