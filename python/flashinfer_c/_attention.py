@@ -199,31 +199,47 @@ def _data_ptr(x):
 
 
 class _Arrays(list):
-    """[(name, array)] of a cache, remembering the devices it was checked on."""
+    """[(name, array)] of a cache, remembering the devices it was checked on
+    (verified_on: a KVViews entry's own set, which outlives the list)."""
 
-    def __init__(self, items):
+    def __init__(self, items, verified_on=None):
         super().__init__(items)
-        self.verified_on = set()
+        self.verified_on = set() if verified_on is None else verified_on
 
 
 class KVViews:
     """The fi_tensor views of one KV cache object (or (k_cache, v_cache) pair),
     made once and reused while the arrays live with the same shape and data
-    pointer (weak references: nothing is kept alive).
+    pointer. Weak references only: an entry never keeps a cache alive (an
+    engine that drops its KV cache gets the memory back), so `arrays` is made
+    from them at each use.
 
     kv_bytes: the K and V views as the bytes of fi_run_args' adjacent k and v
-    fields; kv_code: their fi_dtype when both have one (else -1)."""
+    fields; kv_code: their fi_dtype when both have one (else -1);
+    verified_on: the devices the arrays were checked on."""
 
-    __slots__ = ("refs", "ptrs", "shapes", "layout", "k", "v", "arrays", "kv_bytes", "kv_code")
+    __slots__ = ("refs", "ptrs", "shapes", "layout", "k", "v", "names", "verified_on",
+                 "kv_bytes", "kv_code")
 
     def __init__(self, objs, layout, k, v, arrays):
         self.refs = tuple(weakref.ref(o) for o in objs)  # TypeError: not cacheable
         self.ptrs = tuple(map(_data_ptr, objs))
         self.shapes = tuple(tuple(o.shape) for o in objs)
         self.layout = layout
-        self.k, self.v, self.arrays = k, v, arrays
+        self.k, self.v = k, v
+        # arrays are (name, obj) for objs in order (paged_kv_views_uncached);
+        # else the cache is not remembered (kv_views)
+        if len(arrays) != len(objs) or any(a is not o for (_, a), o in zip(arrays, objs)):
+            raise TypeError("arrays do not match the cache objects")
+        self.names = tuple(name for name, _ in arrays)
+        self.verified_on = set()
         self.kv_bytes = bytes(k) + bytes(v)
         self.kv_code = k.dtype if k.dtype == v.dtype else -1
+
+    @property
+    def arrays(self):
+        """[(name, array)] of the live arrays (the caller holds them)."""
+        return _Arrays([(n, r()) for n, r in zip(self.names, self.refs)], self.verified_on)
 
     def holds(self, x):
         """Whether these are still the views of cache array x (one object)."""
@@ -266,7 +282,7 @@ def kv_views(paged_kv_cache, kv_layout="NHD"):
         key, objs = id(x), (x,)
     k, v, arrays = paged_kv_views_uncached(x, kv_layout)
     try:
-        entry = KVViews(objs, kv_layout, k, v, _Arrays(arrays))
+        entry = KVViews(objs, kv_layout, k, v, arrays)
     except TypeError:  # an array type without weak references
         return None
     if len(_VIEW_CACHE) >= _VIEW_CACHE_MAX:

@@ -129,7 +129,7 @@ class FastRun:
         wrapper's layout, its arrays checked on the wrapper's device."""
         if e.kv_code != self.kv_code or e.layout != self.layout:
             return False
-        if self.device not in e.arrays.verified_on:
+        if self.device not in e.verified_on:
             return False
         if len(self.kv) >= _KV_MAX:
             self.kv.clear()

@@ -629,3 +629,27 @@ def test_fresh_out_of_the_fast_run_is_the_full_paths(xp):
                 assert o.device == qx.device and o.dtype == qx.dtype and not o.requires_grad
         xp.sync()
         npref.assert_close(xp.np(second), reference(q, caches[0], table)[0])
+
+
+def test_run_keeps_no_cache_alive(xp):
+    """The views remembered for a KV cache (and the fast run's record of it)
+    hold weak references only: a cache the engine drops is freed, as a single
+    tensor and as a (k_cache, v_cache) pair."""
+    import gc
+    import weakref
+
+    g = npref.rng(9)
+    table, caches = batch(g, [7, 20], layers=1)
+    w = decode(xp, table)
+    q = xp.arr(npref.randn(g, 2, HQ, D))
+    out = xp.empty((2, HQ, D))
+    kv = xp.arr(caches[0])
+    pair = (xp.arr(caches[0][:, 0]), xp.arr(caches[0][:, 1]))
+    for _ in range(3):  # the full run, then fast ones
+        w.run(q, kv, out=out)
+        w.run(q, pair, out=out)
+    xp.sync()
+    refs = [weakref.ref(kv), weakref.ref(pair[0]), weakref.ref(pair[1])]
+    del kv, pair
+    gc.collect()
+    assert all(r() is None for r in refs)
