@@ -45,11 +45,12 @@
  *    buffer that share no element (K and V of fi_tensor_split_kv, q and k
  *    of one fused qkv buffer) are apart.
  *  - Non-finite values (docs/SEMANTICS.md, "Non-finite values"), the same
- *    on every CPU SIMD level: a key a query does not see never affects it;
- *    a NaN or +inf logit makes that query row's O and LSE NaN; a -inf logit
- *    drops its key; NaN and infinities in V enter O = sum_j P_j v_j as IEEE
- *    arithmetic says (an infinity stays one; opposite ones, or a NaN, give
- *    NaN); a row that sees no key has O = 0 and LSE = -inf. The state
+ *    on every backend (every CPU SIMD level, the CUDA kernels): a key a
+ *    query does not see never affects it; a NaN or +inf logit makes that
+ *    query row's O and LSE NaN; a -inf logit drops its key; NaN and
+ *    infinities in V enter O = sum_j P_j v_j as IEEE arithmetic says (an
+ *    infinity stays one; opposite ones, or a NaN, give NaN); a row that
+ *    sees no key has O = 0 and LSE = -inf. The state
  *    merges: a state with LSE -inf is not read, one with LSE NaN or +inf
  *    makes the row NaN, the others are read whatever their weight.
  *

@@ -72,6 +72,7 @@
 #define FI_ATTN_NAME fi_attn_default
 #endif
 #include "variant.cuh"
+#include "exact.cuh"
 
 namespace fi_attn {
 
@@ -91,6 +92,8 @@ constexpr bool ROPE = FI_POS == 1 && !fi_v::USER; /* built-in, element-wise */
 constexpr bool TRANSFORM = fi_v::NATURAL;         /* logits leave the log2 domain */
 constexpr bool SOFTMAX = fi_v::SOFTMAX;
 constexpr bool ROW_KV = fi_v::KEY || fi_v::VALUE; /* f32 K/V rows per tile */
+/* rows whose result is not finite are computed again (exact.cuh) */
+constexpr bool EXACT = SOFTMAX && !fi_v::USER;
 
 constexpr int NT = 128, NWARP = NT / 32;
 /* lanes per key: 8, 16, 32 (the lowest set bit of a dim: the largest power
@@ -188,28 +191,6 @@ FI_DEV void load_lane_parts(const char *row, int c, float *out) {
 /* What stays fixed while one (item, KV head) runs. */
 using Item = fi_item;
 
-/* Byte offsets of key j's K and V rows (KV head included). */
-FI_DEV void kv_offsets(const fi_attn_args &a, const int32_t *kv_indices, const Item &it, int j,
-                       int64_t *ko, int64_t *vo) {
-    int64_t page = 0, slot;
-    if constexpr (PAGED) {
-        int pi, s;
-        if (a.page_shift >= 0) {
-            pi = j >> a.page_shift;
-            s = j & (a.page_size - 1);
-        } else {
-            pi = j / a.page_size;
-            s = j - pi * a.page_size;
-        }
-        page = fi_page_id<DEVICE_TABLE>(a, kv_indices[it.kv_base + pi]);
-        slot = s;
-    } else {
-        slot = it.kv_base + j;
-    }
-    *ko = page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head;
-    *vo = page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head;
-}
-
 constexpr int PER = (BN * CH + NT - 1) / NT; /* 16-byte chunks per thread per tile */
 
 /* Page ids of this thread's rows of one tile (-1: no row), fetched a tile
@@ -266,7 +247,7 @@ FI_DEV void load_tile(const fi_attn_args &a, const int32_t *kv_indices, const It
             unsigned char *dst = ks + key * KROW + d * KB;
             if (j < it.k1) {
                 int64_t ko, vo;
-                kv_offsets(a, kv_indices, it, j, &ko, &vo);
+                fi_kv_offsets<PAGED, DEVICE_TABLE>(a, kv_indices, it, j, &ko, &vo);
                 fi_copy_raw<KB>((char *)dst, a.k + ko + d * a.k_dim);
             } else {
                 fi_zero_raw<KB>((char *)dst);
@@ -277,7 +258,7 @@ FI_DEV void load_tile(const fi_attn_args &a, const int32_t *kv_indices, const It
             unsigned char *dst = vs + key * VROW + d * KB;
             if (j < it.k1) {
                 int64_t ko, vo;
-                kv_offsets(a, kv_indices, it, j, &ko, &vo);
+                fi_kv_offsets<PAGED, DEVICE_TABLE>(a, kv_indices, it, j, &ko, &vo);
                 fi_copy_raw<KB>((char *)dst, a.v + vo + d * a.v_dim);
             } else {
                 fi_zero_raw<KB>((char *)dst);
@@ -511,7 +492,7 @@ FI_DEV void compute_tile(const fi_attn_args &a, const Item &it, int rb, int c, i
 /* Merge the NG key groups' states in group order; write O and LSE (or the
  * item's partial rows). use_softmax = 0: the groups' sums add, LSE is 0.
  * An output hook sees each write-through row once, in shared memory. */
-FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, int g,
+FI_DEV bool finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, int g,
                         const fi_variant_params &P, unsigned char *smem, const State &S) {
     float *red_o = (float *)smem;
     float *red_m = red_o + NG * RM * DVO;
@@ -521,6 +502,7 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
     float *row_lse = row_inv + RM;
     float *out_rows = row_lse + RM; /* [RM][DVO], output hook */
     const int tid = threadIdx.x;
+    bool bad = false; /* this thread wrote an element that is not finite */
     const float vsc = fi_v::VALUE ? 1.0f : a.v_scale; /* V rows dequantised already */
 #pragma unroll
     for (int r = 0; r < RM; r++) {
@@ -547,7 +529,8 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
             L = fmaf(w, red_l[gg * RM + r], L);
         }
         row_inv[r] = L > 0.0f ? vsc / L : 0.0f;
-        row_lse[r] = L > 0.0f ? M + log2f(L) : FI_NEG_INF;
+        /* NaN where a NaN or +inf logit was seen: a merge must not skip it */
+        row_lse[r] = L > 0.0f ? M + log2f(L) : L == 0.0f ? FI_NEG_INF : FI_NAN;
     }
     __syncthreads();
     const int H = a.num_qo_heads;
@@ -574,6 +557,7 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
             for (int gg = 0; gg < NG; gg++) acc = fmaf(red_w[gg * RM + r], red_o[(gg * RM + r) * DVO + d], acc);
             acc *= row_inv[r];
         }
+        bad = bad || (EXACT && !fi_finite(acc));
         const int t = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
         if (it.prow >= 0) {
             int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
@@ -585,12 +569,24 @@ FI_DEV void finish_rows(const fi_attn_args &a, const Item &it, int rb, int c, in
             if (d == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = row_lse[r];
         }
     }
-    __syncthreads(); /* the stages are reused by the next block */
+    /* the stages are reused by the next block; whether some row is not
+     * finite (it is computed again: recheck) */
+    return __syncthreads_or(bad);
+}
+
+/* Item `it`'s rows that are not finite as written, again, exactly
+ * (exact.cuh): a warp a row. After run_item's closing barrier. */
+FI_DEV void recheck(const fi_attn_args &a, const fi_view &v, const Item &it) {
+    for (int p = threadIdx.x >> 5; p < it.rows; p += NWARP)
+        fi_exact_recheck<QT, KT, OT, DQK, DVO, GROUP, PAGED, DEVICE_TABLE, CAUSAL, ROPE>(
+            a, it, v.kv_indices, v.mask_offset, v.alibi, p);
 }
 
 /* One (item, KV head) on CUDA cores, every row block; smem holds
- * SMEM_BYTES. Every thread of the CTA calls it; it ends with a barrier. */
-FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
+ * SMEM_BYTES. Every thread of the CTA calls it; it ends with a barrier.
+ * Returns (uniformly) whether a row came out not finite (EXACT: recheck
+ * computes it again). */
+FI_DEV bool run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
     const int32_t *kv_indices = v.kv_indices;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = lane % TX, g = warp * KG + lane / TX;
@@ -605,6 +601,7 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
     Item it = item;
     it.mask_bit0 = fi_v::mask_bit0(VP, v.mask_offset, it.req);
     const int ntiles = (it.k1 - it.k0 + BN - 1) / BN;
+    bool redo = false;
     for (int rb = 0; rb < it.rows; rb += RM) {
         load_q(a, it, rb, c, VP, smem, S);
         Pages P; /* the page ids of the next tile to load */
@@ -635,8 +632,9 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
             __syncthreads();
         }
         fi_cp_async_wait<0>();
-        finish_rows(a, it, rb, c, g, VP, smem, S);
+        redo = finish_rows(a, it, rb, c, g, VP, smem, S) || redo;
     }
+    return redo;
 }
 
 } /* namespace fi_attn */
@@ -655,10 +653,17 @@ FI_ATTN_NAME(const fi_attn_args a) {
     const fi_item_rec *items = fi_items(a, gridDim.x);
     int ib, ie;
     fi_worker_range(a, gridDim.x, blockIdx.x, ib, ie);
+    bool redo = false;
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
             if (fi_item_on_tc(a, items, n, GROUP)) continue; /* attention_tc.cuh's */
-            run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
+            redo = run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem) || redo;
         }
+    /* rows that came out not finite, again, after the item loops (inside
+     * them the path changed the loops' code: exact.cuh) */
+    if (EXACT && redo)
+        for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
+            for (int n = ib; n < ie; n++)
+                if (!fi_item_on_tc(a, items, n, GROUP)) recheck(a, v, fi_item_load(items, n, hkv, GROUP));
 }
 #endif

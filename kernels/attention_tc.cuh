@@ -64,6 +64,7 @@
 #define FI_ATTN_TC_NAME fi_attn_tc_default
 #endif
 #include "variant.cuh"
+#include "exact.cuh"
 
 namespace fi_tc {
 
@@ -79,6 +80,8 @@ constexpr bool SOFTMAX = fi_v::SOFTMAX;
 constexpr bool ROWS = fi_v::QUERY || fi_v::KEY || fi_v::VALUE;
 static_assert(FI_POS != 1 || fi_v::USER, "built-in RoPE runs on the CUDA-core kernel");
 constexpr bool BF16 = QT == FI_T_BF16;
+/* rows whose result is not finite are computed again (exact.cuh) */
+constexpr bool EXACT = SOFTMAX && !fi_v::USER;
 
 #ifndef FI_TC_MT
 #define FI_TC_MT 2
@@ -319,8 +322,9 @@ constexpr bool L_SMEM = !STANDALONE && MT == 2 && DQK + DVO > 128;
 /* One (item, KV head) on tensor cores, every 128-row block; smem holds
  * SMEM_BYTES (dynamic shared memory, 128-byte aligned). Every thread of the
  * CTA calls it; it ends with a barrier. */
-FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
+FI_DEV bool run_item(const fi_attn_args &a, const fi_view &v, const Item &item, unsigned char *smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    bool redo = false; /* a row of this warp's came out not finite (recheck) */
     const int g = lane >> 2, tq = lane & 3;
     fi_variant_params VP = fi_v::params(a, v.alibi);
     unsigned char *qs = smem;
@@ -671,9 +675,16 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
                 L += __shfl_xor_sync(0xffffffffu, L, 1);
                 L += __shfl_xor_sync(0xffffffffu, L, 2);
                 const int p = rb + warp * (MT * 16) + mt * 16 + g + 8 * h;
-                if (p >= it.rows) continue;
                 const float inv = !SOFTMAX ? a.v_scale : L > 0.0f ? a.v_scale / L : 0.0f;
-                const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[mt][h] + log2f(L) : FI_NEG_INF;
+                const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[mt][h] + log2f(L) : L == 0.0f ? FI_NEG_INF : FI_NAN;
+                if constexpr (EXACT) {
+                    bool bad = !(L < FI_POS_INF); /* NaN: a NaN or +inf logit */
+#pragma unroll
+                    for (int d = 0; d < DT; d++)
+                        bad = bad || !fi_finite(o[mt][d][2 * h] * inv) || !fi_finite(o[mt][d][2 * h + 1] * inv);
+                    redo = __any_sync(0xffffffffu, bad && p < it.rows) || redo;
+                }
+                if (p >= it.rows) continue;
                 const int t = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
                 if (hook) {
                     const int rl = p - rb;
@@ -733,6 +744,20 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &item, 
         }
         __syncthreads(); /* Q and the stages are reused by the next block */
     }
+    return redo;
+}
+
+/* Item `it`'s rows of this warp (as run_item wrote them) that are not
+ * finite, again, exactly (exact.cuh). */
+FI_DEV void recheck(const fi_attn_args &a, const fi_view &v, const Item &it) {
+    const int warp = threadIdx.x >> 5;
+    for (int rb = 0; rb < it.rows; rb += BM)
+        for (int i = 0; i < MT * 16; i++) {
+            const int p = rb + warp * (MT * 16) + i;
+            if (p < it.rows)
+                fi_exact_recheck<QT, QT, OT, DQK, DVO, GROUP, PAGED, DEVICE_TABLE, CAUSAL, false>(
+                    a, it, v.kv_indices, v.mask_offset, v.alibi, p);
+        }
 }
 
 } /* namespace fi_tc */
@@ -757,10 +782,17 @@ FI_ATTN_TC_NAME(const fi_attn_args a) {
     const fi_item_rec *items = fi_items(a, gridDim.x);
     int ib, ie;
     fi_worker_range(a, gridDim.x, blockIdx.x, ib, ie);
+    bool redo = false;
     for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
         for (int n = ib; n < ie; n++) {
             if (!fi_item_on_tc(a, items, n, GROUP)) continue; /* the CUDA-core kernel's */
-            run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem);
+            redo = run_item(a, v, fi_item_load(items, n, hkv, GROUP), smem) || redo;
         }
+    /* this warp's rows that came out not finite, again, after the item
+     * loops (exact.cuh) */
+    if (EXACT && redo)
+        for (int hkv = blockIdx.y; hkv < a.num_kv_heads; hkv += gridDim.y)
+            for (int n = ib; n < ie; n++)
+                if (fi_item_on_tc(a, items, n, GROUP)) recheck(a, v, fi_item_load(items, n, hkv, GROUP));
 }
 #endif

@@ -53,6 +53,7 @@
 #define FI_ATTN_WG_NAME fi_attn_wg_default
 #endif
 #include "variant.cuh"
+#include "exact.cuh"
 #include "wgmma.cuh"
 
 namespace fi_wg {
@@ -67,6 +68,8 @@ constexpr bool WINDOW = FI_WINDOW != 0;
 constexpr bool TRANSFORM = fi_v::NATURAL;
 constexpr bool SOFTMAX = fi_v::SOFTMAX;
 constexpr bool BF16 = QT == FI_T_BF16;
+/* rows whose result is not finite are computed again (exact.cuh) */
+constexpr bool EXACT = SOFTMAX && !fi_v::USER;
 static_assert(QT == FI_T_F16 || QT == FI_T_BF16, "16-bit Q/KV");
 static_assert(!fi_v::QUERY && !fi_v::KEY && !fi_v::VALUE && !fi_v::OUTPUT,
               "row and output hooks run on attention_tc.cuh");
@@ -117,6 +120,14 @@ FI_DEV void bar_arrive_copies(uint32_t bar) {
 /* generic-proxy writes (cp.async, stores) ordered before wgmma's reads */
 FI_DEV void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 FI_DEV void named_sync(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+/* The last barrier (id 4) of all NT threads: whether any of them passed
+ * pred (barrier.red.or); the CTA's writes before it are visible after. */
+FI_DEV bool all_done_or(bool pred) {
+    uint32_t r;
+    asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; barrier.red.or.pred q, 4, %2, p; selp.u32 %0, 1, 0, q; }"
+                 : "=r"(r) : "r"((uint32_t)pred), "n"(NT) : "memory");
+    return r != 0;
+}
 
 template <bool B16 = BF16>
 FI_DEV uint32_t pack2(float lo, float hi) {
@@ -237,6 +248,17 @@ FI_DEV void produce(const fi_attn_args &a, const fi_view &v, unsigned char *sm, 
             bar_arrive_copies(bars + st * 8);
         }
     });
+    /* the consumers' rows that came out not finite, again, exactly
+     * (exact.cuh), by this warpgroup once they are done: in the consumers
+     * (after their loop, inlined or called) the path moved their per-tile
+     * stage and descriptor arithmetic out of the uniform registers */
+    if (EXACT && all_done_or(false))
+        for_each_block(a, [&](const Item &it, int rb) {
+            const int last = rb + BM < it.rows ? rb + BM : it.rows;
+            for (int p = rb + (t >> 5); p < last; p += 4)
+                fi_exact_recheck<QT, QT, OT, DQK, DVO, GROUP, PAGED, DEVICE_TABLE, CAUSAL, false>(
+                    a, it, v.kv_indices, v.mask_offset, v.alibi, p);
+        });
 }
 
 /* Q rows [r0, r0 + 64) of the item (zeros past its rows) into rows
@@ -274,6 +296,7 @@ FI_DEV void consume(const fi_attn_args &a, const fi_view &v, uint32_t sm_a, int 
     fi_variant_params VP = fi_v::params(a, v.alibi);
     constexpr int NTILE = BN / 8, DT = DVO / 8;
     int n = 0;
+    bool redo = false; /* a row of this warp's came out not finite */
     for_each_block(a, [&](const Item &item, int rb) {
         Item it = item;
         it.mask_bit0 = fi_v::mask_bit0(VP, v.mask_offset, it.req);
@@ -444,9 +467,18 @@ FI_DEV void consume(const fi_attn_args &a, const fi_view &v, uint32_t sm_a, int 
             L += __shfl_xor_sync(0xffffffffu, L, 1);
             L += __shfl_xor_sync(0xffffffffu, L, 2);
             const int p = r0 + warp * 16 + g + 8 * h;
-            if (p >= it.rows) continue;
             const float inv = !SOFTMAX ? a.v_scale : L > 0.0f ? a.v_scale / L : 0.0f;
-            const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[h] + log2f(L) : FI_NEG_INF;
+            const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? m[h] + log2f(L) : L == 0.0f ? FI_NEG_INF : FI_NAN;
+            if constexpr (EXACT) {
+                float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int d = 0; d < DT; d++) {
+                    s0 += fabsf(o[4 * d + 2 * h]);
+                    s1 += fabsf(o[4 * d + 2 * h + 1]);
+                }
+                redo = redo || (p < it.rows && fi_row_bad(s0 + s1, inv, L));
+            }
+            if (p >= it.rows) continue;
             const int tk = it.q0 + p / GROUP, head = it.hkv * GROUP + p % GROUP;
             if (it.prow >= 0) {
                 const int64_t row = (int64_t)(it.prow + tk - it.q0) * H + head;
@@ -477,6 +509,8 @@ FI_DEV void consume(const fi_attn_args &a, const fi_view &v, uint32_t sm_a, int 
             }
         }
     });
+    /* rows that came out not finite: the producer computes them again */
+    if (EXACT) all_done_or(redo);
 }
 
 } /* namespace fi_wg */

@@ -299,8 +299,9 @@ FI_DEV void pv_step(float (&o)[NO][4], const float (&s0)[4], const float (&s1)[4
 }
 
 /* One (item, KV head), it.rows <= 16; smem holds fi_tc::SMEM_BYTES. Every
- * thread of the CTA calls it; it ends with a barrier. */
-FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
+ * thread of the CTA calls it; it ends with a barrier. Returns (uniformly)
+ * whether a row came out not finite. */
+FI_DEV bool run_item(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;
     unsigned char *qs = smem, *kvs = smem + DQ_BYTES;
@@ -458,11 +459,15 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
     }
     __syncthreads();
     const int H = a.num_qo_heads;
+    bool bad = false; /* this thread wrote an element that is not finite */
     for (int idx = threadIdx.x; idx < it.rows * DVO; idx += NT) {
         const int r = idx / DVO, d = idx % DVO;
-        float M = FI_NEG_INF;
+        float M = FI_NEG_INF, Lsum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < NSLOT; w++) M = fmaxf(M, red_m[w * 16 + r]);
+        for (int w = 0; w < NSLOT; w++) {
+            M = fmaxf(M, red_m[w * 16 + r]);
+            Lsum += red_l[w * 16 + r]; /* NaN where a slot saw a NaN or +inf logit */
+        }
         float L = 0.0f, acc = 0.0f;
         if (M != FI_NEG_INF) {
 #pragma unroll
@@ -473,7 +478,9 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
             }
         }
         acc *= L > 0.0f ? a.v_scale / L : 0.0f;
-        const float lse = L > 0.0f ? M + log2f(L) : FI_NEG_INF;
+        float lse = L > 0.0f ? M + log2f(L) : FI_NEG_INF;
+        if (!(Lsum < FI_POS_INF)) acc = lse = FI_NAN; /* the contract's row, and seen below */
+        bad = bad || !fi_finite(acc);
         const int t = it.q0 + r / GROUP, head = it.hkv * GROUP + r % GROUP;
         if (it.prow >= 0) {
             const int64_t row = (int64_t)(it.prow + t - it.q0) * H + head;
@@ -485,30 +492,39 @@ FI_DEV void run_item(const fi_attn_args &a, const fi_view &v, const Item &it, un
             if (d == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)head * a.lse_head] = lse;
         }
     }
-    __syncthreads(); /* smem is reused by the next item */
+    /* smem is reused by the next item; whether a row came out not finite
+     * (computed again: recheck) */
+    return __syncthreads_or(bad);
+}
+
+/* Item `it`'s rows that are not finite as written, again, exactly
+ * (exact.cuh): a warp a row. After run_item's closing barrier. */
+FI_DEV void recheck(const fi_attn_args &a, const fi_view &v, const Item &it) {
+    for (int p = threadIdx.x >> 5; p < it.rows; p += NWARP)
+        fi_exact_recheck<QT, FP8 ? FI_KVT : QT, OT, DQK, DVO, GROUP, PAGED, DEVICE_TABLE, CAUSAL, false>(
+            a, it, v.kv_indices, v.mask_offset, v.alibi, p);
 }
 
 /* Any item, in slices of whole tokens of at most MAX_ROWS packed rows (the
  * decode form of persistent.cuh, which has no 128-row path, takes wide
  * items this way: correct, but each slice reads the item's keys again). */
-FI_DEV void run_sliced(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
+FI_DEV bool run_sliced(const fi_attn_args &a, const fi_view &v, const Item &it, unsigned char *smem) {
     static_assert(GROUP <= MAX_ROWS, "a token's rows fit one slice");
     constexpr int PER = MAX_ROWS / GROUP; /* tokens per slice */
     const int T = it.rows / GROUP;
     /* one slice: the item as it is. The loop below would do the same, but
      * this second inlined copy of run_item is measured faster at d 64 and
      * 128; beside SPLIT's, ptxas spilled (NVRTC, causal + window) */
-    if (!SPLIT && T <= PER) {
-        run_item(a, v, it, smem);
-        return;
-    }
+    if (!SPLIT && T <= PER) return run_item(a, v, it, smem);
+    bool redo = false;
     for (int t0 = 0; t0 < T; t0 += PER) {
         Item s = it;
         s.q0 = it.q0 + t0;
         s.rows = (T - t0 < PER ? T - t0 : PER) * GROUP;
         if (it.prow >= 0) s.prow = it.prow + t0; /* partial rows follow the tokens */
-        run_item(a, v, s, smem);
+        redo = run_item(a, v, s, smem) || redo;
     }
+    return redo;
 }
 
 } /* namespace fi_dtc */

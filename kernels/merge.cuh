@@ -8,6 +8,11 @@
  *   M = max_s lse_s;  w_s = 2^(lse_s - M);  O = sum_s w_s o_s / sum_s w_s
  *   LSE = M + log2(sum_s w_s);  states with lse = -inf contribute nothing.
  *
+ * Non-finite values (docs/SEMANTICS.md): a state with LSE NaN or +inf makes
+ * the row's O and LSE NaN; every other state with a finite LSE is read
+ * whatever its weight (a NaN in its O reaches the row); a row whose f32
+ * sums are not finite without that is summed again in f64 (exact_columns).
+ *
  * A user variant's merge (FI_VARIANT, kernels/variant.cuh): use_softmax = 0
  * sums the partial rows (LSE written as 0); an output hook runs once on each
  * merged row (a warp's row staged in shared memory, lane 0 calls it).
@@ -50,12 +55,49 @@ struct Sources {
     FI_DEV int64_t row(int k) const { return idx ? __ldg(idx + k) : first + (int64_t)k * step; }
 };
 
+/* A merged row whose f32 sums came out not finite though no state is
+ * poisoned: lane `sub`'s float4 columns (sub, sub + LPP, ...) summed again
+ * in f64, as src/cpu/run.c merges, so that finite states never overflow
+ * to an infinity (an infinity or NaN in a state's O stays one). Lane-local:
+ * only the lanes with such a column call it. */
+template <int LPP, int PERL>
+FI_DEV void exact_columns(const fi_attn_args &a, const Sources &S, int h, float M, int sub,
+                          float4 *acc) {
+    constexpr int C4 = DVO / 4;
+    double sum[PERL][4], L = 0.0;
+#pragma unroll
+    for (int j = 0; j < PERL; j++) sum[j][0] = sum[j][1] = sum[j][2] = sum[j][3] = 0.0;
+    for (int k = 0; k < S.n; k++) {
+        const int64_t row = S.row(k) * a.num_qo_heads + h;
+        const float lk = __ldcg(a.partial_lse + row);
+        if (lk == FI_NEG_INF) continue; /* not read */
+        const double w = exp2((double)lk - M);
+        L += w;
+        const float4 *po = reinterpret_cast<const float4 *>(a.partial_o + row * DVO);
+#pragma unroll
+        for (int j = 0; j < PERL; j++) {
+            if (sub + j * LPP >= C4) continue;
+            const float4 x = __ldcg(po + sub + j * LPP);
+            sum[j][0] += w * x.x;
+            sum[j][1] += w * x.y;
+            sum[j][2] += w * x.z;
+            sum[j][3] += w * x.w;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PERL; j++)
+        acc[j] = make_float4((float)(sum[j][0] / L), (float)(sum[j][1] / L), (float)(sum[j][2] / L),
+                             (float)(sum[j][3] / L));
+}
+
 /* Merge output token tok from the sources S, query head h, by a group
  * of LPP lanes (lanes [base, base + LPP) of a warp, LPP a power of two,
  * every lane of the group calling with the same row and head); `rows`: the
  * group's [DVO + 1] floats of shared memory (the output hook's row; LPP =
  * 32 only). Lane `sub` of the group owns the float4 columns sub, sub + LPP,
- * ... of the row; SRC_UNROLL sources are loaded at a time.
+ * ... of the row; SRC_UNROLL sources are loaded at a time. F64: a row
+ * whose f32 sums are not finite (no state poisoned) is summed again in f64
+ * here; else the call returns true for it (the caller computes it again). 
  *
  * The sources' states are loaded LPP at a time, one per lane (source
  * index, then LSE), and handed round by shuffles, so a row of n sources
@@ -66,8 +108,8 @@ struct Sources {
  * Partial states are read through L2 (ld.global.cg): in persistent.cuh's
  * fused merge other CTAs wrote them; the plan's arrays do not change during
  * a launch (ld.global.nc). */
-template <int LPP, int SRC_UNROLL = 8>
-FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, Sources S, int h,
+template <int LPP, int SRC_UNROLL = 8, bool F64 = true>
+FI_DEV bool merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, Sources S, int h,
                        const fi_variant_params &VP, float *rows) {
     static_assert(LPP >= 1 && LPP <= 32 && (LPP & (LPP - 1)) == 0, "lanes per row");
     static_assert(LPP == 32 || !fi_v::OUTPUT, "output hook: a warp per row");
@@ -111,17 +153,24 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
 #pragma unroll
     for (int k = 0; k < PRE; k++) load_row(k, xp[k], k < n0);
     float M = 0.0f; /* no softmax: weights 1, the partial sums add */
+    bool poisoned = false; /* a state with LSE NaN or +inf: the row is NaN */
     if (SOFTMAX) {
         M = l;
-        for (int k = sub + LPP; k < n; k += LPP) M = fmaxf(M, __ldcg(a.partial_lse + S.row(k) * H + h));
+        poisoned = !(l < FI_POS_INF);
+        for (int k = sub + LPP; k < n; k += LPP) {
+            const float lk = __ldcg(a.partial_lse + S.row(k) * H + h);
+            M = fmaxf(M, lk);
+            poisoned = poisoned || !(lk < FI_POS_INF);
+        }
 #pragma unroll
         for (int off = LPP / 2; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(gmask, M, off));
+        poisoned = __any_sync(gmask, poisoned);
     }
     float4 acc[PERL];
 #pragma unroll
     for (int j = 0; j < PERL; j++) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float L = 0.0f;
-    if (M != FI_NEG_INF) {
+    if (M != FI_NEG_INF && !poisoned) {
         for (int b = 0; b < n; b += LPP) {
             if (b != 0 && b + sub < n) {
                 row = S.row(b + sub) * H + h;
@@ -165,16 +214,24 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
             for (; k < nb; k++) add_source(k);
         }
     }
-    const float inv = !SOFTMAX ? 1.0f : L > 0.0f ? 1.0f / L : 0.0f;
-    const float lse = !SOFTMAX ? 0.0f : L > 0.0f ? M + log2f(L) : FI_NEG_INF;
+    const float inv = !SOFTMAX ? 1.0f : poisoned ? FI_NAN : L > 0.0f ? 1.0f / L : 0.0f;
+    const float lse = !SOFTMAX ? 0.0f : poisoned ? FI_NAN : L > 0.0f ? M + log2f(L) : FI_NEG_INF;
     char *o = a.o + tok * a.o_tok + (int64_t)h * a.o_head;
+    bool finite = true;
 #pragma unroll
     for (int j = 0; j < PERL; j++) {
         acc[j].x *= inv;
         acc[j].y *= inv;
         acc[j].z *= inv;
         acc[j].w *= inv;
+        finite = finite && fabsf(acc[j].x) < FI_POS_INF && fabsf(acc[j].y) < FI_POS_INF && fabsf(acc[j].z) < FI_POS_INF &&
+                 fabsf(acc[j].w) < FI_POS_INF;
     }
+    /* not finite though no state is poisoned: a NaN or infinity in a
+     * state's O, or a sum past f32; F64: the columns summed again here
+     * (else the caller computes the row again: persistent.cuh) */
+    const bool redo = SOFTMAX && !poisoned && L > 0.0f && __any_sync(gmask, !finite);
+    if (F64 && redo && !finite) exact_columns<LPP, PERL>(a, S, h, M, sub, acc);
     if constexpr (fi_v::OUTPUT) {
 #pragma unroll
         for (int j = 0; j < PERL; j++) {
@@ -217,6 +274,7 @@ FI_DEV void merge_pair(const fi_attn_args &a, const fi_meta *meta, int64_t tok, 
         }
     }
     if (sub == 0 && a.lse) a.lse[tok * a.lse_tok + (int64_t)h * a.lse_head] = lse;
+    return !F64 && redo;
 }
 
 /* Lanes per row for a CTA that merges many rows at once (persistent.cuh's

@@ -85,7 +85,9 @@ constexpr int MIN_BLOCKS = TC || DECODE_FORM ? 2 : fi_attn::MIN_BLOCKS;
 static_assert(fi_attn::NT == NT, "one block size");
 static_assert(!fi_v::USER, "user variants run the separate kernels");
 
-/* Merge row r's count for KV head hkv (a.merge_count, finish_split) */
+/* Merge row r's count for KV head hkv (a.merge_count, finish_split); CLAIM:
+ * merged, to be computed again (fix_rows) */
+constexpr int32_t CLAIM = -1;
 FI_DEV int32_t *count_word(const fi_attn_args &a, int r, int hkv) {
     return a.merge_count + (int64_t)r * a.num_kv_heads + hkv;
 }
@@ -102,18 +104,23 @@ FI_DEV fi_merge::Sources sources(const fi_part_merge &m) {
  * item's end: measured faster on split decodes). */
 template <int LPP>
 FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_item &it,
-                            const fi_part_merge *mrow, int pairs, const fi_variant_params &VP) {
+                            const fi_part_merge *mrow, int *mredo, int pairs,
+                            const fi_variant_params &VP) {
     for (int pair = threadIdx.x / LPP; pair < pairs; pair += NT / LPP) {
         const fi_part_merge m = mrow[pair / GROUP];
-        if (m.r >= 0)
-            fi_merge::merge_pair<LPP, 4>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
-                                         VP, nullptr);
+        if (m.r >= 0 &&
+            fi_merge::merge_pair<LPP, 4, false>(a, v.meta, m.tok, sources(m), it.hkv * GROUP + pair % GROUP,
+                                                VP, nullptr))
+            mredo[pair / GROUP] = 1;
     }
 }
 
 /* After split item `it` wrote its partial rows: count its tokens in, and
  * merge the rows this CTA completed. mrow: shared [NT], the completed rows'
- * merges (r = -1: not this CTA's to merge). Every thread calls.
+ * merges (r = -1: not this CTA's to merge); mredo: shared [NT], whether
+ * that merged row came out not finite: its count is left at CLAIM (-1) for
+ * fix_rows to compute it again, and the call returns true. Every thread
+ * calls.
  *
  * The count is the merge's only synchronisation: the barrier orders every
  * thread's partial rows before it (CTA scope), its release carries them to
@@ -124,10 +131,11 @@ FI_DEV void merge_completed(const fi_attn_args &a, const fi_view &v, const fi_it
  * barrier and one after the count, the record loaded between them, was
  * measured slower; so were tickets taken before the partial rows, the
  * merger waiting for the others' written count.) */
-FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
-                         fi_part_merge *mrow) {
+FI_DEV bool finish_split(const fi_attn_args &a, const fi_view &v, const fi_item &it,
+                         fi_part_merge *mrow, int *mredo) {
     const fi_variant_params VP = fi_v::params(a, v.alibi);
     const int T = it.rows / GROUP;
+    bool redo = false;
     for (int t0 = 0; t0 < T; t0 += NT) {
         const int t = t0 + threadIdx.x;
         fi_part_merge pm = {-1, 0, 0, 0};
@@ -139,6 +147,7 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
         if (t < T && fi_atomic_add_acq_rel(count_word(a, pm.r, it.hkv), 1) != sources(pm).n - 1)
             pm.r = -1; /* the last source to count in merges */
         mrow[threadIdx.x] = pm;
+        mredo[threadIdx.x] = 0;
         __syncthreads();
         /* (row, query head) pairs: a warp each (a decode's rows: their many
          * sources are loaded 32 at a time), or with a 128-row path and more
@@ -147,19 +156,80 @@ FI_DEV void finish_split(const fi_attn_args &a, const fi_view &v, const fi_item 
          * per warp; the decode form keeps to warps: the wide path's
          * registers would cost it a CTA per SM at d 64). */
         const int pairs = (T - t0 < NT ? T - t0 : NT) * GROUP;
-        if (!TC || pairs <= NWARP) merge_completed<32>(a, v, it, mrow, pairs, VP);
-        else merge_completed<fi_merge::LPP_WIDE>(a, v, it, mrow, pairs, VP);
+        if (!TC || pairs <= NWARP) merge_completed<32>(a, v, it, mrow, mredo, pairs, VP);
+        else merge_completed<fi_merge::LPP_WIDE>(a, v, it, mrow, mredo, pairs, VP);
         __syncthreads(); /* mrow is rewritten next */
-        if (t < T && pm.r >= 0) *count_word(a, pm.r, it.hkv) = 0; /* every source is in */
+        if (t < T && pm.r >= 0) { /* every source is in */
+            if (mredo[threadIdx.x]) {
+                __threadfence(); /* the merged row before the claim */
+                atomicExch(count_word(a, pm.r, it.hkv), CLAIM);
+                redo = true;
+            } else {
+                *count_word(a, pm.r, it.hkv) = 0;
+            }
+        }
     }
+    return redo;
+}
+
+/* The rows of this CTA's items (worker w's, KV heads h0, h0 + hs, ...)
+ * that came out not finite, again, exactly (exact.cuh), once the items are
+ * done: an unsplit item's rows as written (recheck, on the path that ran
+ * it), and the merged rows of split items left at CLAIM by their merger
+ * (finish_split), each taken by one CTA (the merger, or another holding a
+ * source of it) and computed over the request's keys whole. A call, after
+ * the item loop: inlined in it, or called from it, the path cost the tile
+ * loops registers (spills; uniform arithmetic moved to IMAD + R2UR, as
+ * measured in attention_wg.cuh). Every thread calls. */
+__device__ __noinline__ void fix_rows(const fi_attn_args &a, int W, int w, int h0, int hs) {
+    using namespace fi_attn; /* the configuration of every path */
+    int ib, ie;
+    fi_worker_range(a, W, w, ib, ie);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int hkv = h0; hkv < a.num_kv_heads; hkv += hs)
+        for (int n = ib; n < ie; n++) {
+            const fi_view v = fi_view_of(a);
+            const fi_item it = fi_item_load(fi_items(a, W), n, hkv, GROUP);
+            if (it.prow < 0) {
+#if FI_TC && FI_DTC
+                if (it.rows > fi_dtc::MAX_ROWS) fi_tc::recheck(a, v, it);
+                else fi_dtc::recheck(a, v, it);
+#elif FI_DTC
+                fi_dtc::recheck(a, v, it);
+#elif FI_TC
+                if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) fi_tc::recheck(a, v, it);
+                else fi_attn::recheck(a, v, it);
+#else
+                fi_attn::recheck(a, v, it);
+#endif
+                continue;
+            }
+            for (int t = warp; t < it.rows / GROUP; t += NWARP) {
+                const fi_part_merge pm = v.part_merge[it.prow + t];
+                int claimed = 0;
+                if (lane == 0) claimed = atomicCAS(count_word(a, pm.r, hkv), CLAIM, 0) == CLAIM;
+                if (!__shfl_sync(0xffffffffu, claimed, 0)) continue;
+                __threadfence(); /* after the merger's row */
+                fi_item row = it; /* the token's rows over every key of the request */
+                row.q0 = it.q0 + t;
+                row.rows = GROUP;
+                row.k0 = 0;
+                row.k1 = it.kv_len;
+                row.prow = -1;
+                for (int p = 0; p < GROUP; p++)
+                    fi_exact_row<QT, KT, OT, DQK, DVO, GROUP, PAGED, DEVICE_TABLE, CAUSAL, ROPE>(
+                        a, row, v.kv_indices, v.mask_offset, v.alibi, p);
+            }
+        }
 }
 } /* namespace fi_pers */
 
 extern "C" __global__ void __launch_bounds__(fi_pers::NT, fi_pers::MIN_BLOCKS)
-FI_PERSIST_NAME(const fi_attn_args a) {
+FI_PERSIST_NAME(const __grid_constant__ fi_attn_args a) {
     using namespace fi_pers;
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ fi_part_merge mrow[NT];
+    __shared__ int mredo[NT];
     {
         uint32_t dyn;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
@@ -174,6 +244,7 @@ FI_PERSIST_NAME(const fi_attn_args a) {
     fi_worker_range(a, W, w, ib, ie);
     fi_pdl_wait();
     fi_mark_upload_read(a);
+    bool redo = false; /* a row came out not finite (exact.cuh) */
     for (int hkv = h0; hkv < a.num_kv_heads; hkv += hs)
         for (int n = ib; n < ie; n++) {
             /* the view is re-read per item (header loads, L1 hits) rather
@@ -181,19 +252,23 @@ FI_PERSIST_NAME(const fi_attn_args a) {
              * state spilled ~200 bytes with it held */
             const fi_view v = fi_view_of(a);
             const fi_item it = fi_item_load(fi_items(a, W), n, hkv, GROUP);
+            /* (fix_rows takes the same paths) */
 #if FI_TC && FI_DTC
             /* the host launches this kernel only when K/V rows can be
              * copied 16 bytes at a time (a.tc_min_rows > 0) */
-            if (it.rows > fi_dtc::MAX_ROWS) fi_tc::run_item(a, v, it, smem);
-            else fi_dtc::run_item(a, v, it, smem);
+            if (it.rows > fi_dtc::MAX_ROWS) redo = fi_tc::run_item(a, v, it, smem) || redo;
+            else redo = fi_dtc::run_item(a, v, it, smem) || redo;
 #elif FI_DTC /* the decode form: wide items in 16-row slices */
-            fi_dtc::run_sliced(a, v, it, smem);
+            redo = fi_dtc::run_sliced(a, v, it, smem) || redo;
 #elif FI_TC
-            if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) fi_tc::run_item(a, v, it, smem);
-            else fi_attn::run_item(a, v, it, smem);
+            if (a.tc_min_rows > 0 && it.rows >= a.tc_min_rows) redo = fi_tc::run_item(a, v, it, smem) || redo;
+            else redo = fi_attn::run_item(a, v, it, smem) || redo;
 #else
-            fi_attn::run_item(a, v, it, smem);
+            redo = fi_attn::run_item(a, v, it, smem) || redo;
 #endif
-            if (it.prow >= 0) finish_split(a, v, it, mrow);
+            if (it.prow >= 0) redo = finish_split(a, v, it, mrow, mredo) || redo;
         }
+    /* rows that came out not finite (a split item's: their merges left at
+     * CLAIM), again, exactly */
+    if (__syncthreads_or(redo)) fix_rows(a, W, w, h0, hs);
 }

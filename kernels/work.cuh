@@ -54,6 +54,31 @@ struct fi_item {
     int hkv;
 };
 
+/* Byte offsets of key j's K and V rows of item `it` (its KV head
+ * included): through the page table (PAGED; ids clamped where the table is
+ * the device's, DEVICE_TABLE) or the request's first token (ragged). */
+template <bool PAGED, bool DEVICE_TABLE>
+FI_DEV void fi_kv_offsets(const fi_attn_args &a, const int32_t *kv_indices, const fi_item &it,
+                          int j, int64_t *ko, int64_t *vo) {
+    int64_t page = 0, slot;
+    if constexpr (PAGED) {
+        int pi, s;
+        if (a.page_shift >= 0) {
+            pi = j >> a.page_shift;
+            s = j & (a.page_size - 1);
+        } else {
+            pi = j / a.page_size;
+            s = j - pi * a.page_size;
+        }
+        page = fi_page_id<DEVICE_TABLE>(a, kv_indices[it.kv_base + pi]);
+        slot = s;
+    } else {
+        slot = it.kv_base + j;
+    }
+    *ko = page * a.k_page + slot * a.k_slot + (int64_t)it.hkv * a.k_head;
+    *vo = page * a.v_page + slot * a.v_slot + (int64_t)it.hkv * a.v_head;
+}
+
 /* Worker w's items [ib, ie) in a grid of W workers: read without the
  * header (fi_args.h), so a CTA's first item waits on two loads, not three. */
 FI_DEV void fi_worker_range(const fi_attn_args &a, int W, int w, int &ib, int &ie) {

@@ -1897,18 +1897,6 @@ static void suite_table(backend *be) {
  * soft-cap (which makes an infinite logit finite), f32 and bf16. The same
  * answers on every backend. */
 static void suite_nonfinite(backend *be) {
-    /* The CUDA attention kernels do not keep the contract yet: their cases
-     * run only when a filter names them (--filter nonfinite), else one
-     * skip. */
-    int asked = 0;
-    for (int i = 0; i < tu_opt.num_filters; i++) asked |= strstr(tu_opt.filter[i], "nonfinite") != NULL;
-    if (be->device == FI_DEVICE_CUDA && !asked) {
-        if (!tu_opt.list) {
-            tu_note("cuda: the attention kernels do not keep the non-finite contract yet");
-            tu_record("nonfinite", "cuda/nonfinite/", TU_SKIP);
-        }
-        return;
-    }
     const char *shapes[] = {"decode", "mixed", "prefill"};
     int n = 0;
     for (int kind = NF_Q_NAN; kind < NF_COUNT; kind++)

@@ -223,9 +223,7 @@ if [ "$HARNESS" = 1 ]; then
         | ./build/jit_compile --warm -j "$JOBS" 2>&1 | tee "$OUT/warm.log"
     stamp "attention harness, backend cuda, one process per suite"
     pids=()
-    # (not "nonfinite": the CUDA kernels do not keep that contract yet;
-    # `test_attention --backend cuda --filter cuda/nonfinite/` shows where)
-    SUITES="oracle format variant dtype headdim plan edge determinism graph table"
+    SUITES="oracle format variant dtype headdim plan edge nonfinite determinism graph table"
     for s in $SUITES; do
         ./build/test_attention --backend cuda --filter "cuda/$s/" $QUICK > "$OUT/harness_$s.log" 2>&1 &
         pids+=($!)
