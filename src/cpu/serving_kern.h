@@ -271,6 +271,23 @@ static void SK(act)(int kind, float *restrict y, const float *restrict a,
     }
 }
 
+/* ------------------------------------------------------------- select */
+
+/* The largest key (fi_sv_key) of each block of b values of x (the last
+ * block may be shorter) into out[ceil(n / b)]. */
+static void SK(block_max_keys)(const float *restrict x, int64_t n, int64_t b,
+                               uint32_t *restrict out) {
+    for (int64_t i = 0, o = 0; i < n; i += b, o++) {
+        const int64_t len = n - i < b ? n - i : b;
+        uint32_t m = 0;
+        for (int64_t l = 0; l < len; l++) {
+            uint32_t key = fi_sv_key(x[i + l]);
+            m = key > m ? key : m;
+        }
+        out[o] = m;
+    }
+}
+
 const fi_cpu_serving_kernels SK(fi_cpu_serving) = {
     .name = FI_SK_LEVEL,
     .sum_sq = SK(sum_sq),
@@ -286,4 +303,5 @@ const fi_cpu_serving_kernels SK(fi_cpu_serving) = {
     .ln_apply = SK(ln_apply),
     .to_fp8 = SK(to_fp8),
     .act = SK(act),
+    .block_max_keys = SK(block_max_keys),
 };
