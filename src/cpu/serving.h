@@ -48,6 +48,13 @@ typedef struct fi_cpu_serving_kernels {
                      float r, int64_t n);
     void (*to_fp8)(uint8_t *y, const float *x, float s, int e5m2, int64_t n);
     void (*act)(int kind, float *y, const float *a, const float *b, int64_t n);
+    /* bf16 rows (uint16_t bits) read and written directly: the values of
+     * the f32 kernels above, rounded once as fi_sv_store rounds */
+    void (*act_bf16)(int kind, uint16_t *y, const uint16_t *a, const uint16_t *b, int64_t n);
+    float (*sum_sq_bf16)(const uint16_t *x, int64_t n);
+    void (*rms_apply_bf16)(uint16_t *y, const uint16_t *xb, const float *xf, const float *w,
+                           float r, int64_t n);
+    void (*add_bf16)(float *sum, uint16_t *res, const uint16_t *x, int64_t n);
     void (*block_max_keys)(const float *x, int64_t n, int64_t b, uint32_t *out);
 } fi_cpu_serving_kernels;
 
