@@ -1,5 +1,5 @@
 /*
- * ops_sample.c — softmax, sampling (top-k / top-p / min-p), the filters,
+ * ops_sample.c — sampling (top-k / top-p / min-p), the filters,
  * chain speculative sampling and top-k on the CPU.
  *
  * Every filter is a threshold on one row: the kept values are those >= t
@@ -266,13 +266,7 @@ static bool draw(const fi_cpu_serving_kernels *k, const float *w, int64_t n, flo
     return pick >= 0;
 }
 
-/* ---------------------------------------------------------- softmax */
-
-typedef struct softmax_job {
-    const fi_softmax_args *a;
-    const fi_cpu_serving_kernels *k;
-    fi_ops_isa isa;
-} softmax_job;
+/* ------------------------------------------------------- parameters */
 
 static float param_f32(const fi_param_f32 *p, int64_t b) {
     return p->arr ? ((const float *)p->arr->data)[b * p->arr->stride[0]] : p->val;
@@ -288,40 +282,6 @@ static double block_total(const fi_cpu_serving_kernels *k, const float *w, int64
     for (int64_t b = 0; b < n; b += FI_SV_BLOCK)
         total += (double)k->masked_sum(w + b, t, n - b < FI_SV_BLOCK ? n - b : FI_SV_BLOCK);
     return total;
-}
-
-static void softmax_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
-    const softmax_job *j = arg;
-    const fi_tensor *in = j->a->logits, *out = j->a->probs;
-    const int64_t v = in->shape[1];
-    row_scratch s = scratch_at(scratch, v);
-    for (int64_t r = begin; r < end; r++) {
-        const int64_t io = r * in->stride[0], oo = r * out->stride[0];
-        const float *x = fi_sv_load(j->isa, in, io, in->stride[1], v, s.x);
-        float *y = fi_sv_dest(out, oo, out->stride[1], s.w);
-        float m;
-        uint32_t kinds;
-        j->k->stats(x, v, &m, &kinds);
-        if ((kinds & (FI_SV_NAN | FI_SV_POS_INF)) || m == -INFINITY) {
-            for (int64_t i = 0; i < v; i++) y[i] = NAN; /* as torch: no distribution */
-        } else {
-            const float inv_t = 1.0f / param_f32(&j->a->temperature, r);
-            double total = 0.0;
-            for (int64_t b = 0; b < v; b += FI_SV_BLOCK)
-                total += (double)j->k->exp_sum(y + b, x + b, m, inv_t, -INFINITY,
-                                               v - b < FI_SV_BLOCK ? v - b : FI_SV_BLOCK);
-            j->k->masked_scale(y, y, -INFINITY, (float)(1.0 / total), v);
-        }
-        fi_sv_store(j->isa, out, oo, out->stride[1], y, v);
-    }
-}
-
-fi_status fi_cpu_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream) {
-    (void)stream;
-    softmax_job j = {a, fi_cpu_serving_for(ctx), fi_ops_isa_for(ctx)};
-    const int64_t rows = a->logits->shape[0], v = a->logits->shape[1];
-    return fi_sv_parallel_rows(ctx, rows, rows * v * 8, 0, NULL, scratch_bytes(v, 0), softmax_rows,
-                               &j);
 }
 
 /* --------------------------------------------------------- sampling */
