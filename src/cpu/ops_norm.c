@@ -29,6 +29,33 @@ typedef struct norm_job {
 /* Scratch per worker: input, residual and result rows, FP8 bytes. */
 static size_t norm_scratch(int64_t h) { return 3 * fi_sv_floats(h) + fi_sv_floats(h / 4 + 1); }
 
+/* RMSNorm of contiguous bf16 rows (the residual too) into bf16: read and
+ * written directly, with the values and rounding of norm_rows' path. */
+static bool norm_rows_bf16(const norm_job *j, float *sum, int64_t begin, int64_t end) {
+    const fi_norm_args *a = j->a;
+    const fi_tensor *in = a->input, *out = a->out, *res = a->residual;
+    if (a->kind == FI_NORM_LAYER || in->dtype != FI_DTYPE_BF16 || out->dtype != FI_DTYPE_BF16 ||
+        in->stride[in->ndim - 1] != 1 || out->stride[out->ndim - 1] != 1 ||
+        (res && (res->dtype != FI_DTYPE_BF16 || res->stride[res->ndim - 1] != 1)))
+        return false;
+    const fi_cpu_serving_kernels *k = j->k;
+    const int64_t h = j->h;
+    for (int64_t r = begin; r < end; r++) {
+        const uint16_t *x = (const uint16_t *)in->data + fi_row_offset(in, r);
+        uint16_t *y = (uint16_t *)out->data + fi_row_offset(out, r);
+        float ss;
+        if (res) {
+            k->add_bf16(sum, (uint16_t *)res->data + fi_row_offset(res, r), x, h);
+            ss = k->sum_sq(sum, h);
+        } else {
+            ss = k->sum_sq_bf16(x, h);
+        }
+        const float rstd = 1.0f / sqrtf(ss / (float)h + a->eps);
+        k->rms_apply_bf16(y, res ? NULL : x, sum, j->w, rstd, h);
+    }
+    return true;
+}
+
 static void norm_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
     const norm_job *j = arg;
     const fi_norm_args *a = j->a;
@@ -38,6 +65,7 @@ static void norm_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
     float *rb = (float *)((char *)scratch + fi_sv_floats(h));
     float *sum = (float *)((char *)scratch + 2 * fi_sv_floats(h));
     uint8_t *q = (uint8_t *)scratch + 3 * fi_sv_floats(h);
+    if (norm_rows_bf16(j, sum, begin, end)) return;
     const fi_tensor *in = a->input, *out = a->out, *res = a->residual;
     const int64_t in_st = in->stride[in->ndim - 1], out_st = out->stride[out->ndim - 1];
     const bool fp8 = out->dtype == FI_DTYPE_E4M3 || out->dtype == FI_DTYPE_E5M2;
@@ -78,7 +106,10 @@ static void norm_params(void *arg, void *shared) {
     const int64_t h = a->hidden;
     float *w = shared, *b = (float *)((char *)shared + fi_sv_floats(h));
     const float *wl = fi_sv_load(j->isa, a->weight, 0, a->weight->stride[0], h, w);
-    for (int64_t i = 0; i < h; i++) w[i] = a->gemma ? 1.0f + wl[i] : wl[i];
+    if (a->gemma)
+        for (int64_t i = 0; i < h; i++) w[i] = 1.0f + wl[i];
+    else if (wl != w)
+        memcpy(w, wl, (size_t)h * sizeof *w);
     if (a->bias) {
         const float *bl = fi_sv_load(j->isa, a->bias, 0, a->bias->stride[0], h, b);
         if (bl != b) memcpy(b, bl, (size_t)h * sizeof *b);
@@ -111,8 +142,17 @@ static void act_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
     float *ga = scratch, *ub = ga + ACT_CHUNK, *yc = ub + ACT_CHUNK;
     const fi_tensor *in = a->input, *out = a->out;
     const int64_t is = in->stride[in->ndim - 1], os = out->stride[out->ndim - 1];
+    /* contiguous bf16 rows go straight through the bf16 kernel */
+    const bool bf16 = in->dtype == FI_DTYPE_BF16 && out->dtype == FI_DTYPE_BF16 && is == 1 &&
+                      os == 1;
     for (int64_t r = begin; r < end; r++) {
         const int64_t io = fi_row_offset(in, r), oo = fi_row_offset(out, r);
+        if (bf16) {
+            j->k->act_bf16((int)a->kind, (uint16_t *)out->data + oo,
+                           (const uint16_t *)in->data + io,
+                           (const uint16_t *)in->data + io + a->dim, a->dim);
+            continue;
+        }
         for (int64_t c0 = 0; c0 < a->dim; c0 += ACT_CHUNK) {
             int64_t n = a->dim - c0 < ACT_CHUNK ? a->dim - c0 : ACT_CHUNK;
             const float *g = fi_sv_load(j->isa, in, io + c0 * is, is, n, ga);

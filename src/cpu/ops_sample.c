@@ -1,5 +1,5 @@
 /*
- * ops_sample.c — softmax, sampling (top-k / top-p / min-p), the filters,
+ * ops_sample.c — sampling (top-k / top-p / min-p), the filters,
  * chain speculative sampling and top-k on the CPU.
  *
  * Every filter is a threshold on one row: the kept values are those >= t
@@ -26,14 +26,6 @@
 #include <string.h>
 
 /* ------------------------------------------------------------- keys */
-
-/* An order-preserving key of a float: -0 as +0, every NaN above +inf. */
-static inline uint32_t key_of(float f) {
-    uint32_t u = fi_f32_to_bits(f);
-    u = u == 0x80000000u ? 0u : u;
-    uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
-    return (u & 0x7fffffffu) > 0x7f800000u ? UINT32_MAX : key;
-}
 
 static inline float value_of(uint32_t key) {
     return fi_bits_to_f32(key & 0x80000000u ? key & 0x7fffffffu : ~key);
@@ -109,7 +101,7 @@ static uint32_t select_key_from(const float *keys, const float *w, int64_t n, bo
         if (w) memset(s->mass, 0, (size_t)nb * sizeof *s->mass);
         for (int64_t c = 0; c < m; c++) {
             int64_t i = lvl || listed ? s->cand[c] : c;
-            uint32_t key = key_of(keys[i]);
+            uint32_t key = fi_sv_key(keys[i]);
             if (key < lo) continue;
             uint32_t b = (key >> shift[lvl]) & mask;
             s->count[b]++;
@@ -131,7 +123,7 @@ static uint32_t select_key_from(const float *keys, const float *w, int64_t n, bo
         int64_t kept = 0;
         for (int64_t c = 0; c < m; c++) {
             int64_t i = lvl || listed ? s->cand[c] : c;
-            uint32_t key = key_of(keys[i]);
+            uint32_t key = fi_sv_key(keys[i]);
             if (key >= lo && ((key >> shift[lvl]) & mask) == (uint32_t)b)
                 s->cand[kept++] = (int32_t)i;
         }
@@ -171,51 +163,66 @@ static uint32_t nth_largest(uint32_t *a, int64_t n, int64_t r) {
     return a[r];
 }
 
+/* Values per block of kth_key's bound: about 2048 blocks in a row. */
+static int64_t bound_block(int64_t n) {
+    int64_t b = 64;
+    while (n / b > 2048) b *= 2;
+    return b;
+}
+
 /* The key of the k-th largest of x[n] (1 <= k <= n), and in *list / *m a
  * list of indices, in index order, holding every value whose key is >=
- * it (*list NULL: all n). Small k of a long row: a pivot from a sample of
- * the row (its value ranked ~2k of the row by the sample) filters the row
- * in one pass, the exact select runs on what passed; a pivot the
- * row does not reach k at falls back to the whole row. The list lives in
- * s->w (this row's second buffer, unused by the callers meanwhile). */
-static uint32_t kth_key(const float *x, int64_t n, int64_t k, row_scratch *s, const int32_t **list,
-                        int64_t *m) {
+ * it (*list NULL: all n). Small k of a long row: the k-th largest of the
+ * blocks' maxima is a bound no larger than the k-th largest value (those k
+ * maxima are k values of the row), so only the blocks whose maximum
+ * reaches it can hold the top k, and they hold at least k values at or
+ * above it; the exact select runs on those values (a quickselect when
+ * they are few). The list lives in s->w (this row's second buffer, unused
+ * by the callers meanwhile). */
+static uint32_t kth_key(const fi_cpu_serving_kernels *kern, const float *x, int64_t n, int64_t k,
+                        row_scratch *s, const int32_t **list, int64_t *m) {
     bool all;
     *list = NULL, *m = n;
-    if (n >= 8192 && k <= n / 64) {
-        const int64_t step = n / 2048, samples = n / step;
-        const int64_t rank = 2 * k * samples / n + 8; /* 1-based, <= samples */
-        uint32_t *keys = (uint32_t *)s->cand;
-        for (int64_t i = 0; i < samples; i++) keys[i] = key_of(x[i * step]);
-        const uint32_t pivot = nth_largest(keys, samples, rank - 1);
-        int32_t *keep = (int32_t *)s->w;
-        int64_t got = 0;
-        for (int64_t i = 0; i < n; i++) {
+    const int64_t bs = bound_block(n), nb = (n + bs - 1) / bs;
+    if (n < 8192 || 4 * k > nb) return select_key(x, NULL, n, 0, (double)k, 0.0, s, &all);
+    uint32_t *max = (uint32_t *)s->cand, *sel = max + nb; /* 2 nb <= n */
+    kern->block_max_keys(x, n, bs, max);
+    memcpy(sel, max, (size_t)nb * sizeof *sel);
+    const uint32_t bound = nth_largest(sel, nb, k - 1);
+    int32_t *keep = (int32_t *)s->w;
+    int64_t got = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (max[b] < bound) continue;
+        const int64_t end = (b + 1) * bs < n ? (b + 1) * bs : n;
+        for (int64_t i = b * bs; i < end; i++) {
             keep[got] = (int32_t)i;
-            got += key_of(x[i]) >= pivot;
-        }
-        if (got >= k) {
-            memcpy(s->cand, keep, (size_t)got * sizeof *keep);
-            *list = keep, *m = got;
-            return select_key_from(x, NULL, got, true, 0, (double)k, 0.0, s, &all);
+            got += fi_sv_key(x[i]) >= bound;
         }
     }
-    return select_key(x, NULL, n, 0, (double)k, 0.0, s, &all);
+    *list = keep, *m = got;
+    if (got <= 4096) {
+        uint32_t *keys = (uint32_t *)s->cand;
+        for (int64_t c = 0; c < got; c++) keys[c] = fi_sv_key(x[keep[c]]);
+        return nth_largest(keys, got, k - 1);
+    }
+    memcpy(s->cand, keep, (size_t)got * sizeof *keep);
+    return select_key_from(x, NULL, got, true, 0, (double)k, 0.0, s, &all);
 }
 
 /* Threshold of top-k on values x (k <= 0 or >= n: none, -inf). */
-static float top_k_threshold(const float *x, int64_t n, int32_t k, row_scratch *s) {
+static float top_k_threshold(const fi_cpu_serving_kernels *kern, const float *x, int64_t n,
+                             int32_t k, row_scratch *s) {
     if (k <= 0 || k >= n) return -INFINITY;
     const int32_t *list;
     int64_t m;
-    return value_of(kth_key(x, n, k, s, &list, &m));
+    return value_of(kth_key(kern, x, n, k, s, &list, &m));
 }
 
 /* Threshold of top-p on weights w >= 0 among those >= lo (p >= 1: lo). */
 static float top_p_threshold(const float *w, int64_t n, float p, float lo, row_scratch *s) {
     if (p >= 1.0f) return lo;
     bool all;
-    uint32_t t = select_key(w, w, n, key_of(lo), 0.0, (double)p, s, &all);
+    uint32_t t = select_key(w, w, n, fi_sv_key(lo), 0.0, (double)p, s, &all);
     return all ? lo : value_of(t);
 }
 
@@ -259,13 +266,7 @@ static bool draw(const fi_cpu_serving_kernels *k, const float *w, int64_t n, flo
     return pick >= 0;
 }
 
-/* ---------------------------------------------------------- softmax */
-
-typedef struct softmax_job {
-    const fi_softmax_args *a;
-    const fi_cpu_serving_kernels *k;
-    fi_ops_isa isa;
-} softmax_job;
+/* ------------------------------------------------------- parameters */
 
 static float param_f32(const fi_param_f32 *p, int64_t b) {
     return p->arr ? ((const float *)p->arr->data)[b * p->arr->stride[0]] : p->val;
@@ -281,40 +282,6 @@ static double block_total(const fi_cpu_serving_kernels *k, const float *w, int64
     for (int64_t b = 0; b < n; b += FI_SV_BLOCK)
         total += (double)k->masked_sum(w + b, t, n - b < FI_SV_BLOCK ? n - b : FI_SV_BLOCK);
     return total;
-}
-
-static void softmax_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
-    const softmax_job *j = arg;
-    const fi_tensor *in = j->a->logits, *out = j->a->probs;
-    const int64_t v = in->shape[1];
-    row_scratch s = scratch_at(scratch, v);
-    for (int64_t r = begin; r < end; r++) {
-        const int64_t io = r * in->stride[0], oo = r * out->stride[0];
-        const float *x = fi_sv_load(j->isa, in, io, in->stride[1], v, s.x);
-        float *y = fi_sv_dest(out, oo, out->stride[1], s.w);
-        float m;
-        uint32_t kinds;
-        j->k->stats(x, v, &m, &kinds);
-        if ((kinds & (FI_SV_NAN | FI_SV_POS_INF)) || m == -INFINITY) {
-            for (int64_t i = 0; i < v; i++) y[i] = NAN; /* as torch: no distribution */
-        } else {
-            const float inv_t = 1.0f / param_f32(&j->a->temperature, r);
-            double total = 0.0;
-            for (int64_t b = 0; b < v; b += FI_SV_BLOCK)
-                total += (double)j->k->exp_sum(y + b, x + b, m, inv_t, -INFINITY,
-                                               v - b < FI_SV_BLOCK ? v - b : FI_SV_BLOCK);
-            j->k->masked_scale(y, y, -INFINITY, (float)(1.0 / total), v);
-        }
-        fi_sv_store(j->isa, out, oo, out->stride[1], y, v);
-    }
-}
-
-fi_status fi_cpu_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream) {
-    (void)stream;
-    softmax_job j = {a, fi_cpu_serving_for(ctx), fi_ops_isa_for(ctx)};
-    const int64_t rows = a->logits->shape[0], v = a->logits->shape[1];
-    return fi_sv_parallel_rows(ctx, rows, rows * v * 8, 0, NULL, scratch_bytes(v, 0), softmax_rows,
-                               &j);
 }
 
 /* --------------------------------------------------------- sampling */
@@ -347,7 +314,7 @@ static bool sample_row(const sample_job *j, row_scratch *s, int64_t b, int32_t *
         if ((kinds & (FI_SV_NAN | FI_SV_POS_INF)) || m == -INFINITY) return false;
         /* top-k ranks the logits; top-p the softmax weights after it
          * (top-k first) or of the whole row (joint) */
-        const float tk = top_k_threshold(x, v, top_k, s);
+        const float tk = top_k_threshold(k, x, v, top_k, s);
         float *e = s->w;
         for (int64_t o = 0; o < v; o += FI_SV_BLOCK)
             k->exp_sum(e + o, x + o, m, 1.0f, joint ? -INFINITY : tk,
@@ -358,7 +325,7 @@ static bool sample_row(const sample_job *j, row_scratch *s, int64_t b, int32_t *
         w = e;
     } else {
         if (kinds) return false;
-        const float tk = top_k_threshold(x, v, top_k, s);
+        const float tk = top_k_threshold(k, x, v, top_k, s);
         t = tk > 0.0f ? tk : 0.0f;
         if (a->use_min_p) {
             float mp = param_f32(&a->min_p, b) * m;
@@ -413,7 +380,7 @@ static void mask_row(const filter_job *j, row_scratch *s, int64_t r) {
     if (!all) {
         const int32_t *list;
         int64_t m;
-        t = kth_key(x, v, k, s, &list, &m);
+        t = kth_key(j->k, x, v, k, s, &list, &m);
     }
     const size_t es = fi_dtype_size(in->dtype);
     const uint32_t ninf32 = 0xff800000u;
@@ -423,7 +390,7 @@ static void mask_row(const filter_job *j, row_scratch *s, int64_t r) {
     const bool same = src == dst && in->stride[1] == out->stride[1];
     for (int64_t i = 0; i < v; i++) {
         char *d = dst + i * out->stride[1] * (int64_t)es;
-        if (!all && key_of(x[i]) < t) {
+        if (!all && fi_sv_key(x[i]) < t) {
             if (es == 4)
                 memcpy(d, &ninf32, 4);
             else
@@ -454,7 +421,7 @@ static void filter_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
             for (int64_t i = 0; i < v; i++) y[i] = NAN;
         } else {
             float t = a->op == FI_FILTER_TOP_K_RENORM
-                          ? top_k_threshold(x, v, param_i32(&a->top_k, r), &s)
+                          ? top_k_threshold(j->k, x, v, param_i32(&a->top_k, r), &s)
                           : top_p_threshold(x, v, param_f32(&a->top_p, r), 0.0f, &s);
             double total = block_total(j->k, x, v, t);
             float inv = total > 0.0 ? (float)(1.0 / total) : 0.0f;
@@ -546,6 +513,7 @@ fi_status fi_cpu_chain_speculative(fi_context *ctx, const fi_spec_args *a, void 
 
 typedef struct topk_job {
     const fi_topk_args *a;
+    const fi_cpu_serving_kernels *k;
     fi_ops_isa isa;
     int64_t cols; /* the longest row */
 } topk_job;
@@ -580,13 +548,13 @@ static void topk_row(const topk_job *j, row_scratch *s, int64_t r) {
     if (kk > 0) {
         const int32_t *list;
         int64_t m;
-        uint32_t t = kth_key(x, len, kk, s, &list, &m);
+        uint32_t t = kth_key(j->k, x, len, kk, s, &list, &m);
         int64_t equal_left = kk;
         for (int64_t c = 0; c < m; c++)
-            if (key_of(x[list ? list[c] : c]) > t) equal_left--;
+            if (fi_sv_key(x[list ? list[c] : c]) > t) equal_left--;
         for (int64_t c = 0; c < m && got < kk; c++) {
             int64_t i = list ? list[c] : c;
-            uint32_t key = key_of(x[i]);
+            uint32_t key = fi_sv_key(x[i]);
             if (key > t || (key == t && equal_left-- > 0))
                 s->pairs[got++] = (uint64_t)key << 32 | (uint32_t) ~(uint32_t)i;
         }
@@ -620,7 +588,7 @@ static void topk_rows(void *arg, void *scratch, int64_t begin, int64_t end) {
 
 fi_status fi_cpu_top_k(fi_context *ctx, const fi_topk_args *a, void *stream) {
     (void)stream;
-    topk_job j = {a, fi_ops_isa_for(ctx), 1};
+    topk_job j = {a, fi_cpu_serving_for(ctx), fi_ops_isa_for(ctx), 1};
     if (a->indptr) {
         const int32_t *ip = a->indptr->data;
         for (int64_t r = 0; r < a->rows; r++) {

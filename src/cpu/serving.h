@@ -11,11 +11,23 @@
 #include "cpu/ops_rows.h"
 
 #include <stdint.h>
+#include <string.h>
 
 /* What fi_cpu_serving_kernels.stats finds in a row. */
 #define FI_SV_NEGATIVE 1u
 #define FI_SV_NAN 2u
 #define FI_SV_POS_INF 4u
+
+/* An order-preserving key of a float: -0 as +0 (its flipped bits plus
+ * one), every NaN above +inf (all ones). Arithmetic, not selects: GCC
+ * vectorises a max over these keys only then. */
+static inline uint32_t fi_sv_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
+    key += (uint32_t)(u == 0x80000000u);
+    return key | (0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u));
+}
 
 /* Kernels over contiguous f32 (serving_kern.h says what each computes);
  * every level's table gives bitwise the same results. */
@@ -36,6 +48,14 @@ typedef struct fi_cpu_serving_kernels {
                      float r, int64_t n);
     void (*to_fp8)(uint8_t *y, const float *x, float s, int e5m2, int64_t n);
     void (*act)(int kind, float *y, const float *a, const float *b, int64_t n);
+    /* bf16 rows (uint16_t bits) read and written directly: the values of
+     * the f32 kernels above, rounded once as fi_sv_store rounds */
+    void (*act_bf16)(int kind, uint16_t *y, const uint16_t *a, const uint16_t *b, int64_t n);
+    float (*sum_sq_bf16)(const uint16_t *x, int64_t n);
+    void (*rms_apply_bf16)(uint16_t *y, const uint16_t *xb, const float *xf, const float *w,
+                           float r, int64_t n);
+    void (*add_bf16)(float *sum, uint16_t *res, const uint16_t *x, int64_t n);
+    void (*block_max_keys)(const float *x, int64_t n, int64_t b, uint32_t *out);
 } fi_cpu_serving_kernels;
 
 extern const fi_cpu_serving_kernels fi_cpu_serving_generic;

@@ -50,6 +50,17 @@ SK_INLINE float sk_float(uint32_t u) {
 SK_INLINE float sk_min(float a, float b) { return b < a ? b : a; }
 SK_INLINE float sk_max(float a, float b) { return b > a ? b : a; }
 
+SK_INLINE float sk_from_bf16(uint16_t h) { return sk_float((uint32_t)h << 16); }
+
+/* f32 -> bf16 bits, round to nearest even, NaN quieted: as ops_rows.c's
+ * store, in masks (GCC vectorises no select here). */
+SK_INLINE uint16_t sk_to_bf16(float f) {
+    uint32_t u = sk_bits(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    return (uint16_t)((((u >> 16) | 0x40u) & nan) | (rounded & ~nan));
+}
+
 /* e^x for f32: x = k ln2 + r, |r| <= ln2/2, e^r by its Taylor polynomial to
  * r^7 (relative error < 3e-8), 2^k through the exponent bits. Below -87.3
  * the result is 0 (the smallest normal is e^-87.34); above 88 it is e^88
@@ -120,6 +131,13 @@ SK_INLINE float sk_one_plus_erf(float z) {
 static float SK(sum_sq)(const float *restrict x, int64_t n) {
     float acc[FI_SK_LANES] = {0};
     SK_LANE_SUM(acc, x[j] * x[j]);
+    return acc[0];
+}
+
+/* sum_sq of bf16 values (the same sum as of them converted to f32). */
+static float SK(sum_sq_bf16)(const uint16_t *restrict x, int64_t n) {
+    float acc[FI_SK_LANES] = {0};
+    SK_LANE_SUM(acc, sk_from_bf16(x[j]) * sk_from_bf16(x[j]));
     return acc[0];
 }
 
@@ -200,6 +218,25 @@ static void SK(rms_apply)(float *y, const float *x, const float *restrict w, flo
     for (int64_t j = 0; j < n; j++) y[j] = (x[j] * r) * w[j];
 }
 
+/* rms_apply into bf16 y, of bf16 xb or (xb NULL) f32 xf. y may be xb. */
+static void SK(rms_apply_bf16)(uint16_t *y, const uint16_t *xb,
+                               const float *restrict xf, const float *restrict w, float r,
+                               int64_t n) {
+    if (xb)
+        for (int64_t j = 0; j < n; j++) y[j] = sk_to_bf16((sk_from_bf16(xb[j]) * r) * w[j]);
+    else
+        for (int64_t j = 0; j < n; j++) y[j] = sk_to_bf16((xf[j] * r) * w[j]);
+}
+
+/* The residual add of bf16 rows: sum = x + res in f32, res = sum rounded. */
+static void SK(add_bf16)(float *restrict sum, uint16_t *restrict res,
+                         const uint16_t *restrict x, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        sum[j] = sk_from_bf16(x[j]) + sk_from_bf16(res[j]);
+        res[j] = sk_to_bf16(sum[j]);
+    }
+}
+
 /* RoPE of x's first 2 half values by (c, s) [half] into y: the pairs
  * (i, i + half) (NeoX) or (2i, 2i + 1); y is none of the inputs. */
 static void SK(rotate)(float *restrict y, const float *restrict x, const float *restrict c,
@@ -248,26 +285,64 @@ static void SK(to_fp8)(uint8_t *restrict y, const float *restrict x, float s, in
     }
 }
 
+/* act(a) b for one of fi_act_kind. */
+SK_INLINE float sk_silu_mul(float a, float b) { return a / (1.0f + sk_exp(-a)) * b; }
+
+SK_INLINE float sk_gelu_mul(float a, float b) {
+    return (0.5f * a) * sk_one_plus_erf(a * 0.707106781f) * b;
+}
+
+SK_INLINE float sk_gelu_tanh_mul(float a, float b) {
+    const float c = 0.797884561f; /* sqrt(2 / pi) */
+    float inner = c * (a + 0.044715f * (a * a * a));
+    return (0.5f * a) * (1.0f + sk_tanh(inner)) * b;
+}
+
+/* One loop per kind (a switch inside would stop the vectoriser); LOAD
+ * reads element j of a row, STORE writes y[j]. */
+#define SK_ACT_LOOPS(LOAD, STORE)                                                 \
+    switch (kind) {                                                               \
+    case FI_ACT_SILU:                                                             \
+        for (int64_t j = 0; j < n; j++) y[j] = STORE(sk_silu_mul(LOAD(a[j]), LOAD(b[j]))); \
+        break;                                                                    \
+    case FI_ACT_GELU:                                                             \
+        for (int64_t j = 0; j < n; j++) y[j] = STORE(sk_gelu_mul(LOAD(a[j]), LOAD(b[j]))); \
+        break;                                                                    \
+    default:                                                                      \
+        for (int64_t j = 0; j < n; j++)                                           \
+            y[j] = STORE(sk_gelu_tanh_mul(LOAD(a[j]), LOAD(b[j])));               \
+        break;                                                                    \
+    }
+
+#define SK_SAME(v) (v)
+
 /* y = act(a) b for one of fi_act_kind. */
 static void SK(act)(int kind, float *restrict y, const float *restrict a,
                     const float *restrict b, int64_t n) {
-    switch (kind) {
-    case FI_ACT_SILU:
-        for (int64_t j = 0; j < n; j++) y[j] = a[j] / (1.0f + sk_exp(-a[j])) * b[j];
-        break;
-    case FI_ACT_GELU:
-        for (int64_t j = 0; j < n; j++)
-            y[j] = (0.5f * a[j]) * sk_one_plus_erf(a[j] * 0.707106781f) * b[j];
-        break;
-    default: {
-        const float c = 0.797884561f; /* sqrt(2 / pi) */
-        for (int64_t j = 0; j < n; j++) {
-            float v = a[j];
-            float inner = c * (v + 0.044715f * (v * v * v));
-            y[j] = (0.5f * v) * (1.0f + sk_tanh(inner)) * b[j];
+    SK_ACT_LOOPS(SK_SAME, SK_SAME)
+}
+
+/* act of bf16 rows into bf16 (the values act gives, rounded once). y may
+ * be a or b. */
+static void SK(act_bf16)(int kind, uint16_t *y, const uint16_t *a, const uint16_t *b,
+                         int64_t n) {
+    SK_ACT_LOOPS(sk_from_bf16, sk_to_bf16)
+}
+
+/* ------------------------------------------------------------- select */
+
+/* The largest key (fi_sv_key) of each block of b values of x (the last
+ * block may be shorter) into out[ceil(n / b)]. */
+static void SK(block_max_keys)(const float *restrict x, int64_t n, int64_t b,
+                               uint32_t *restrict out) {
+    for (int64_t i = 0, o = 0; i < n; i += b, o++) {
+        const int64_t len = n - i < b ? n - i : b;
+        uint32_t m = 0;
+        for (int64_t l = 0; l < len; l++) {
+            uint32_t key = fi_sv_key(x[i + l]);
+            m = key > m ? key : m;
         }
-        break;
-    }
+        out[o] = m;
     }
 }
 
@@ -286,4 +361,9 @@ const fi_cpu_serving_kernels SK(fi_cpu_serving) = {
     .ln_apply = SK(ln_apply),
     .to_fp8 = SK(to_fp8),
     .act = SK(act),
+    .act_bf16 = SK(act_bf16),
+    .sum_sq_bf16 = SK(sum_sq_bf16),
+    .rms_apply_bf16 = SK(rms_apply_bf16),
+    .add_bf16 = SK(add_bf16),
+    .block_max_keys = SK(block_max_keys),
 };
