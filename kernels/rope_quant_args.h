@@ -11,6 +11,8 @@
 #define FI_ROPE_QUANT_ARGS_H
 
 #define FI_RQ_SEGS 5
+/* units of 8 elements a thread of the vector path loads before it stores */
+#define FI_RQ_UNITS 2
 
 /* One segment: rows [nnz, heads, width] of src into FP8 rows of dst, at
  * dst + t * d_row (an output) or dst + page * d_row + slot * d_slot (a

@@ -107,7 +107,13 @@ fi_status fi_cuda_rope_quant(fi_context *ctx, const fi_rq_args *a, void *stream)
         k.num_indices = clamp_i32(a->kv_indices->shape[0]); /* ids past int32 cannot be named */
         k.num_pages = clamp_i32(a->pages);
     }
-    int64_t gx = (units + 255) / 256, gy = a->nnz < 65535 ? a->nnz : 65535;
+    /* the vector path: FI_RQ_UNITS units a thread, unless that leaves
+     * fewer than two blocks an SM (few tokens: one unit a thread) */
+    const fi_cuda_ctx *cc = ctx->backend_state;
+    const int64_t sms = cc && cc->sm_count > 0 ? cc->sm_count : 1;
+    int64_t gy = a->nnz < 65535 ? a->nnz : 65535, gx = (units + 255) / 256;
+    if (vec && (gx + FI_RQ_UNITS - 1) / FI_RQ_UNITS * gy >= 2 * sms)
+        gx = (gx + FI_RQ_UNITS - 1) / FI_RQ_UNITS;
     if (gx > 64) gx = 64;
     fi_kernel_spec spec;
     fi_cuda_rq_spec((int)a->seg[0].src.dtype, (int)a->seg[0].dst.dtype, a->neox, vec, &spec);
