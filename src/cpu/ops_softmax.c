@@ -144,7 +144,10 @@ fi_status fi_cpu_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream
                      (v + FI_SV_BLOCK - 1) / FI_SV_BLOCK,
                      out->dtype == FI_DTYPE_F32 && (out->stride[1] == 1 || v <= 1), NULL, NULL,
                      NULL};
-    const int64_t cells = rows * j.nb, bytes = rows * v * 8;
+    /* the pool's threshold is in bytes moved; a softmax value costs about
+     * what four copies of it do (three passes, the exp's arithmetic), so a
+     * row of 128256 already pays for both threads */
+    const int64_t cells = rows * j.nb, bytes = rows * v * 8 * 4;
     const size_t shared = fi_sv_floats(2 * cells) + 2 * fi_sv_floats(cells);
     const size_t xb = fi_sv_floats(FI_SV_BLOCK);
     if (!j.direct || rows >= fi_thread_pool_size(fi_cpu_pool(ctx)))
