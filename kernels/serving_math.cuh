@@ -46,27 +46,27 @@ FI_DEV float dvd(float a, float b) { return __fdiv_rn(a, b); }
 FI_DEV float vmin(float a, float b) { return b < a ? b : a; }
 FI_DEV float vmax(float a, float b) { return b > a ? b : a; }
 
-/* sk_exp: x = k ln2 + r, e^r by Taylor to r^7, 2^k by the exponent bits;
- * 0 below -87.3, e^88 above 88, NaN kept. The reciprocals are the f32
- * constants 1/5040 ... 1/6 that C computes. */
+/* sk_exp: x clamped to [-88, 88] on its bits as integers, x = k ln2 + r,
+ * e^r by a degree-5 polynomial in FMAs (the CPU's fmaf), 2^k by the
+ * exponent bits (k + 127 = 0 below about -87.68: 0); a NaN gives 0 or
+ * e^88 by its sign, as there. */
 FI_DEV float sv_exp(float x) {
-    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
+    const float log2e = 1.44269504f, ln2_hi = 0.693147182f, ln2_lo = -1.90465421e-9f;
     const float round = 12582912.0f;
-    const float xc = vmin(vmax(x, -87.3f), 88.0f);
-    const float kf = sub(add(mul(xc, log2e), round), round);
-    const float r = sub(sub(xc, mul(kf, ln2_hi)), mul(kf, ln2_lo));
-    float p = 0x1.a01a02p-13f;
-    p = add(mul(p, r), 0x1.6c16c2p-10f);
-    p = add(mul(p, r), 0x1.111112p-7f);
-    p = add(mul(p, r), 0x1.555556p-5f);
-    p = add(mul(p, r), 0x1.555556p-3f);
-    p = add(mul(p, r), 0.5f);
-    p = add(mul(p, r), 1.0f);
-    p = add(mul(p, r), 1.0f);
-    const int k = (int)kf;
-    float y = mul(p, __uint_as_float((uint32_t)(k + 127) << 23));
-    y = x < -87.3f ? 0.0f : y;
-    return x != x ? x : y;
+    const int32_t hi = (int32_t)__float_as_uint(88.0f);
+    const uint32_t lo = __float_as_uint(-88.0f);
+    const int32_t xs = min((int32_t)__float_as_uint(x), hi);
+    const float xc = __uint_as_float(min((uint32_t)xs, lo));
+    const float t = __fmaf_rn(xc, log2e, round);
+    const float kf = sub(t, round);
+    const float r = __fmaf_rn(-kf, ln2_lo, __fmaf_rn(-kf, ln2_hi, xc));
+    float p = 0x1.0fa832p-7f;
+    p = __fmaf_rn(p, r, 0x1.573a54p-5f);
+    p = __fmaf_rn(p, r, 0x1.555a6ap-3f);
+    p = __fmaf_rn(p, r, 0x1.fffdc6p-2f);
+    p = __fmaf_rn(p, r, 0x1.fffff6p-1f);
+    p = __fmaf_rn(p, r, 1.0f);
+    return mul(p, __uint_as_float((__float_as_uint(t) - __float_as_uint(round) + 127u) << 23));
 }
 
 /* The gated activations' f32 functions: the CPU's formulas (the same
