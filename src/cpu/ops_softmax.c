@@ -133,7 +133,7 @@ static void block_arrays(void *arg, void *shared) {
     const int64_t cells = j->a->logits->shape[0] * j->nb;
     j->sum = shared;
     j->max = (float *)((char *)shared + fi_sv_floats(2 * cells));
-    j->kinds = (uint32_t *)((char *)shared + fi_sv_floats(3 * cells));
+    j->kinds = (uint32_t *)((char *)shared + fi_sv_floats(2 * cells) + fi_sv_floats(cells));
 }
 
 fi_status fi_cpu_softmax(fi_context *ctx, const fi_softmax_args *a, void *stream) {
