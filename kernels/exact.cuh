@@ -46,9 +46,8 @@
 
 template <int QT, int KT, int OT, int DQK, int DVO, int GROUP, bool PAGED, bool DEVICE_TABLE,
           bool CAUSAL, bool ROPE>
-FI_DEV void fi_exact_row(const fi_attn_args &a, const fi_item &it,
-                                          const int32_t *kv_indices, const int64_t *mask_offset,
-                                          const float *alibi, int p) {
+FI_DEV void fi_exact_row(const fi_attn_args &a, const fi_item &it, const int32_t *kv_indices,
+                         const int64_t *mask_offset, const float *alibi, int p) {
     constexpr int NQ = (DQK + 31) / 32, NV = (DVO + 31) / 32;
     constexpr bool TRANSFORM = fi_v::NATURAL;
     const int lane = threadIdx.x & 31;

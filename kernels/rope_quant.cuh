@@ -22,8 +22,7 @@
  * FP8 byte written once; the cos/sin row comes from L1/L2. On the vector
  * path a thread loads FI_RQ_UNITS units (a stride of the grid's width
  * apart) before it reads the token's pos id and page table and stores
- * any (H200, 4096 tokens: 2 units 388 / 38.0 us on the MLA / GQA-append
- * cells, 1 unit 434 / 44.3, 4 units slower: 115 registers).
+ * any (2: 4 held the registers of too many loads, measured slower).
  *
  * Arithmetic is the CPU backend's (src/cpu/ops_rope_quant.c) bit for bit:
  * y = x c - x' s in f32 with round-to-nearest products (never an FMA),
